@@ -1,0 +1,3 @@
+from undercloud.cli.main import main
+
+main()

@@ -1,0 +1,49 @@
+"""What one running undercloud holds: its home, its store, and the domain services.
+
+Domain services are created on first use so that a command touching only stacks does not
+start, say, the power-sync loop. Each is one attribute here.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+from functools import cached_property
+
+from undercloud.config import Home
+from undercloud.store import Store
+
+
+class Context:
+    def __init__(self, home: Home, db_url: str | None = None):
+        self.home = home.ensure()
+        self.store = Store(db_url or home.db_url).create_schema()
+        self.stopping = threading.Event()
+
+    @cached_property
+    def admin_token(self) -> str:
+        return admin_token(self.home)
+
+
+def admin_token(home: Home) -> str:
+    """The token the CLI presents; created once, readable by the owner only."""
+    path = home.file("admin.token")
+    if not path.exists():
+        home.ensure()
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip()
+
+
+def api_port(home: Home) -> int:
+    """The API port: chosen free at the first start, then kept (nodes hold the address)."""
+    path = home.file("port")
+    if path.exists():
+        return int(path.read_text().strip())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    home.ensure()
+    path.write_text(str(port))
+    return port

@@ -1,0 +1,17 @@
+"""The command groups of the `undercloud` command, one module each."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# module name -> attribute holding its click group/command
+MODULES = [
+    ("undercloud.cli.service", "service"),
+    ("undercloud.cli.service", "serve"),
+]
+
+
+def groups() -> list[click.Command]:
+    return [getattr(importlib.import_module(m), attr) for m, attr in MODULES]

@@ -1,0 +1,5 @@
+"""Imports every domain's models so that `Base.metadata` knows all tables.
+
+Each domain keeps its tables in its own module of this package (`store/stacks.py`,
+`store/nodes.py`, `store/images.py`, ...), listed here once.
+"""
