@@ -1,0 +1,132 @@
+"""OS::Heat::ResourceGroup: `count` copies of one resource definition, as a nested stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from undercloud.orchestration.resources.base import Plugin, Prop
+
+
+def _replace_index(value: Any, var: str, index: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(var, index)
+    if isinstance(value, list):
+        return [_replace_index(v, var, index) for v in value]
+    if isinstance(value, dict):
+        return {_replace_index(k, var, index): _replace_index(v, var, index) for k, v in value.items()}
+    return value
+
+
+class ResourceGroup(Plugin):
+    type_name = "OS::Heat::ResourceGroup"
+    properties_schema = {
+        "count": Prop("integer", default=1, update_allowed=True, description="How many members."),
+        "index_var": Prop("string", default="%index%",
+                          description="Replaced by the member's index in resource_def."),
+        "resource_def": Prop("map", required=True, update_allowed=True,
+                             description="{type, properties, metadata} of each member.",
+                             schema={"type": Prop("string", required=True),
+                                     "properties": Prop("map"), "metadata": Prop("map")}),
+        "removal_policies": Prop("list", default=[], update_allowed=True,
+                                 description="[{resource_list: [names or ids]}]: members to remove first; "
+                                             "their names are never reused."),
+        "removal_policies_mode": Prop("string", default="append", update_allowed=True,
+                                      allowed=("append", "update"),
+                                      description="append to or replace the stored removal list."),
+    }
+    attributes_schema = {
+        "refs": "The members' reference ids, in index order.",
+        "refs_map": "{member name: reference id}.",
+        "removed_rsrc_list": "Names removed through removal_policies.",
+        "attributes": "{member name: attribute}: get_attr [group, attributes, ATTR].",
+        "resource.N": "Member N's reference id; resource.N.ATTR its attribute ATTR.",
+        "ATTR": "Any other name: the list of every member's attribute ATTR.",
+    }
+
+    def member_names(self, existing: list[str]) -> list[str]:
+        """Which members exist after this action: removal policies first, names never reused."""
+        p = self.properties
+        removed = [] if p.get("removal_policies_mode") == "update" else list(self.data.get("removed", []))
+        for policy in p.get("removal_policies") or []:
+            for item in (policy or {}).get("resource_list") or []:
+                name = str(item)
+                # An entry may be a member's reference id: map it back to the member's name.
+                refs = self.data.get("refs_map", {})
+                name = next((n for n, ref in refs.items() if ref == name), name)
+                if name not in removed:
+                    removed.append(name)
+        self.data["removed"] = removed
+        count = int(p.get("count") or 0)
+        keep = [n for n in existing if n not in removed]
+        keep.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
+        # Shrinking removes the highest indices (Heat's order).
+        members = keep[:count]
+        i = 0
+        while len(members) < count:
+            name = str(i)
+            if name not in members and name not in removed:
+                members.append(name)
+            i += 1
+        members.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
+        return members
+
+    def _batch_size(self, policy_key: str) -> int:
+        size = ((self.update_policy or {}).get(policy_key) or {}).get("max_batch_size")
+        return int(size) if size else 0
+
+    def nested_template(self, parent_template: Any) -> Any:
+        p = self.properties
+        definition = p.get("resource_def") or {}
+        var = p.get("index_var") or "%index%"
+        existing = list(self.nested.members) if self.nested else []
+        names = self.member_names(existing)
+        batch = self._batch_size("batch_create" if self.action == "CREATE" else "rolling_update")
+        resources: dict[str, dict] = {}
+        for i, name in enumerate(names):
+            res: dict[str, Any] = {"type": definition.get("type")}
+            if definition.get("properties") is not None:
+                res["properties"] = _replace_index(definition["properties"], var, name)
+            if definition.get("metadata") is not None:
+                res["metadata"] = _replace_index(definition["metadata"], var, name)
+            if batch and i >= batch:
+                first = (i // batch - 1) * batch
+                res["depends_on"] = names[first:first + batch]
+            resources[name] = res
+        template = {"heat_template_version": "2015-04-30", "resources": resources}
+        return parent_template.child_from_dict(template, {}, self.name)
+
+    def attributes(self) -> dict:
+        members = self.nested.members if self.nested else {}
+        order = list(members)
+        order.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
+        refs_map = {n: members[n][0] for n in order}
+        self.data["refs_map"] = refs_map
+        return {
+            "refs": [refs_map[n] for n in order],
+            "refs_map": refs_map,
+            "removed_rsrc_list": list(self.data.get("removed", [])),
+            "members": {n: members[n][1] for n in order},
+            "order": order,
+        }
+
+    @classmethod
+    def resolve_attribute(cls, attrs: dict, name: str, path: list) -> Any:
+        order = attrs.get("order", [])
+        members = attrs.get("members", {})
+        if name in ("refs", "refs_map", "removed_rsrc_list"):
+            return super().resolve_attribute(attrs, name, path)
+        if name == "attributes":
+            if not path:
+                return None
+            attr, rest = path[0], path[1:]
+            return {n: Plugin.resolve_attribute(members[n], attr, rest) for n in order}
+        if name.startswith("resource."):
+            parts = name.split(".", 2)
+            member = parts[1] if len(parts) > 1 else ""
+            if member not in members:
+                return None
+            if len(parts) == 2:
+                value: Any = attrs["refs_map"][member]
+                return Plugin.resolve_attribute({"v": value}, "v", path)
+            return Plugin.resolve_attribute(members[member], parts[2], path)
+        return [Plugin.resolve_attribute(members[n], name, path) for n in order]
