@@ -1,0 +1,231 @@
+"""The agent's loop: collect -> apply/refresh -> run deployments -> signal.
+
+State on disk (state_dir), so that a restart or a reboot picks up where it stopped:
+  metadata.json / metadata.etag   last document from the undercloud (used while it is down)
+  merged.json, applied.sha256     merged metadata and the hash last applied successfully
+  deployments/<id>.json           journal: running -> signalling (result kept) -> done
+A deployment is recorded done only after the undercloud acknowledged its signal; one
+found `running` at start (agent killed, node rebooted) is run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+from undercloud.agent import apply as oac
+from undercloud.agent import hooks
+from undercloud.agent.logs import Log
+from undercloud.agent.refresh import RefreshError, refresh
+from undercloud.agent.settings import Settings
+from undercloud.agent.transport import Refused, Undercloud, Unreachable
+
+TRIM_MARKER = "\n[... undercloud-agent trimmed {n} bytes of this output ...]\n"
+
+
+def trim(text: str, limit: int) -> str:
+    """Keep the head and the tail (where errors are) of an over-long output."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    half = limit // 2
+    n = len(data) - 2 * half
+    return (data[:half].decode("utf-8", "ignore") + TRIM_MARKER.format(n=n)
+            + data[-half:].decode("utf-8", "ignore"))
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path, default=None):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return default
+
+
+class Agent:
+    def __init__(self, settings: Settings, log: Log | None = None):
+        self.s = settings
+        self.log = log or Log()
+        self.log.secret(settings.token)
+        self.uc = Undercloud(settings.url, settings.server_id, settings.token, settings.request_timeout)
+        self.state = settings.state_dir
+        self.journal = self.state / "deployments"
+        self.journal.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state, 0o700)
+        self.failures = 0  # consecutive collect failures, for backoff
+
+    # --- collect ---
+    def collect(self, wait: float = 0) -> tuple[dict | None, bool]:
+        """(metadata, changed). Falls back to the cached document when unreachable."""
+        etag_file, md_file = self.state / "metadata.etag", self.state / "metadata.json"
+        cached = _read_json(md_file)
+        etag = etag_file.read_text().strip() if etag_file.exists() and cached is not None else None
+        try:
+            got = self.uc.fetch(etag, wait)
+        except (Unreachable, Refused) as exc:
+            self.failures += 1
+            self.log(f"collect: undercloud {self.uc.base}: {exc}; using the cached metadata")
+            return cached, False
+        self.failures = 0
+        if not got.changed:
+            return cached, False
+        _write_json(md_file, got.metadata)
+        etag_file.write_text(got.etag or "")
+        return got.metadata, True
+
+    # --- apply / refresh ---
+    def sources(self, metadata: dict) -> list[dict]:
+        out = [_read_json(p, {}) for p in self.s.metadata_files]
+        out.append(metadata)
+        for d in metadata.get("deployments") or []:
+            if d.get("group", "Heat::Ungrouped") in hooks.APPLY_GROUPS and isinstance(d.get("config"), dict):
+                out.append(d["config"])
+        return out
+
+    def hook_env(self) -> dict:
+        return dict(os.environ, UNDERCLOUD_AGENT_STATE=str(self.state),
+                    UNDERCLOUD_AGENT_OUTPUT_ROOT=str(self.s.output_root),
+                    OS_CONFIG_APPLIER_TEMPLATES=str(self.s.templates),
+                    UNDERCLOUD_URL=self.s.url, UNDERCLOUD_SERVER_ID=self.s.server_id)
+
+    def apply(self, metadata: dict) -> str | None:
+        """Render templates and run the refresh phases when the merged metadata changed.
+        Returns None on success (or nothing to do), else the failure reason."""
+        merged = oac.merge_sources(self.sources(metadata))
+        digest = hashlib.sha256(json.dumps(merged, sort_keys=True).encode()).hexdigest()
+        _write_json(self.state / "merged.json", merged)
+        os.chmod(self.state / "merged.json", 0o600)
+        applied = self.state / "applied.sha256"
+        if applied.exists() and applied.read_text() == digest:
+            return None
+        try:
+            written = oac.apply_config(self.s.templates, self.s.output_root, merged)
+            if written:
+                self.log(f"apply: wrote {len(written)} file(s)")
+            env = dict(self.hook_env(), OS_CONFIG_FILES=str(self.state / "merged.json"))
+            refresh(self.s.refresh_dir, env=env, timeout=self.s.hook_timeout, log=self.log)
+        except (oac.ApplyError, RefreshError, OSError) as exc:
+            self.log(f"apply: failed: {exc}")
+            return str(exc)
+        applied.write_text(digest)
+        return None
+
+    # --- deployments ---
+    def _entry(self, did: str) -> Path:
+        return self.journal / f"{did}.json"
+
+    def deploy(self, metadata: dict, apply_error: str | None) -> None:
+        deployments = [d for d in metadata.get("deployments") or [] if isinstance(d, dict) and d.get("id")]
+        for d in deployments:
+            self.log.secret_inputs(d.get("inputs") or [])
+        for d in deployments:
+            did = str(d["id"])
+            entry = _read_json(self._entry(did), {})
+            state = entry.get("state")
+            if state == "done":
+                continue
+            if state != "signalling":
+                if state == "running":
+                    self.log(f"deployment {d.get('name')}: resuming after an interrupted run")
+                result = self.run_one(d, apply_error)
+                entry = {"state": "signalling", "name": d.get("name"), "result": result}
+                _write_json(self._entry(did), entry)
+            self.send(did, d, entry)
+        # Forget journal entries of deployments no longer in the metadata.
+        live = {str(d["id"]) for d in deployments}
+        for p in self.journal.glob("*.json"):
+            if p.stem not in live and _read_json(p, {}).get("state") == "done":
+                p.unlink(missing_ok=True)
+
+    def run_one(self, d: dict, apply_error: str | None) -> dict:
+        name, group = d.get("name"), d.get("group") or "Heat::Ungrouped"
+        _write_json(self._entry(str(d["id"])), {"state": "running", "name": name, "started": time.time()})
+        if group in hooks.APPLY_GROUPS:
+            if apply_error:
+                return hooks.failure(1, f"applying the metadata failed: {apply_error}")
+            return {"deploy_stdout": "", "deploy_stderr": "", "deploy_status_code": 0}
+        options = d.get("options") or {}
+        timeout = float(options.get("timeout") or self.s.hook_timeout)
+        self.log(f"deployment {name}: running hook {group!r} (timeout {timeout:g} s)")
+        t0 = time.monotonic()
+        result = hooks.run(d, self.s.hooks_dir, timeout, env=self.hook_env())
+        self.log(f"deployment {name}: status {result.get('deploy_status_code')} "
+                 f"in {time.monotonic() - t0:.1f} s"
+                 + (f": {result['deploy_failure_reason']}" if result.get("deploy_failure_reason") else ""))
+        return result
+
+    def signal_body(self, result: dict) -> dict:
+        body = {}
+        for k, v in result.items():
+            body[k] = trim(v, self.s.output_limit) if isinstance(v, str) else v
+        return body
+
+    def send(self, did: str, d: dict, entry: dict, attempts: int = 5) -> bool:
+        """Signal with backoff; done only once acknowledged. Unacknowledged signals stay in
+        the journal and are sent again on the next cycle."""
+        transport = ((d.get("options") or {}).get("signal_transport")
+                     or next((i.get("value") for i in d.get("inputs") or []
+                              if i.get("name") == "deploy_signal_transport"), None))
+        if transport == "NO_SIGNAL":
+            _write_json(self._entry(did), dict(entry, state="done"))
+            return True
+        body = self.signal_body(entry["result"])
+        delay = 0.5
+        for attempt in range(attempts):
+            try:
+                self.uc.signal(did, body)
+                _write_json(self._entry(did), {"state": "done", "name": entry.get("name")})
+                self.log(f"deployment {entry.get('name')}: signal acknowledged")
+                return True
+            except Refused as exc:
+                # The undercloud no longer knows this deployment (replaced or deleted).
+                self.log(f"deployment {entry.get('name')}: signal refused ({exc}); dropping it")
+                _write_json(self._entry(did), {"state": "done", "name": entry.get("name"), "refused": str(exc)})
+                return True
+            except Unreachable as exc:
+                self.log(f"deployment {entry.get('name')}: signal not acknowledged ({exc}); "
+                         f"retry {attempt + 1}/{attempts}")
+                if attempt + 1 < attempts:
+                    time.sleep(delay * random.uniform(0.8, 1.2))
+                    delay = min(delay * 2, 30)
+        return False
+
+    # --- loop ---
+    def cycle(self, wait: float = 0) -> bool:
+        """One collect/apply/deploy round; returns whether the undercloud answered."""
+        metadata, _changed = self.collect(wait)
+        if metadata is None:
+            return False
+        apply_error = self.apply(metadata)
+        self.deploy(metadata, apply_error)
+        return self.failures == 0
+
+    def run_forever(self, stop=None) -> None:
+        self.log(f"started: server {self.s.server_id}, undercloud {self.s.url}")
+        while not (stop and stop()):
+            t0 = time.monotonic()
+            wait = self.s.interval if self.s.long_poll else 0
+            ok = self.cycle(wait)
+            j = random.uniform(1 - self.s.jitter, 1 + self.s.jitter)
+            if not ok:
+                # Undercloud away: back off (bounded) with jitter so a fleet spreads out.
+                pause = min(self.s.interval, 0.5 * 2 ** min(self.failures, 8)) * j
+            elif self.s.long_poll:
+                # The long-poll already waited; pause only if it came back early, to bound the rate.
+                pause = max(0.0, 0.05 * j - (time.monotonic() - t0))
+            else:
+                pause = self.s.interval * j
+            if pause:
+                time.sleep(pause)

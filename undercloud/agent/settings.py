@@ -1,0 +1,69 @@
+"""The agent's configuration: a JSON file (first-boot data or written by the operator).
+
+{"url": "http://192.0.2.1:8787", "server_id": "...", "token": "...",
+ "state_dir": "/var/lib/undercloud-agent", ...}; every key below has a default except
+url, server_id and token.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+DEFAULT_CONFIG = Path("/etc/undercloud-agent/config.json")
+
+
+class SettingsError(Exception):
+    pass
+
+
+@dataclass
+class Settings:
+    url: str
+    server_id: str
+    token: str
+    state_dir: Path = Path("/var/lib/undercloud-agent")
+    templates: Path = Path("/usr/libexec/os-apply-config/templates")
+    output_root: Path = Path("/")
+    refresh_dir: Path = Path("/usr/libexec/os-refresh-config")
+    hooks_dir: Path = Path("/var/lib/heat-config/hooks")
+    # Extra metadata files merged before the undercloud's document (later wins).
+    metadata_files: list[Path] = field(default_factory=list)
+    interval: float = 30.0          # seconds between polls (a long-poll waits this long)
+    jitter: float = 0.25            # +-25 % so a fleet does not poll in step
+    long_poll: bool = True
+    hook_timeout: float = 3600.0    # unless a deployment's options.timeout says otherwise
+    output_limit: int = 256 * 1024  # per signalled text value, beyond it trimmed with a marker
+    request_timeout: float = 10.0
+
+    @classmethod
+    def load(cls, path: Path) -> Settings:
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise SettingsError(f"{path}: cannot read the agent configuration: {exc.strerror}") from None
+        except ValueError as exc:
+            raise SettingsError(f"{path}: not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"{path}: expected a JSON object")
+        known = {f.name: f for f in fields(cls)}
+        missing = [k for k in ("url", "server_id", "token") if not data.get(k)]
+        if missing:
+            raise SettingsError(f"{path}: {missing[0]}: required")
+        kwargs = {}
+        for k, v in data.items():
+            if k not in known:
+                continue  # first-boot data carries more (hostname, ...): ignore it
+            default = known[k].default
+            if isinstance(default, Path):
+                v = Path(v)
+            elif k == "metadata_files":
+                v = [Path(p) for p in v]
+            elif isinstance(default, bool):
+                v = bool(v)
+            elif isinstance(default, (int, float)):
+                if not isinstance(v, (int, float)) or isinstance(v, bool):
+                    raise SettingsError(f"{path}: {k}: expected a number, got {v!r}")
+            kwargs[k] = v
+        return cls(**kwargs)
