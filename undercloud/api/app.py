@@ -17,7 +17,10 @@ from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailab
 log = logging.getLogger("undercloud.api")
 
 # Modules with a `router` (fastapi.APIRouter); admin routers need the admin token.
-ROUTERS: list[str] = []
+ROUTERS: list[str] = [
+    "undercloud.api.agent",
+    "undercloud.api.agent_admin",
+]
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
 STARTUP: list[str] = []

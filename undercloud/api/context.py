@@ -6,6 +6,7 @@ start, say, the power-sync loop. Each is one attribute here.
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import threading
@@ -24,6 +25,15 @@ class Context:
     @cached_property
     def admin_token(self) -> str:
         return admin_token(self.home)
+
+    @cached_property
+    def server_metadata(self):
+        """Per-server metadata documents and tokens for the agents (cached in memory)."""
+        from undercloud.orchestration.server_metadata import ServerMetadata
+
+        # UNDERCLOUD_AGENT_URL: where nodes reach this service (e.g. its lab-network address).
+        return ServerMetadata(self.store, lambda: os.environ.get("UNDERCLOUD_AGENT_URL")
+                              or f"http://127.0.0.1:{api_port(self.home)}")
 
 
 def admin_token(home: Home) -> str:

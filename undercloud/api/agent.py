@@ -1,0 +1,81 @@
+"""What the agents on the servers call: their own metadata, and signals.
+
+PUBLIC (no admin token): each call carries the server's own token (`X-Server-Token`
+header, or `?token=` for clients that cannot set headers, such as os-collect-config's
+request collector). A token opens only its own server's metadata and deployments; an
+unknown server and a wrong token get the same answer.
+
+Polls are cheap by design: async handlers that answer from the in-memory document
+(ETag / If-None-Match -> 304, Last-Modified for os-collect-config), no database query,
+and `?wait=SECONDS` turns a poll into a long-poll that returns when the document changes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from undercloud.errors import NotFound
+
+PUBLIC = True
+router = APIRouter(prefix="/v1/agent")
+
+MAX_WAIT = 120.0
+MAX_SIGNAL = 8 * 1024 * 1024  # agents trim large output well below this
+
+_DENIED = {"error": "unknown server or wrong server token", "where": None}
+
+
+def _auth(request: Request, server_id: str):
+    meta = request.app.state.ctx.server_metadata
+    token = request.headers.get("x-server-token") or request.query_params.get("token")
+    return meta, meta.authenticate(server_id, token)
+
+
+@router.api_route("/servers/{server_id}/metadata", methods=["GET", "HEAD"])
+async def metadata(server_id: str, request: Request):
+    meta, srv = _auth(request, server_id)
+    if srv is None:
+        return JSONResponse(_DENIED, status_code=401)
+    inm = request.headers.get("if-none-match")
+    wait = request.query_params.get("wait")
+    if wait and inm == srv.etag:
+        try:
+            seconds = min(max(float(wait), 0.0), MAX_WAIT)
+        except ValueError:
+            return JSONResponse({"error": f"wait: not a number: {wait!r}", "where": "query"}, status_code=400)
+        await meta.wait_change(server_id, inm, seconds)
+        meta, srv = _auth(request, server_id)
+        if srv is None:  # forgotten while waiting
+            return JSONResponse(_DENIED, status_code=401)
+    headers = {"ETag": srv.etag, "Last-Modified": srv.last_modified, "Cache-Control": "no-cache"}
+    if inm == srv.etag:
+        return Response(status_code=304, headers=headers)
+    if request.method == "HEAD":
+        return Response(status_code=200, headers=headers, media_type="application/json")
+    return Response(srv.doc, media_type="application/json", headers=headers)
+
+
+@router.post("/servers/{server_id}/deployments/{deployment_id}/signal")
+async def signal(server_id: str, deployment_id: str, request: Request):
+    meta, srv = _auth(request, server_id)
+    if srv is None:
+        return JSONResponse(_DENIED, status_code=401)
+    raw = await request.body()
+    if len(raw) > MAX_SIGNAL:
+        return JSONResponse({"error": f"signal of {len(raw)} bytes exceeds {MAX_SIGNAL}", "where": None},
+                            status_code=413)
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return JSONResponse({"error": "signal body is not JSON", "where": None}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": "signal body must be a JSON object", "where": None}, status_code=400)
+    try:
+        await run_in_threadpool(meta.record_signal, server_id, deployment_id, body)
+    except NotFound as exc:
+        return JSONResponse({"error": exc.message, "where": None}, status_code=404)
+    return {"acknowledged": True, "deployment": deployment_id}

@@ -1,0 +1,278 @@
+"""Per-server metadata and tokens: how configuration reaches a server's agent.
+
+Provisioning-neutral: OS::Heat::DeployedServer, OS::Nova::Server (first-boot data) and the
+software-deployment resources all use it.
+
+    meta = ctx.server_metadata
+    token = meta.register(server_id, name)       # new token (rotates any earlier one)
+    meta.agent_config(server_id, token)          # what the agent needs: url, server_id, token
+    meta.put_deployment(server_id, entry)        # Heat-shaped entry with a fresh `id`
+    meta.remove_deployment(deployment_id)
+    meta.signal_of(deployment_id)                # the agent's signal, or None
+    meta.forget(server_id)
+
+The store is the truth; every server's document (JSON bytes), ETag and Last-Modified are
+kept in memory, so a poll costs a dict lookup and a hash compare, never a query. Changes
+wake long-polls waiting on that server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import hmac
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, select
+
+from undercloud.errors import NotFound
+from undercloud.store import Store
+from undercloud.store.agent import AgentDeployment, AgentServer
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass
+class _Server:
+    id: str
+    name: str
+    token_hash: str
+    extra: dict
+    revision: float
+    deployments: dict[str, dict] = field(default_factory=dict)  # id -> entry
+    doc: bytes = b""
+    etag: str = ""
+    last_modified: str = ""
+    last_seen: float | None = None
+
+    def rebuild(self) -> None:
+        entries = sorted(self.deployments.values(), key=lambda d: (d.get("name") or "", d["id"]))
+        self.doc = json.dumps({**self.extra, "deployments": entries}, sort_keys=True).encode()
+        self.etag = '"' + hashlib.sha256(self.doc).hexdigest()[:32] + '"'
+        self.last_modified = email.utils.formatdate(self.revision, usegmt=True)
+
+
+class ServerMetadata:
+    def __init__(self, store: Store, url: Callable[[], str]):
+        self.store = store
+        self._url = url
+        self._lock = threading.RLock()
+        self._servers: dict[str, _Server] | None = None
+        self._signals: dict[str, dict] = {}  # deployment id -> signal body
+        self._owner: dict[str, str] = {}     # deployment id -> server id
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
+
+    # --- loading -------------------------------------------------------------------
+    def _all(self) -> dict[str, _Server]:
+        if self._servers is None:
+            with self._lock:
+                if self._servers is None:
+                    servers: dict[str, _Server] = {}
+                    with self.store.session() as s:
+                        for r in s.scalars(select(AgentServer)):
+                            servers[r.id] = _Server(r.id, r.name, r.token_hash, r.extra or {}, r.revision)
+                        for d in s.scalars(select(AgentDeployment)):
+                            srv = servers.get(d.server_id)
+                            if srv is not None:
+                                srv.deployments[d.id] = d.document
+                                self._owner[d.id] = d.server_id
+                                if d.signal is not None:
+                                    self._signals[d.id] = d.signal
+                    for srv in servers.values():
+                        srv.rebuild()
+                    self._servers = servers
+        return self._servers
+
+    def _get(self, server_id: str) -> _Server:
+        srv = self._all().get(server_id)
+        if srv is None:
+            raise NotFound(f"no agent server {server_id!r}")
+        return srv
+
+    def _bump(self, srv: _Server) -> float:
+        srv.revision = max(time.time(), srv.revision + 1.0)  # Last-Modified has 1 s resolution
+        return srv.revision
+
+    # --- servers -------------------------------------------------------------------
+    def register(self, server_id: str, name: str = "") -> str:
+        """Create the server's credentials (or rotate them); returns the new token."""
+        token = secrets.token_urlsafe(32)
+        h = hash_token(token)
+        with self._lock:
+            servers = self._all()
+            now = time.time()
+            with self.store.session() as s:
+                row = s.get(AgentServer, server_id)
+                if row is None:
+                    row = AgentServer(id=server_id, name=name, token_hash=h, extra={}, revision=now,
+                                      created_at=now)
+                    s.add(row)
+                else:
+                    row.token_hash = h
+                    row.name = name or row.name
+            srv = servers.get(server_id)
+            if srv is None:
+                srv = servers[server_id] = _Server(server_id, name, h, {}, now)
+                srv.rebuild()
+            else:
+                srv.token_hash, srv.name = h, name or srv.name
+        return token
+
+    def forget(self, server_id: str) -> None:
+        with self._lock:
+            with self.store.session() as s:
+                s.execute(delete(AgentDeployment).where(AgentDeployment.server_id == server_id))
+                s.execute(delete(AgentServer).where(AgentServer.id == server_id))
+            srv = self._all().pop(server_id, None)
+            if srv:
+                for did in srv.deployments:
+                    self._signals.pop(did, None)
+                    self._owner.pop(did, None)
+        self._wake(server_id)
+
+    def exists(self, server_id: str) -> bool:
+        return server_id in self._all()
+
+    def url(self) -> str:
+        return self._url()
+
+    def agent_config(self, server_id: str, token: str) -> dict:
+        """The agent's configuration file content (see agent/settings.py)."""
+        srv = self._get(server_id)
+        return {"url": self.url(), "server_id": server_id, "token": token, "name": srv.name,
+                "metadata_url": f"{self.url()}/v1/agent/servers/{server_id}/metadata"}
+
+    def set_extra(self, server_id: str, extra: dict) -> None:
+        with self._lock:
+            srv = self._get(server_id)
+            extra = {k: v for k, v in (extra or {}).items() if k != "deployments"}
+            with self.store.session() as s:
+                row = s.get(AgentServer, server_id)
+                row.extra = extra
+                row.revision = self._bump(srv)
+            srv.extra = extra
+            srv.rebuild()
+        self._wake(server_id)
+
+    def servers(self) -> list[dict]:
+        out = []
+        for srv in sorted(self._all().values(), key=lambda x: x.name or x.id):
+            done = sum(1 for d in srv.deployments if d in self._signals)
+            out.append({"id": srv.id, "name": srv.name, "deployments": len(srv.deployments),
+                        "signalled": done, "last_seen": srv.last_seen,
+                        "etag": srv.etag})
+        return out
+
+    # --- deployments ---------------------------------------------------------------
+    def put_deployment(self, server_id: str, entry: dict, replaces: str | None = None) -> None:
+        """Add a deployment entry (its `id` must be new); `replaces` removes an earlier id in
+        the same change, so the agent never sees both revisions."""
+        with self._lock:
+            srv = self._get(server_id)
+            now = time.time()
+            with self.store.session() as s:
+                if replaces:
+                    s.execute(delete(AgentDeployment).where(AgentDeployment.id == replaces))
+                s.merge(AgentDeployment(id=entry["id"], server_id=server_id, name=entry.get("name") or "",
+                                        document=entry, signal=None, signalled_at=None, created_at=now))
+                row = s.get(AgentServer, server_id)
+                row.revision = self._bump(srv)
+            if replaces:
+                srv.deployments.pop(replaces, None)
+                self._signals.pop(replaces, None)
+                self._owner.pop(replaces, None)
+            srv.deployments[entry["id"]] = entry
+            self._owner[entry["id"]] = server_id
+            self._signals.pop(entry["id"], None)
+            srv.rebuild()
+        self._wake(server_id)
+
+    def remove_deployment(self, deployment_id: str) -> None:
+        with self._lock:
+            self._all()
+            server_id = self._owner.pop(deployment_id, None)
+            with self.store.session() as s:
+                s.execute(delete(AgentDeployment).where(AgentDeployment.id == deployment_id))
+                srv = self._servers.get(server_id) if server_id else None
+                if srv is not None:
+                    row = s.get(AgentServer, server_id)
+                    if row is not None:
+                        row.revision = self._bump(srv)
+            self._signals.pop(deployment_id, None)
+            if srv is not None:
+                srv.deployments.pop(deployment_id, None)
+                srv.rebuild()
+        if server_id:
+            self._wake(server_id)
+
+    def signal_of(self, deployment_id: str) -> dict | None:
+        self._all()
+        return self._signals.get(deployment_id)
+
+    def deployment_server(self, deployment_id: str) -> str | None:
+        self._all()
+        return self._owner.get(deployment_id)
+
+    # --- what agents call (api/agent.py) -------------------------------------------
+    def authenticate(self, server_id: str, token: str | None) -> _Server | None:
+        srv = self._all().get(server_id)
+        if srv is None or not token or not hmac.compare_digest(srv.token_hash, hash_token(token)):
+            return None
+        srv.last_seen = time.time()
+        return srv
+
+    def record_signal(self, server_id: str, deployment_id: str, body: dict) -> None:
+        """Store the agent's signal; raises NotFound for a deployment that is not this server's."""
+        with self._lock:
+            if self._owner.get(deployment_id) != server_id:
+                raise NotFound(f"no deployment {deployment_id!r} on this server")
+            with self.store.session() as s:
+                row = s.get(AgentDeployment, deployment_id)
+                if row is None:
+                    raise NotFound(f"no deployment {deployment_id!r} on this server")
+                row.signal = body
+                row.signalled_at = time.time()
+            self._signals[deployment_id] = body
+
+    async def wait_change(self, server_id: str, etag: str, timeout: float) -> None:
+        """Return when the server's document no longer has `etag`, or after `timeout`."""
+        srv = self._all().get(server_id)
+        if srv is None or srv.etag != etag:
+            return
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        with self._lock:
+            self._waiters.setdefault(server_id, []).append((loop, fut))
+            if srv.etag != etag:  # changed while registering
+                fut.set_result(None)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                lst = self._waiters.get(server_id, [])
+                if (loop, fut) in lst:
+                    lst.remove((loop, fut))
+                if not lst:
+                    self._waiters.pop(server_id, None)
+
+    def _wake(self, server_id: str) -> None:
+        with self._lock:
+            waiters = list(self._waiters.get(server_id, []))
+        for loop, fut in waiters:
+            def _set(f=fut):
+                if not f.done():
+                    f.set_result(None)
+            try:
+                loop.call_soon_threadsafe(_set)
+            except RuntimeError:  # loop closed
+                pass
