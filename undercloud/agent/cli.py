@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--once", action="store_true", help="One collect/apply/deploy round, then exit.")
     hook = sub.add_parser("hook", help="Run one built-in hook: deployment JSON on stdin, result JSON on stdout.")
     hook.add_argument("group", help="script, apply-config, json-file or kube")
+    sv = sub.add_parser("supervise", help="(internal) run a Pod's containers as supervised processes.")
+    sv.add_argument("spec", type=Path)
     ac = sub.add_parser("apply-config", help="Render an os-apply-config template tree (like os-apply-config).")
     ac.add_argument("-t", "--templates", type=Path, required=True, help="Template root (mirrors /).")
     ac.add_argument("-o", "--output", type=Path, default=Path("/"), help="Output root (default /).")
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "hook":
         from undercloud.agent.hooks import hook_main
         return hook_main(args.group)
+    if args.cmd == "supervise":
+        from undercloud.agent.kube import supervise
+        return supervise(args.spec)
     if args.cmd == "apply-config":
         from undercloud.agent import apply as oac
         try:
