@@ -53,7 +53,9 @@ def _scalar(text: str) -> Any:
     if t.lower() in ("true", "false"):
         return t.lower() == "true"
     if t.isdigit():
-        return int(t, 8) if len(t) > 1 and t.startswith("0") else int(t)
+        if len(t) > 1 and t.startswith("0"):  # YAML 1.1: 0644 is octal, 0999 a string
+            return int(t, 8) if set(t) <= set("01234567") else t
+        return int(t)
     if t.lower().startswith("0o") and t[2:].isdigit():
         return int(t[2:], 8)
     return t
@@ -86,6 +88,11 @@ def parse_control(path: Path) -> dict:
         raise ApplyError(f"{path}: mode {mode!r} is not a number between 0 and 0777")
     if "allow_empty" in data and not isinstance(data["allow_empty"], bool):
         raise ApplyError(f"{path}: allow_empty requires a boolean")
+    # Resolve owner/group now, so an unknown name fails before any file is written.
+    if data.get("owner") is not None:
+        data["owner"] = _uid(data["owner"], path)
+    if data.get("group") is not None:
+        data["group"] = _gid(data["group"], path)
     return data
 
 
@@ -147,9 +154,9 @@ def write_tree(tree: dict[str, tuple[str, dict]], output: Path) -> list[str]:
             mode, uid, gid = 0o644, -1, -1
         mode = ctrl["mode"] if ctrl.get("mode") is not None else mode
         if ctrl.get("owner") is not None:
-            uid = _uid(ctrl["owner"], path)
+            uid = ctrl["owner"]
         if ctrl.get("group") is not None:
-            gid = _gid(ctrl["group"], path)
+            gid = ctrl["group"]
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         with os.fdopen(fd, "w") as fh:

@@ -1,0 +1,83 @@
+"""Helpers for the agent tests: a real undercloud API (uvicorn in a thread) that can be
+stopped and started again on the same port and store, and agent settings in a tmp dir."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from undercloud.agent.settings import Settings
+from undercloud.api.app import create_app
+from undercloud.api.context import Context
+from undercloud.config import Home
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveService:
+    """The undercloud API on 127.0.0.1:port over the store in `home`."""
+
+    def __init__(self, home: Path):
+        self.home = Home(home).ensure()
+        self.port = free_port()
+        self.home.file("port").write_text(str(self.port))
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server: uvicorn.Server | None = None
+        self.ctx: Context | None = None
+
+    def start(self) -> LiveService:
+        self.ctx = Context(self.home)
+        config = uvicorn.Config(create_app(self.ctx), host="127.0.0.1", port=self.port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test service did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.should_exit = True
+            self.thread.join(20)
+            self.ctx.store.engine.dispose()
+            self.server = None
+
+    @property
+    def meta(self):
+        return self.ctx.server_metadata
+
+
+def settings(tmp: Path, url: str, server_id: str, token: str, **kw) -> Settings:
+    for d in ("state", "templates", "out", "refresh", "hooks"):
+        (tmp / d).mkdir(parents=True, exist_ok=True)
+    kw.setdefault("interval", 0.5)
+    return Settings(url=url, server_id=server_id, token=token, state_dir=tmp / "state",
+                    templates=tmp / "templates", output_root=tmp / "out", refresh_dir=tmp / "refresh",
+                    hooks_dir=tmp / "hooks", request_timeout=5, **kw)
+
+
+def deployment(did: str, name: str, group: str, config, inputs=None, outputs=None, options=None) -> dict:
+    return {"id": did, "name": name, "group": group, "config": config,
+            "inputs": inputs or [], "outputs": outputs or [], "options": options or {}}
+
+
+def wait_for(cond, timeout: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
