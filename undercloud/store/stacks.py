@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Index, Integer, String, Text
+from sqlalchemy import JSON, Float, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from undercloud.store.db import Base
@@ -56,6 +56,8 @@ class StackResource(Base):
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(Text, default="")
     physical_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    ref: Mapped[str | None] = mapped_column(Text, nullable=True)  # what get_resource returns
+    requires: Mapped[Any] = mapped_column(JSON, nullable=True)  # names it depended on (delete order)
     properties: Mapped[Any] = mapped_column(JSON, nullable=True)  # resolved, as last applied
     rsrc_metadata: Mapped[Any] = mapped_column(JSON, nullable=True)
     attributes: Mapped[Any] = mapped_column(JSON, nullable=True)  # stored at completion
@@ -63,7 +65,7 @@ class StackResource(Base):
     nested_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     # Set on the old resource of a replacement until it is deleted (kept for rollback).
     replaced_by: Mapped[str | None] = mapped_column(String(36), nullable=True)
-    retained: Mapped[bool] = mapped_column(Boolean, default=False)
+    deletion_policy: Mapped[str] = mapped_column(String(16), default="Delete")
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 

@@ -39,10 +39,21 @@ def get(type_name: str) -> type[Plugin] | None:
     return _discover().get(type_name)
 
 
-def properties_schema(type_name: str) -> dict[str, Prop] | None:
-    """The properties schema of a known type (None for unknown types)."""
+def properties_schema(type_name: str) -> dict[str, dict] | None:
+    """The properties schema of a known type as plain dicts (None for unknown types):
+    name -> {type, required, default, update_allowed, description[, schema][, allowed]}."""
     cls = get(type_name)
-    return None if cls is None else cls.properties_schema
+    return None if cls is None else {k: _as_dict(p) for k, p in cls.properties_schema.items()}
+
+
+def _as_dict(p: Prop) -> dict:
+    d = {"type": p.type, "required": p.required, "default": p.default, "update_allowed": p.update_allowed,
+         "description": p.description}
+    if p.schema is not None:
+        d["schema"] = {k: _as_dict(v) for k, v in p.schema.items()}
+    if p.allowed is not None:
+        d["allowed"] = list(p.allowed)
+    return d
 
 
 def register(cls: type[Plugin]) -> type[Plugin]:

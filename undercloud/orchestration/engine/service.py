@@ -1,0 +1,457 @@
+"""Stack operations as the API offers them: create, update (dry run), delete, cancel,
+signal, resume after a restart, and the read side (list, show, resources, events, outputs).
+
+Each operation on a root stack runs in one thread (a `Walk` drives the whole tree); the
+stack row's `operation` records what runs so that the next start of the service resumes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from undercloud.errors import Conflict, InvalidInput, NotFound
+from undercloud.orchestration.engine.walk import Plan, StackNode, Walk, new_root_row
+from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.resources import registry
+from undercloud.orchestration.resources.base import Plugin, StackRef
+from undercloud.store import Store
+from undercloud.store.stacks import Stack, StackEvent, StackResource
+
+log = logging.getLogger("undercloud.engine")
+
+DEFAULT_TIMEOUT = 3600.0
+RES = StackResource.__table__
+STACKS = Stack.__table__
+EVENTS = StackEvent.__table__
+
+
+def _template_api():
+    from undercloud.orchestration.template import Bundle, load
+
+    return Bundle, load
+
+
+def iso(t: float | None) -> str | None:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else None
+
+
+class StackService:
+    def __init__(self, store: Store, services: Any = None):
+        self.store = store
+        self.services = services
+        self.lock = threading.Lock()
+        self.ops: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self.walks: dict[str, Walk] = {}  # root id -> the walk under way
+        self.last_walk: Walk | None = None  # for benchmarks and tests
+
+    # -- loading ----------------------------------------------------------------------
+    def _root(self, name_or_id: str) -> dict:
+        with self.store.engine.connect() as conn:
+            row = conn.execute(select(STACKS).where(STACKS.c.parent_id.is_(None)).where(
+                (STACKS.c.name == name_or_id) | (STACKS.c.id == name_or_id))).mappings().first()
+        if row is None:
+            raise NotFound(f"stack {name_or_id!r} not found")
+        return dict(row)
+
+    def _tree(self, root_id: str) -> tuple[list[dict], list[dict]]:
+        with self.store.engine.connect() as conn:
+            stacks = [dict(r) for r in conn.execute(select(STACKS).where(STACKS.c.root_id == root_id)).mappings()]
+            rows = [dict(r) for r in conn.execute(select(RES).where(RES.c.root_id == root_id)).mappings()]
+        for r in rows:
+            r.pop("id", None)
+            if r.get("data") is None:
+                r["data"] = {}
+        return stacks, rows
+
+    def _load(self, bundle: dict, parameters: dict, name: str, stack_id: str) -> Any:
+        Bundle, load = _template_api()
+        return load(Bundle.from_json(bundle), parameters=parameters or {}, stack_name=name, stack_id=stack_id)
+
+    def _hidden(self, tmpl: Any) -> list[str]:
+        return sorted(n for n, p in tmpl.parameters.items() if getattr(p, "hidden", False))
+
+    # -- operations ---------------------------------------------------------------------
+    def create(self, name: str, bundle: dict, parameters: dict | None = None, *, rollback: bool = False,
+               timeout: float | None = None, wait: bool = False) -> dict:
+        if not name or not name[0].isalpha() or not all(c.isalnum() or c in "-_." for c in name):
+            raise InvalidInput(f"stack name {name!r}: must start with a letter and hold only letters, "
+                               "digits, '-', '_' and '.'")
+        with self.store.engine.connect() as conn:
+            if conn.execute(select(STACKS.c.id).where(STACKS.c.parent_id.is_(None))
+                            .where(STACKS.c.name == name)).first():
+                raise Conflict(f"stack {name!r} already exists")
+        op = {"kind": "create", "rollback": rollback, "timeout": timeout or DEFAULT_TIMEOUT, "started": time.time()}
+        row = new_root_row(name, bundle, parameters or {}, "", "CREATE", op)
+        tmpl = self._load(bundle, parameters or {}, name, row["id"])  # validation before any write
+        row["description"] = getattr(tmpl, "description", "") or ""
+        op["hidden"] = self._hidden(tmpl)
+        w = Writer(self.store)
+        w.insert_stack(row)
+        w.event(row["id"], row, name, "OS::Heat::Stack", row["id"], "CREATE", "IN_PROGRESS", "Stack CREATE started")
+        w.flush()
+        self._start(row["id"], wait)
+        return self.show(row["id"])
+
+    def update(self, name_or_id: str, bundle: dict, parameters: dict | None = None, *, rollback: bool = False,
+               timeout: float | None = None, dry_run: bool = False, wait: bool = False) -> dict:
+        root = self._root(name_or_id)
+        if root["status"] == "IN_PROGRESS":
+            raise Conflict(f"stack {root['name']} is {root['action']}_IN_PROGRESS; wait for it or cancel it")
+        if root["action"] == "DELETE":
+            raise Conflict(f"stack {root['name']} is being deleted")
+        tmpl = self._load(bundle, parameters or {}, root["name"], root["id"])
+        if dry_run:
+            return self.plan(root, bundle, parameters or {})
+        op = {"kind": "update", "rollback": rollback, "timeout": timeout or DEFAULT_TIMEOUT,
+              "started": time.time(), "hidden": self._hidden(tmpl)}
+        root.update(prev_bundle=root["bundle"], prev_parameters=root["parameters"], bundle=bundle,
+                    parameters=parameters or {}, action="UPDATE", status="IN_PROGRESS",
+                    status_reason="Stack UPDATE started", operation=op, updated_at=time.time(),
+                    description=getattr(tmpl, "description", "") or "")
+        w = Writer(self.store)
+        w.touch_stack(root)
+        w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "UPDATE", "IN_PROGRESS",
+                "Stack UPDATE started")
+        w.flush()
+        self._start(root["id"], wait)
+        return self.show(root["id"])
+
+    def delete(self, name_or_id: str, wait: bool = False) -> dict:
+        root = self._root(name_or_id)
+        self._stop_running(root["id"])
+        root = self._root(root["id"])
+        op = {"kind": "delete", "timeout": DEFAULT_TIMEOUT, "started": time.time(),
+              "hidden": (root.get("operation") or {}).get("hidden", [])}
+        root.update(action="DELETE", status="IN_PROGRESS", status_reason="Stack DELETE started", operation=op,
+                    updated_at=time.time())
+        w = Writer(self.store)
+        w.touch_stack(root)
+        w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "DELETE", "IN_PROGRESS",
+                "Stack DELETE started")
+        w.flush()
+        self._start(root["id"], wait)
+        try:
+            return self.show(root["id"])
+        except NotFound:
+            return {"id": root["id"], "stack_name": root["name"], "stack_status": "DELETE_COMPLETE"}
+
+    def cancel(self, name_or_id: str) -> dict:
+        root = self._root(name_or_id)
+        with self.lock:
+            op = self.ops.get(root["id"])
+        if root["status"] != "IN_PROGRESS" or op is None:
+            raise Conflict(f"stack {root['name']} has no operation in progress ({root['action']}_{root['status']})")
+        if root["action"] == "DELETE":
+            raise Conflict(f"stack {root['name']}: a delete cannot be cancelled")
+        op[1].set()
+        return self.show(root["id"])
+
+    def _stop_running(self, root_id: str) -> None:
+        with self.lock:
+            op = self.ops.get(root_id)
+        if op:
+            op[1].set()
+            op[0].join()
+
+    def _start(self, root_id: str, wait: bool) -> None:
+        cancel = threading.Event()
+        t = threading.Thread(target=self._run, args=(root_id, cancel), name=f"stack-{root_id[:8]}", daemon=True)
+        with self.lock:
+            if root_id in self.ops:
+                raise Conflict("an operation is already running on this stack")
+            self.ops[root_id] = (t, cancel)
+        t.start()
+        if wait:
+            t.join()
+
+    # -- running ------------------------------------------------------------------------
+    def _run(self, root_id: str, cancel: threading.Event, resuming: bool = False) -> None:
+        try:
+            self._operate(root_id, cancel, resuming)
+        except Exception as exc:  # an engine bug must not leave the stack IN_PROGRESS
+            log.exception("stack operation failed")
+            try:
+                root = self._root(root_id)
+                self._finish(root, "FAILED", f"internal error: {exc}")
+            except Exception:  # noqa: BLE001
+                log.exception("could not record the failure")
+        finally:
+            with self.lock:
+                self.ops.pop(root_id, None)
+                self.walks.pop(root_id, None)
+
+    def _operate(self, root_id: str, cancel: threading.Event, resuming: bool) -> None:
+        root = self._root(root_id)
+        op = root.get("operation") or {}
+        kind = op.get("kind")
+        timeout = float(op.get("timeout") or DEFAULT_TIMEOUT)
+        if resuming:
+            timeout = max(60.0, timeout - (time.time() - float(op.get("started") or time.time())))
+        if kind == "delete":
+            w = self._delete_all(root, cancel, timeout, resuming)
+            if w.failure:
+                self._finish(root, "FAILED", w.failure)
+            else:
+                self._purge(root_id)
+            return
+        if kind == "rollback":
+            self._rollback(root, cancel, timeout, resuming)
+            return
+        w = self._forward(root, root["bundle"], root["parameters"], cancel, timeout, resuming)
+        if w.failure is None:
+            self._finish(root, "COMPLETE", f"Stack {root['action']} completed successfully", w)
+            return
+        action = root["action"]
+        self._finish(root, "FAILED", f"Stack {action} failed: {w.failure}", w)
+        if op.get("rollback") and not cancel.is_set() or op.get("rollback") and cancel.is_set():
+            root = self._root(root_id)
+            root.update(action="ROLLBACK", status="IN_PROGRESS", status_reason=f"rolling back: {w.failure}",
+                        operation={**op, "kind": "rollback"})
+            wr = Writer(self.store)
+            wr.touch_stack(root)
+            wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "ROLLBACK", "IN_PROGRESS",
+                     f"Stack ROLLBACK started: {w.failure}")
+            wr.flush()
+            self._rollback(root, threading.Event(), timeout, False)
+
+    def _walk(self, root: dict, cancel: threading.Event, timeout: float, resuming: bool,
+              plan: Plan | None = None) -> Walk:
+        stacks, rows = self._tree(root["id"])
+        w = Walk(self.store, root, services=self.services, timeout=timeout, resuming=resuming, plan=plan,
+                 cancel=cancel)
+        stacks = [root if s["id"] == root["id"] else s for s in stacks]
+        w.load_rows(stacks, rows)
+        self.last_walk = self.walks[root["id"]] = w
+        return w
+
+    def _forward(self, root: dict, bundle: dict, params: dict, cancel: threading.Event, timeout: float,
+                 resuming: bool, plan: Plan | None = None) -> Walk:
+        w = self._walk(root, cancel, timeout, resuming, plan)
+        tmpl = self._load(bundle, params, root["name"], root["id"])
+        node = StackNode(root, tmpl, w.rows_by_stack.get(root["id"], []))
+        w.add_stack(node)
+        w.drive()
+        if w.failure is None:
+            w.delete_tasks(w.cleanup_rows(w.stacks))
+            w.drive()
+        return w
+
+    def _delete_all(self, root: dict, cancel: threading.Event, timeout: float, resuming: bool) -> Walk:
+        w = self._walk(root, cancel, timeout, resuming)
+        pairs = [(w.stack_rows[r["stack_id"]], r) for rs in w.rows_by_stack.values() for r in rs
+                 if r["stack_id"] in w.stack_rows]
+        w.delete_tasks(pairs)
+        w.drive()
+        return w
+
+    def _rollback(self, root: dict, cancel: threading.Event, timeout: float, resuming: bool) -> None:
+        if not root.get("prev_bundle"):
+            # A create rolls back to nothing.
+            w = self._delete_all(root, cancel, timeout, resuming)
+        else:
+            self._unreplace(root["id"])
+            root = self._root(root["id"])
+            root.update(bundle=root["prev_bundle"], parameters=root["prev_parameters"])
+            w = self._forward(root, root["prev_bundle"], root["prev_parameters"], cancel, timeout, True)
+        root = self._root(root["id"]) if w.failure else root
+        if w.failure:
+            self._finish(root, "FAILED", f"Stack ROLLBACK failed: {w.failure}", None, action="ROLLBACK")
+        else:
+            if root.get("prev_bundle"):
+                root.update(bundle=root["prev_bundle"], parameters=root["prev_parameters"])
+            self._finish(root, "COMPLETE", "Stack ROLLBACK completed successfully", w, action="ROLLBACK")
+
+    def _unreplace(self, root_id: str) -> None:
+        """Before a rollback: old rows of replacements become current again."""
+        _, rows = self._tree(root_id)
+        by_uuid = {r["uuid"]: r for r in rows}
+        w = Writer(self.store)
+        for r in rows:
+            new = by_uuid.get(r.get("replaced_by") or "")
+            if new is not None:
+                new["replaced_by"], r["replaced_by"] = r["uuid"], None
+                w.touch_row(new)
+                w.touch_row(r)
+        w.flush()
+
+    def _finish(self, root: dict, status: str, reason: str, w: Walk | None = None, action: str | None = None) -> None:
+        action = action or root["action"]
+        root.update(action=action, status=status, status_reason=reason, updated_at=time.time())
+        if w is not None and status == "COMPLETE" and w.stacks:
+            root["outputs"] = w.stacks[0].row.get("outputs")
+        wr = w.writer if w is not None else Writer(self.store)
+        wr.touch_stack(root)
+        wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], action, status, reason)
+        wr.flush()
+
+    def _purge(self, root_id: str) -> None:
+        from sqlalchemy import delete
+
+        with self.store.engine.begin() as conn:
+            conn.execute(delete(RES).where(RES.c.root_id == root_id))
+            conn.execute(delete(EVENTS).where(EVENTS.c.root_id == root_id))
+            conn.execute(delete(STACKS).where(STACKS.c.root_id == root_id))
+
+    def plan(self, root: dict, bundle: dict, params: dict) -> dict:
+        p = Plan()
+        self._forward(dict(root), bundle, params, threading.Event(), DEFAULT_TIMEOUT, False, plan=p)
+        return {"stack_name": root["name"], "dry_run": True, **p.as_dict()}
+
+    def resume_all(self) -> list[str]:
+        """At service start: continue every operation a dead service left IN_PROGRESS."""
+        with self.store.engine.connect() as conn:
+            ids = [r[0] for r in conn.execute(select(STACKS.c.id).where(STACKS.c.parent_id.is_(None))
+                                              .where(STACKS.c.status == "IN_PROGRESS"))]
+        for sid in ids:
+            log.info("resuming the interrupted operation of stack %s", sid)
+            cancel = threading.Event()
+            t = threading.Thread(target=self._run, args=(sid, cancel, True), name=f"stack-{sid[:8]}", daemon=True)
+            with self.lock:
+                self.ops[sid] = (t, cancel)
+            t.start()
+        return ids
+
+    def stop(self) -> None:
+        """At service stop: let running operations end at their next step (resumed later)."""
+        with self.lock:
+            ops = list(self.ops.values())
+        for t, _ in ops:
+            t.join(timeout=0.1)
+
+    def wait(self, name_or_id: str, timeout: float | None = None) -> None:
+        root = self._root(name_or_id)
+        with self.lock:
+            op = self.ops.get(root["id"])
+        if op:
+            op[0].join(timeout)
+
+    # -- signals --------------------------------------------------------------------------
+    def signal(self, stack_id: str, resource: str, payload: Any, token: str | None = None) -> None:
+        """Deliver a signal to a resource (wait condition handles, deployments)."""
+        with self.store.engine.connect() as conn:
+            row = conn.execute(select(RES).where(RES.c.stack_id == stack_id).where(RES.c.name == resource)
+                               .where(RES.c.replaced_by.is_(None))).mappings().first()
+            srow = conn.execute(select(STACKS).where(STACKS.c.id == stack_id)).mappings().first()
+        if row is None or srow is None:
+            raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
+        row = dict(row)
+        if token is not None and (row.get("data") or {}).get("token") != token:
+            raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
+        # A running walk owns the live plugin: hand it the signal there.
+        with self.lock:
+            walk = self.walks.get(srow["root_id"])
+        if walk is not None:
+            done = threading.Event()
+            errors: list[Exception] = []
+            walk.inbox.put(("signal", stack_id, resource, payload, done, errors))
+            walk.wake.set()
+            if done.wait(30) and not errors:
+                return
+            if errors and not isinstance(errors[0], LookupError):
+                raise InvalidInput(f"signal to {resource}: {errors[0]}")
+        cls = registry.get(row["type"]) or Plugin
+        p = cls(name=row["name"], uuid=row["uuid"], stack=StackRef(srow["id"], srow["name"], srow["root_id"]),
+                properties=row.get("properties") or {}, data=dict(row.get("data") or {}),
+                physical_id=row.get("physical_id"))
+        try:
+            p.signal(payload)
+        except Exception as exc:
+            raise InvalidInput(f"signal to {resource}: {exc}") from None
+        row["data"] = p.data
+        w = Writer(self.store)
+        w.touch_row(row)
+        w.event(srow["root_id"], dict(srow), row["name"], row["type"], row.get("physical_id"), "SIGNAL",
+                "COMPLETE", "Signal received")
+        w.flush()
+
+    # -- reading --------------------------------------------------------------------------
+    def list(self) -> list[dict]:
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(STACKS).where(STACKS.c.parent_id.is_(None))
+                                .order_by(STACKS.c.created_at)).mappings().all()
+        return [self._summary(dict(r)) for r in rows]
+
+    def _summary(self, r: dict) -> dict:
+        return {"id": r["id"], "stack_name": r["name"], "stack_status": f"{r['action']}_{r['status']}",
+                "creation_time": iso(r["created_at"]), "updated_time": iso(r["updated_at"])}
+
+    def show(self, name_or_id: str) -> dict:
+        r = self._root(name_or_id)
+        hidden = set((r.get("operation") or {}).get("hidden", []))
+        params = {k: ("******" if k in hidden else v) for k, v in (r.get("parameters") or {}).items()}
+        with self.store.engine.connect() as conn:
+            res = conn.execute(select(RES.c.status, RES.c.action, RES.c.name, RES.c.stack_id, RES.c.type)
+                               .where(RES.c.root_id == r["id"]).where(RES.c.replaced_by.is_(None))).all()
+            paths = {s.id: s.path for s in conn.execute(select(STACKS.c.id, STACKS.c.path)
+                                                       .where(STACKS.c.root_id == r["id"]))}
+        total = len(res)
+        complete = sum(1 for x in res if x.status == "COMPLETE")
+        in_progress = [(f"{paths.get(x.stack_id)}.{x.name}" if paths.get(x.stack_id) else x.name)
+                       for x in res if x.status == "IN_PROGRESS"]
+        failed = sum(1 for x in res if x.status == "FAILED")
+        outputs = [{"output_key": k, "output_value": v.get("value"), "description": v.get("description", ""),
+                    **({"output_error": v["error"]} if v.get("error") else {})}
+                   for k, v in (r.get("outputs") or {}).items()]
+        return {**self._summary(r), "stack_status_reason": r["status_reason"], "description": r["description"],
+                "parameters": params, "outputs": outputs,
+                "progress": {"total": total, "complete": complete, "failed": failed,
+                             "in_progress": sorted(in_progress)[:20], "in_progress_count": len(in_progress)}}
+
+    def resources(self, name_or_id: str, nested_depth: int = 0) -> list[dict]:
+        r = self._root(name_or_id)
+        with self.store.engine.connect() as conn:
+            stacks = {s["id"]: dict(s) for s in conn.execute(select(STACKS).where(STACKS.c.root_id == r["id"])).mappings()}
+            rows = conn.execute(select(RES).where(RES.c.root_id == r["id"]).where(RES.c.replaced_by.is_(None))
+                                .order_by(RES.c.id)).mappings().all()
+        out = []
+        for x in rows:
+            st = stacks.get(x["stack_id"]) or {}
+            depth = st.get("path", "").count(".") + 1 if st.get("path") else 0
+            if depth > nested_depth:
+                continue
+            out.append({"resource_name": x["name"], "path": f"{st['path']}.{x['name']}" if st.get("path") else x["name"],
+                        "physical_resource_id": x["physical_id"] or "", "resource_type": x["type"],
+                        "resource_status": f"{x['action']}_{x['status']}", "updated_time": iso(x["updated_at"]),
+                        "stack_name": st.get("name", "")})
+        return out
+
+    def resource(self, name_or_id: str, path: str) -> dict:
+        r = self._root(name_or_id)
+        stack_path, _, name = path.rpartition(".")
+        with self.store.engine.connect() as conn:
+            st = conn.execute(select(STACKS).where(STACKS.c.root_id == r["id"]).where(STACKS.c.path == stack_path)).mappings().first()
+            x = None
+            if st is not None:
+                x = conn.execute(select(RES).where(RES.c.stack_id == st["id"]).where(RES.c.name == name)
+                                 .where(RES.c.replaced_by.is_(None))).mappings().first()
+        if x is None:
+            raise NotFound(f"resource {path!r} not found in stack {r['name']}")
+        attrs = dict(x["attributes"] or {})
+        return {"resource_name": x["name"], "path": path, "physical_resource_id": x["physical_id"] or "",
+                "resource_type": x["type"], "resource_status": f"{x['action']}_{x['status']}",
+                "resource_status_reason": x["status_reason"], "attributes": attrs,
+                "properties": x["properties"], "required_by_of": x["requires"], "creation_time": iso(x["created_at"]),
+                "updated_time": iso(x["updated_at"]), "nested_stack_id": x["nested_id"], "stack_id": st["id"]}
+
+    def events(self, name_or_id: str, after: int = 0, limit: int = 1000, nested_depth: int | None = None) -> list[dict]:
+        r = self._root(name_or_id)
+        with self.store.engine.connect() as conn:
+            rows = conn.execute(select(EVENTS).where(EVENTS.c.root_id == r["id"]).where(EVENTS.c.id > after)
+                                .order_by(EVENTS.c.id).limit(limit)).mappings().all()
+        out = []
+        for e in rows:
+            if nested_depth is not None and e["path"] and e["path"].count(".") + 1 > nested_depth:
+                continue
+            out.append({"id": e["id"], "resource_name": f"{e['path']}.{e['resource_name']}" if e["path"] else e["resource_name"],
+                        "resource_type": e["resource_type"], "physical_resource_id": e["physical_id"] or "",
+                        "resource_status": f"{e['action']}_{e['status']}", "resource_status_reason": e["reason"],
+                        "event_time": iso(e["time"])})
+        return out
+
+    def outputs(self, name_or_id: str) -> list[dict]:
+        return self.show(name_or_id)["outputs"]

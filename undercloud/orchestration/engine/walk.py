@@ -1,0 +1,851 @@
+"""The graph walk: one thread per stack operation drives every resource of the whole tree
+(nested stacks included) through its plugin, without a thread per resource.
+
+A walk has two phases. The forward phase visits the new definition of every resource in
+dependency order (create, update in place, replace, or leave alone); nested stacks join the
+same walk as their parent resource starts. The cleanup phase deletes, in reverse dependency
+order, what the new definition no longer has: removed resources, replaced ones, and whole
+nested stacks below them. A stack delete is a cleanup phase of everything.
+
+State is in memory (rows as dicts) and written by `Writer` in batches: before any plugin call
+of a scheduling round the IN_PROGRESS rows are flushed (write-ahead: a plugin always finds its
+`uuid` persisted), the rest every FLUSH_EVERY seconds and at the end.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+import uuid as uuidlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.resources import registry
+from undercloud.orchestration.resources.base import NestedView, Plugin, StackRef, with_defaults
+from undercloud.orchestration.resources.nested import TemplateResource
+
+log = logging.getLogger("undercloud.engine")
+
+FLUSH_EVERY = 0.25
+POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="uc-plugin")
+
+
+def plugin_class(rtype: str, template_file: str | None = None) -> type[Plugin]:
+    if template_file:
+        return TemplateResource
+    cls = registry.get(rtype)
+    if cls is None:
+        # A type known when it was created but whose plugin is gone: treat as a no-op.
+        return Plugin
+    return cls
+
+
+def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = "") -> dict:
+    now = time.time()
+    return {
+        "uuid": str(uuidlib.uuid4()), "stack_id": stack.row["id"], "root_id": stack.row["root_id"],
+        "name": name, "type": rtype, "action": action, "status": "IN_PROGRESS", "status_reason": reason,
+        "physical_id": None, "ref": None, "requires": [], "properties": None, "rsrc_metadata": None,
+        "attributes": None, "data": {}, "nested_id": None, "replaced_by": None,
+        "deletion_policy": "Delete", "created_at": now, "updated_at": now,
+    }
+
+
+class StackNode:
+    """One stack of the tree in this walk: its template, stored rows and progress."""
+
+    def __init__(self, row: dict, tmpl: Any, rows: list[dict], parent_task: ResTask | None = None):
+        self.row = row
+        self.tmpl = tmpl
+        self.parent_task = parent_task
+        self.current: dict[str, dict] = {}  # name -> row in use
+        self.replaced: list[dict] = []      # old rows of replacements, deleted at cleanup
+        for r in rows:
+            if r.get("replaced_by"):
+                self.replaced.append(r)
+            else:
+                self.current[r["name"]] = r
+        self.tasks: dict[str, ResTask] = {}
+        self.remaining = 0
+        self.changed = False
+        self.failed = False
+
+    @property
+    def ref(self) -> StackRef:
+        return StackRef(self.row["id"], self.row["name"], self.row["root_id"], self.row["path"])
+
+    def child_path(self, name: str) -> str:
+        return f"{self.row['path']}.{name}" if self.row["path"] else name
+
+
+class Resolver:
+    """Runtime values for a stack's snippets: reference ids and stored attributes."""
+
+    def __init__(self, stack: StackNode, plan: Plan | None = None):
+        self.stack = stack
+        self.plan = plan
+        self.used: set[str] = set()
+
+    def get_resource(self, name: str) -> Any:
+        self.used.add(name)
+        row = self.stack.current.get(name)
+        return row.get("ref") if row and row.get("ref") is not None else None
+
+    def get_attr(self, name: str, attr: str, path: list) -> Any:
+        self.used.add(name)
+        row = self.stack.current.get(name)
+        if not row or row.get("attributes") is None:
+            return None
+        cls = plugin_class(row["type"], "nested" if row.get("nested_id") and not registry.get(row["type"]) else None)
+        if attr is None:  # get_attr [name] alone: every attribute
+            return dict(row["attributes"])
+        return cls.resolve_attribute(row["attributes"], attr, list(path or []))
+
+
+class Plan:
+    """What an update would do (dry run): paths by action."""
+
+    def __init__(self) -> None:
+        self.actions: dict[str, list[str]] = {"create": [], "update": [], "replace": [], "delete": []}
+        self.unchanged = 0
+        self.changed_nodes: set[tuple[str, str]] = set()
+
+    def add(self, kind: str, path: str, note: str = "") -> None:
+        self.actions[kind].append(path + (f" ({note})" if note else ""))
+
+    def as_dict(self) -> dict:
+        return {**{k: sorted(v) for k, v in self.actions.items()}, "unchanged": self.unchanged}
+
+
+class ResTask:
+    """The forward action on one resource of the new definition."""
+
+    __slots__ = ("w", "stack", "name", "rd", "needs", "waiting", "dependents", "state", "action",
+                 "row", "old_row", "plugin", "props", "metadata", "deadline", "child", "started",
+                 "phase", "resume", "old_props")
+
+    def __init__(self, w: Walk, stack: StackNode, name: str, rd: Any, needs: set[str]):
+        self.w, self.stack, self.name, self.rd, self.needs = w, stack, name, rd, needs
+        self.waiting = 0
+        self.dependents: list[ResTask] = []
+        self.state = "wait"
+        self.action = ""
+        self.row: dict | None = stack.current.get(name)
+        self.old_row: dict | None = None
+        self.plugin: Plugin | None = None
+        self.props: dict = {}
+        self.metadata: Any = None
+        self.deadline = 0.0
+        self.child: StackNode | None = None
+        self.started = 0.0
+        self.phase = ""
+        self.resume = False
+        self.old_props: dict = {}
+
+    @property
+    def path(self) -> str:
+        return self.stack.child_path(self.name)
+
+    # -- decide -----------------------------------------------------------------------
+    def begin(self) -> bool:
+        """Resolve and decide; returns True when a plugin call follows (write-ahead flush)."""
+        w, stack, rd = self.w, self.stack, self.rd
+        resolver = Resolver(stack, w.plan)
+        try:
+            props = stack.tmpl.resolve(rd.properties or {}, resolver) or {}
+            metadata = stack.tmpl.resolve(rd.metadata, resolver) if rd.metadata else None
+        except Exception as exc:  # a function that cannot resolve at runtime
+            self.fail_early(f"resources.{self.name}.properties: {exc}")
+            return False
+        cls = plugin_class(rd.type, rd.template_file)
+        self.props = with_defaults(cls.properties_schema, props if isinstance(props, dict) else {})
+        self.metadata = metadata
+        row = self.row
+        decision = "create"
+        note = ""
+        if row is not None:
+            old = row.get("properties") or {}
+            if row["status"] == "IN_PROGRESS" and row["action"] in ("CREATE", "UPDATE") and w.resuming:
+                decision = "resume"
+            elif row["status"] != "COMPLETE" or row["action"] in ("INIT", "DELETE"):
+                decision, note = "replace", f"was {row['action']}_{row['status']}"
+            elif row["type"] != rd.type:
+                decision, note = "replace", f"type {row['type']} -> {rd.type}"
+            elif old == self.props and row.get("rsrc_metadata") == metadata:
+                decision = "nested" if row.get("nested_id") else "unchanged"
+            else:
+                changed = {k for k in set(old) | set(self.props) if old.get(k) != self.props.get(k)}
+                probe = cls(name=self.name, uuid=row["uuid"], stack=stack.ref, properties=self.props,
+                            data=dict(row.get("data") or {}), physical_id=row.get("physical_id"))
+                schema = cls.properties_schema
+                in_place = cls.update_any or all(k in schema and schema[k].update_allowed for k in changed)
+                if in_place and not probe.needs_replace(changed, old):
+                    decision = "update"
+                else:
+                    decision = "replace"
+                    note = "changed: " + ", ".join(sorted(changed))
+            if w.plan is not None and decision == "unchanged" and resolver.used & w.plan_changed(stack):
+                decision, note = "update", "inputs from " + ", ".join(sorted(resolver.used & w.plan_changed(stack)))
+        if w.plan is not None:
+            return self.plan_step(decision, note, cls)
+        if decision == "unchanged":
+            self.done_quiet()
+            return False
+        if decision == "nested":
+            self.action = "UPDATE"
+            self.phase = "nested-quiet"
+            self.old_props = dict(row.get("properties") or {})
+            return True
+        if decision == "resume":
+            if not cls.resumable:
+                self.action = row["action"]
+                self.fail(f"interrupted by a restart of the undercloud service; {rd.type} cannot resume safely")
+                return False
+            self.action, self.resume = row["action"], True
+            self.old_props = dict(row.get("properties") or {})
+            return True
+        if decision == "update":
+            self.action = "UPDATE"
+            self.old_props = dict(row.get("properties") or {})
+            self.transition(row, "UPDATE", "IN_PROGRESS", "state changed")
+            return True
+        if decision == "replace":
+            self.old_row = row
+            policy = cls.replace_policy
+            self.row = new_row(stack, self.name, rd.type, "CREATE", f"replacing {row['uuid']}")
+            if policy == "delete_before_create" and not row.get("nested_id"):
+                self.phase = "predelete"
+            self.start_create(note or "replacing")
+            return True
+        self.row = new_row(stack, self.name, rd.type, "CREATE")
+        self.start_create("state changed")
+        return True
+
+    def plan_step(self, decision: str, note: str, cls: type[Plugin]) -> bool:
+        w = self.w
+        kind = {"resume": "update", "nested": None, "unchanged": None}.get(decision, decision)
+        if kind:
+            w.plan.add(kind, self.path, note)
+            w.plan.changed_nodes.add((self.stack.row["id"], self.name))
+        else:
+            w.plan.unchanged += 1
+        if decision == "replace" and self.row:
+            w.plan.add("delete", self.path, "replaced")
+        descend = self.row is None or decision != "replace" or not self.row.get("nested_id")
+        if (cls is TemplateResource or cls.nested_template is not Plugin.nested_template) and descend:
+            self.action = "CREATE" if self.row is None else "UPDATE"
+            try:
+                self.start_nested(cls, plan=True)
+                return False
+            except Exception as exc:  # inputs unknown until dependencies exist
+                w.plan.add("create" if self.row is None else "update", self.path + ".*",
+                           f"contents known once inputs exist: {exc}")
+        self.state = "done"
+        w.finished(self)
+        return False
+
+    def start_create(self, reason: str) -> None:
+        w, row = self.w, self.row
+        self.action = "CREATE"
+        row["action"], row["status"], row["status_reason"] = "CREATE", "IN_PROGRESS", reason
+        row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
+        w.writer.insert_row(row)
+        self.stack.current[self.name] = row
+        if self.old_row is not None:
+            self.old_row["replaced_by"] = row["uuid"]
+            w.writer.touch_row(self.old_row)
+            self.stack.replaced.append(self.old_row)
+        w.event(self.stack, row, "CREATE", "IN_PROGRESS", reason)
+        self.stack.changed = True
+
+    def transition(self, row: dict, action: str, status: str, reason: str) -> None:
+        row["action"], row["status"], row["status_reason"] = action, status, reason
+        row["updated_at"] = time.time()
+        self.w.writer.touch_row(row)
+        self.w.event(self.stack, row, action, status, reason)
+        self.stack.changed = True
+
+    # -- act --------------------------------------------------------------------------
+    def make_plugin(self, cls: type[Plugin]) -> Plugin:
+        row = self.row
+        if row.get("data") is None:
+            row["data"] = {}
+        p = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
+                data=row["data"], physical_id=row.get("physical_id"), services=self.w.services,
+                metadata=self.metadata, update_policy=self.rd.update_policy or {})
+        p.action = self.action
+        p.find_peer = self.w.peer_finder(self.stack)  # type: ignore[method-assign]
+        return p
+
+    def act(self) -> None:
+        w = self.w
+        cls = plugin_class(self.rd.type, self.rd.template_file)
+        self.started = time.monotonic()
+        limit = cls.timeout if cls.timeout is not None else w.timeout
+        self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
+        if self.phase == "predelete":
+            old = self.old_row
+            self.plugin = plugin_class(old["type"])(
+                name=self.name, uuid=old["uuid"], stack=self.stack.ref, properties=old.get("properties") or {},
+                data=old.setdefault("data", {}), physical_id=old.get("physical_id"), services=w.services)
+            self.plugin.action = "DELETE"
+            w.call(self, self.plugin.delete, "DELETE")
+            return
+        self.plugin = self.make_plugin(cls)
+        if cls is TemplateResource or cls.nested_template is not Plugin.nested_template:
+            self.start_nested(cls)
+            return
+        if self.action == "CREATE":
+            w.call(self, self.plugin.create, "CREATE")
+        else:
+            w.call(self, lambda: self.plugin.update(self.old_props), "UPDATE")
+
+    def start_nested(self, cls: type[Plugin], plan: bool = False) -> None:
+        w = self.w
+        plugin = self.plugin or cls(name=self.name, uuid=(self.row or {}).get("uuid", "plan"),
+                                    stack=self.stack.ref, properties=self.props,
+                                    data=dict((self.row or {}).get("data") or {}),
+                                    update_policy=self.rd.update_policy or {})
+        plugin.action = self.action
+        row = self.row or {}
+        child_id = row.get("nested_id")
+        child_rows = w.rows_by_stack.get(child_id, []) if child_id else []
+        plugin.nested = NestedView(child_id or "", {}, {r["name"]: (r.get("ref"), r.get("attributes") or {})
+                                                        for r in child_rows if not r.get("replaced_by")})
+        if isinstance(plugin, TemplateResource):
+            child_tmpl = self.stack.tmpl.nested(self.name, self.props)
+        else:
+            child_tmpl = plugin.nested_template(self.stack.tmpl)
+        if child_id and child_id in w.stack_rows:
+            srow = w.stack_rows[child_id]
+        else:
+            srow = w.new_stack_row(self.stack, self.name, child_tmpl, self.props)
+            if not plan:
+                row["nested_id"] = srow["id"]
+                w.writer.touch_row(row)
+        child = StackNode(srow, child_tmpl, child_rows, parent_task=self)
+        self.child = child
+        w.add_stack(child)
+
+    def child_done(self) -> None:
+        """The nested stack finished its forward phase."""
+        child = self.child
+        w = self.w
+        if w.plan is not None:
+            self.state = "done"
+            w.finished(self)
+            return
+        if child.failed:
+            self.fail(f"nested stack {child.row['name']} failed: {child.row['status_reason']}")
+            return
+        if self.phase == "nested-quiet":
+            if not child.changed:
+                self.done_quiet()
+                return
+            self.transition(self.row, "UPDATE", "IN_PROGRESS", "nested stack changed")
+        self.complete()
+
+    def poll(self) -> None:
+        self.w.call(self, lambda: self.plugin.check_complete(self.plugin.action), self.plugin.action, poll=True)
+
+    def step_done(self) -> None:
+        """The current plugin action completed."""
+        if self.phase == "predelete":
+            old = self.old_row
+            self.w.writer.drop_row(old)
+            self.stack.replaced.remove(old)
+            self.w.event(self.stack, old, "DELETE", "COMPLETE", "replaced (delete before create)")
+            self.phase = ""
+            self.plugin = self.make_plugin(plugin_class(self.rd.type, self.rd.template_file))
+            self.w.call(self, self.plugin.create, "CREATE")
+            return
+        self.complete()
+
+    def complete(self) -> None:
+        row, p = self.row, self.plugin
+        if self.child is not None:
+            p.nested = NestedView(self.child.row["id"], self.child.row.get("outputs") or {},
+                                  {n: (r.get("ref"), r.get("attributes") or {})
+                                   for n, r in self.child.current.items()})
+        try:
+            attrs = p.attributes()
+            ref = p.reference_id()
+        except Exception as exc:
+            self.fail(f"attributes: {exc}")
+            return
+        row["properties"], row["rsrc_metadata"] = self.props, self.metadata
+        row["attributes"], row["ref"], row["physical_id"] = attrs, ref, p.physical_id
+        row["data"] = p.data
+        row["requires"] = sorted(self.needs)
+        row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
+        self.transition(row, self.action, "COMPLETE", "state changed")
+        self.state = "done"
+        self.w.finished(self)
+
+    def done_quiet(self) -> None:
+        self.state = "done"
+        self.w.finished(self)
+
+    def fail_early(self, message: str) -> None:
+        self.action = "CREATE" if self.row is None else "UPDATE"
+        if self.row is None:
+            self.row = new_row(self.stack, self.name, self.rd.type, "CREATE")
+            self.w.writer.insert_row(self.row)
+            self.stack.current[self.name] = self.row
+        self.fail(message)
+
+    def fail(self, message: str) -> None:
+        if self.state in ("done", "failed"):
+            return
+        self.state = "failed"
+        row = self.row
+        if row is not None:
+            if self.phase == "predelete" and self.old_row is not None:
+                row = self.old_row
+            self.transition(row, self.action or row["action"], "FAILED", message)
+        self.w.failed_task(self, f"{self.action or 'CREATE'} of {self.path} failed: {message}")
+
+    def waiting_for(self) -> str:
+        if self.plugin is not None:
+            try:
+                return self.plugin.waiting_for(self.plugin.action)
+            except Exception:  # noqa: BLE001 - a message helper must not fail the walk
+                pass
+        return f"{self.rd.type} to complete"
+
+
+class DelTask:
+    """Deleting one stored resource (cleanup phase, stack delete)."""
+
+    __slots__ = ("w", "stack", "row", "waiting", "dependents", "state", "plugin", "deadline", "started",
+                 "action")
+
+    def __init__(self, w: Walk, stack: dict, row: dict):
+        self.w, self.stack, self.row = w, stack, row
+        self.waiting = 0
+        self.dependents: list[DelTask] = []
+        self.state = "wait"
+        self.plugin: Plugin | None = None
+        self.deadline = 0.0
+        self.started = 0.0
+        self.action = "DELETE"
+
+    @property
+    def path(self) -> str:
+        p = self.stack["path"]
+        return f"{p}.{self.row['name']}" if p else self.row["name"]
+
+    def begin(self) -> bool:
+        row = self.row
+        if self.w.plan is not None:
+            self.w.plan.add("delete", self.path, "removed")
+            self.state = "done"
+            self.w.finished(self)
+            return False
+        if row["action"] == "DELETE" and row["status"] == "IN_PROGRESS":
+            return True  # resumed: delete is idempotent
+        row["action"], row["status"], row["status_reason"] = "DELETE", "IN_PROGRESS", "state changed"
+        self.w.writer.touch_row(row)
+        self.w.event_for(self.stack, row, "DELETE", "IN_PROGRESS", "state changed")
+        return True
+
+    def act(self) -> None:
+        w, row = self.w, self.row
+        self.started = time.monotonic()
+        if row.get("deletion_policy") == "Retain" or row.get("nested_id") or row["status"] == "INIT":
+            self.finish("retained" if row.get("deletion_policy") == "Retain" else "state changed")
+            return
+        cls = registry.get(row["type"]) or Plugin
+        limit = cls.timeout if cls.timeout is not None else w.timeout
+        self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
+        ref = StackRef(self.stack["id"], self.stack["name"], self.stack["root_id"], self.stack["path"])
+        self.plugin = cls(name=row["name"], uuid=row["uuid"], stack=ref, properties=row.get("properties") or {},
+                          data=row.setdefault("data", {}) or {}, physical_id=row.get("physical_id"),
+                          services=w.services, metadata=row.get("rsrc_metadata"))
+        self.plugin.action = "DELETE"
+        w.call(self, self.plugin.delete, "DELETE")
+
+    def poll(self) -> None:
+        self.w.call(self, lambda: self.plugin.check_complete("DELETE"), "DELETE", poll=True)
+
+    def step_done(self) -> None:
+        self.finish("state changed")
+
+    def finish(self, reason: str) -> None:
+        w, row = self.w, self.row
+        w.event_for(self.stack, row, "DELETE", "COMPLETE", reason)
+        w.writer.drop_row(row)
+        if row.get("nested_id"):
+            w.writer.drop_stack(row["nested_id"])
+        self.state = "done"
+        w.finished(self)
+
+    def fail(self, message: str) -> None:
+        if self.state in ("done", "failed"):
+            return
+        self.state = "failed"
+        row = self.row
+        row["action"], row["status"], row["status_reason"] = "DELETE", "FAILED", message
+        self.w.writer.touch_row(row)
+        self.w.event_for(self.stack, row, "DELETE", "FAILED", message)
+        self.w.failed_task(self, f"DELETE of {self.path} failed: {message}")
+
+    def waiting_for(self) -> str:
+        if self.plugin is not None:
+            try:
+                return self.plugin.waiting_for("DELETE")
+            except Exception:  # noqa: BLE001
+                pass
+        return f"{self.row['type']} to be deleted"
+
+
+class Walk:
+    """Drives tasks: ready queue, polls by time, results of blocking calls from the pool."""
+
+    def __init__(self, store: Any, root_row: dict, *, services: Any = None, timeout: float = 3600.0,
+                 resuming: bool = False, plan: Plan | None = None, cancel: threading.Event | None = None):
+        self.store = store
+        self.root_row = root_row
+        self.root_id = root_row["id"]
+        self.services = services
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.resuming = resuming
+        self.plan = plan
+        self.writer = Writer(store)
+        self.cancel = cancel or threading.Event()
+        self.ready: deque = deque()
+        self.polls: list = []
+        self.seq = itertools.count()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.wake = threading.Event()
+        self.running = 0
+        self.failure: str | None = None
+        self.stack_rows: dict[str, dict] = {}
+        self.rows_by_stack: dict[str, list[dict]] = {}
+        self.stacks: list[StackNode] = []
+        self.pending_flush = False
+
+    # -- loading ------------------------------------------------------------------------
+    def load_rows(self, stack_rows: list[dict], res_rows: list[dict]) -> None:
+        self.stack_rows = {s["id"]: s for s in stack_rows}
+        for r in res_rows:
+            self.rows_by_stack.setdefault(r["stack_id"], []).append(r)
+
+    def new_stack_row(self, parent: StackNode, resource: str, tmpl: Any, params: dict) -> dict:
+        now = time.time()
+        row = {
+            "id": str(uuidlib.uuid4()), "name": f"{parent.row['name']}-{resource}",
+            "root_id": parent.row["root_id"], "parent_id": parent.row["id"], "parent_resource": resource,
+            "path": parent.child_path(resource), "action": "CREATE", "status": "IN_PROGRESS",
+            "status_reason": "", "bundle": None, "parameters": params, "prev_bundle": None,
+            "prev_parameters": None, "operation": None, "outputs": None,
+            "description": getattr(tmpl, "description", "") or "", "created_at": now, "updated_at": now,
+        }
+        self.stack_rows[row["id"]] = row
+        if self.plan is None:
+            self.writer.insert_stack(row)
+        return row
+
+    def event(self, stack: StackNode, row: dict, action: str, status: str, reason: str) -> None:
+        self.event_for(stack.row, row, action, status, reason)
+
+    def event_for(self, stack: dict, row: dict, action: str, status: str, reason: str) -> None:
+        if self.plan is None:
+            self.writer.event(self.root_id, stack, row["name"], row["type"], row.get("physical_id"),
+                              action, status, reason)
+
+    def peer_finder(self, stack: StackNode):
+        def find(reference_id: str) -> Plugin | None:
+            for name, row in stack.current.items():
+                if row.get("ref") == reference_id or row.get("physical_id") == reference_id or name == reference_id:
+                    task = stack.tasks.get(name)
+                    if task is not None and task.plugin is not None:
+                        return task.plugin
+                    cls = registry.get(row["type"]) or Plugin
+                    return cls(name=name, uuid=row["uuid"], stack=stack.ref, properties=row.get("properties") or {},
+                               data=row.get("data") or {}, physical_id=row.get("physical_id"))
+            return None
+        return find
+
+    def plan_changed(self, stack: StackNode) -> set[str]:
+        sid = stack.row["id"]
+        return {n for s, n in self.plan.changed_nodes if s == sid}
+
+    # -- the forward phase --------------------------------------------------------------
+    def add_stack(self, stack: StackNode) -> None:
+        """Add a stack's resources to the walk (at the start, or when a nested one begins)."""
+        self.stacks.append(stack)
+        tmpl = stack.tmpl
+        deps = tmpl.dependencies()
+        names = list(tmpl.resources)
+        for name in names:
+            rd = tmpl.resources[name]
+            needs = {d for d in deps.get(name, ()) if d in tmpl.resources}
+            stack.tasks[name] = ResTask(self, stack, name, rd, needs)
+        for task in stack.tasks.values():
+            for d in task.needs:
+                stack.tasks[d].dependents.append(task)
+            task.waiting = len(task.needs)
+        stack.remaining = len(stack.tasks)
+        if self.plan is None and stack.parent_task is not None and stack.row["status"] != "IN_PROGRESS":
+            # A nested stack row is touched only when something in it changes (see stack_done).
+            stack.row["action"] = "UPDATE"
+        if not stack.tasks:
+            self.stack_done(stack)
+            return
+        for task in stack.tasks.values():
+            if task.waiting == 0:
+                self.ready.append(task)
+
+    def stack_done(self, stack: StackNode) -> None:
+        if self.plan is None and not stack.failed:
+            outputs = {}
+            resolver = Resolver(stack)
+            for name, od in stack.tmpl.outputs.items():
+                try:
+                    outputs[name] = {"value": stack.tmpl.resolve(od.value, resolver),
+                                     "description": getattr(od, "description", "") or ""}
+                except Exception as exc:
+                    outputs[name] = {"value": None, "error": str(exc),
+                                     "description": getattr(od, "description", "") or ""}
+            if outputs != stack.row.get("outputs"):
+                stack.changed = True if stack.row.get("outputs") is not None else stack.changed
+            stack.row["outputs"] = outputs
+            if stack.parent_task is not None:
+                if stack.changed or stack.row["status"] != "COMPLETE":
+                    stack.row["status"], stack.row["status_reason"] = "COMPLETE", f"Stack {stack.row['action']} completed successfully"
+                    stack.row["updated_at"] = time.time()
+                    self.writer.touch_stack(stack.row)
+        if stack.parent_task is not None:
+            stack.parent_task.child_done()
+
+    # -- scheduling -----------------------------------------------------------------------
+    def finished(self, task: Any) -> None:
+        for d in task.dependents:
+            d.waiting -= 1
+            if d.waiting == 0 and self.failure is None:
+                self.ready.append(d)
+        stack = getattr(task, "stack", None)
+        if isinstance(stack, StackNode):
+            stack.remaining -= 1
+            if stack.remaining == 0:
+                self.stack_done(stack)
+
+    def failed_task(self, task: Any, message: str) -> None:
+        if self.failure is None:
+            self.failure = message
+        stack = getattr(task, "stack", None)
+        while isinstance(stack, StackNode):
+            if not stack.failed:
+                stack.failed = True
+                stack.row["status"], stack.row["status_reason"] = "FAILED", message
+                self.writer.touch_stack(stack.row)
+            parent = stack.parent_task
+            stack = parent.stack if parent is not None else None
+
+    def call(self, task: Any, fn, action: str, poll: bool = False) -> None:
+        """Run a plugin call inline, or in the pool for blocking plugins; then route the result."""
+        plugin = task.plugin
+        if plugin is not None and plugin.blocking:
+            self.running += 1
+
+            def run():
+                try:
+                    result = fn()
+                    self.inbox.put((task, poll, result, None))
+                except Exception as exc:  # noqa: BLE001 - reported as the resource's failure
+                    self.inbox.put((task, poll, None, exc))
+                self.wake.set()
+
+            POOL.submit(run)
+            return
+        try:
+            result = fn()
+        except Exception as exc:  # noqa: BLE001
+            self.result(task, poll, None, exc)
+            return
+        self.result(task, poll, result, None)
+
+    def result(self, task: Any, poll: bool, result: Any, exc: BaseException | None) -> None:
+        if task.state in ("done", "failed"):
+            return
+        if exc is not None:
+            log.info("resource %s failed: %s", task.path, exc)
+            task.fail(str(exc) or type(exc).__name__)
+            return
+        if poll and not result:
+            if time.monotonic() > task.deadline:
+                took = time.monotonic() - task.started
+                task.fail(f"timed out after {took:.0f} s waiting for {task.waiting_for()}")
+                return
+            self.schedule_poll(task)
+            return
+        if not poll:
+            # Action started: poll at once (most plugins finish immediately).
+            task.poll()
+            return
+        task.step_done()
+
+    def schedule_poll(self, task: Any) -> None:
+        interval = getattr(task.plugin, "poll_interval", 0.5) if task.plugin else 0.5
+        task.state = "polling"
+        heapq.heappush(self.polls, (time.monotonic() + interval, next(self.seq), task))
+
+    def drive(self) -> None:
+        """Run until nothing is ready, running or polling."""
+        while True:
+            if self.cancel.is_set() and self.failure is None:
+                self.failure = "cancelled by request"
+                self.cancel_running("cancelled by request")
+            # 1. everything ready: decide, write ahead, act
+            batch = []
+            while self.ready and self.failure is None:
+                task = self.ready.popleft()
+                task.state = "run"
+                if task.begin():
+                    batch.append(task)
+            if batch:
+                if self.plan is None:
+                    self.writer.flush()
+                for task in batch:
+                    if task.state == "run":
+                        task.act()
+                continue
+            # 2. results of blocking calls
+            got = False
+            while True:
+                try:
+                    item = self.inbox.get_nowait()
+                except queue.Empty:
+                    break
+                got = True
+                if item[0] == "signal":
+                    self.apply_signal(*item[1:])
+                    continue
+                self.running -= 1
+                self.result(*item)
+            # 3. polls that are due
+            now = time.monotonic()
+            while self.polls and self.polls[0][0] <= now:
+                _, _, task = heapq.heappop(self.polls)
+                if task.state == "polling":
+                    task.state = "run"
+                    task.poll()
+                    got = True
+            if self.failure is not None and self.polls:
+                self.cancel_running(f"cancelled: {self.failure}")
+            if got or self.ready and self.failure is None:
+                self.maybe_flush()
+                continue
+            if not self.polls and not self.running:
+                break
+            self.maybe_flush()
+            timeout = (self.polls[0][0] - time.monotonic()) if self.polls else 0.5
+            self.wake.wait(max(0.0, min(timeout, FLUSH_EVERY)))
+            self.wake.clear()
+        if self.plan is None:
+            self.writer.flush()
+
+    def apply_signal(self, stack_id: str, name: str, payload: Any, done: threading.Event,
+                     errors: list) -> None:
+        """A signal for a resource of this walk: the live plugin takes it (its data changes)."""
+        try:
+            node = next((s for s in self.stacks if s.row["id"] == stack_id), None)
+            row = node.current.get(name) if node else None
+            if row is None:
+                errors.append(LookupError(f"{name} is not part of the running operation"))
+                return
+            task = node.tasks.get(name)
+            plugin = task.plugin if task is not None and task.plugin is not None else None
+            if plugin is None:
+                cls = registry.get(row["type"]) or Plugin
+                plugin = cls(name=name, uuid=row["uuid"], stack=node.ref, properties=row.get("properties") or {},
+                             data=row.setdefault("data", {}), physical_id=row.get("physical_id"))
+            plugin.signal(payload)
+            row["data"] = plugin.data
+            self.writer.touch_row(row)
+            self.event(node, row, "SIGNAL", "COMPLETE", "Signal received")
+        except Exception as exc:  # noqa: BLE001 - reported to the sender
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def cancel_running(self, reason: str) -> None:
+        polls, self.polls = self.polls, []
+        for _, _, task in polls:
+            if task.state == "polling":
+                task.fail(reason)
+
+    def maybe_flush(self) -> None:
+        if self.plan is None and time.monotonic() - self.writer.last_flush > FLUSH_EVERY:
+            self.writer.flush()
+
+    # -- the cleanup phase ----------------------------------------------------------------
+    def cleanup_rows(self, visited: list[StackNode]) -> list[tuple[dict, dict]]:
+        """(stack row, resource row) pairs the new definition no longer has."""
+        out: list[tuple[dict, dict]] = []
+        for st in visited:
+            if st.failed:
+                continue
+            for name, row in st.current.items():
+                if name not in st.tmpl.resources:
+                    out.append((st.row, row))
+            out.extend((st.row, r) for r in st.replaced)
+        # whole subtrees below removed/replaced nested resources
+        todo = [r.get("nested_id") for _, r in out if r.get("nested_id")]
+        while todo:
+            sid = todo.pop()
+            srow = self.stack_rows.get(sid)
+            if srow is None:
+                continue
+            for r in self.rows_by_stack.get(sid, []):
+                if self.writer is not None and r["uuid"] in self.writer.gone_rows:
+                    continue
+                out.append((srow, r))
+                if r.get("nested_id"):
+                    todo.append(r["nested_id"])
+        return out
+
+    def delete_tasks(self, pairs: list[tuple[dict, dict]]) -> list[DelTask]:
+        tasks = [DelTask(self, s, r) for s, r in pairs]
+        by_name: dict[tuple[str, str], list[DelTask]] = {}
+        by_stack: dict[str, list[DelTask]] = {}
+        for t in tasks:
+            by_name.setdefault((t.row["stack_id"], t.row["name"]), []).append(t)
+            by_stack.setdefault(t.row["stack_id"], []).append(t)
+        for t in tasks:
+            # t must wait for: rows that required it, and every row of its nested stack
+            for req in t.row.get("requires") or []:
+                for target in by_name.get((t.row["stack_id"], req), []):
+                    if target is not t:
+                        t.dependents.append(target)
+                        target.waiting += 1
+            for child in by_stack.get(t.row.get("nested_id") or "", []):
+                child.dependents.append(t)
+                t.waiting += 1
+        for t in tasks:
+            if t.waiting == 0:
+                self.ready.append(t)
+        return tasks
+
+
+def new_root_row(name: str, bundle: dict, parameters: dict, description: str, action: str,
+                 operation: dict) -> dict:
+    now = time.time()
+    sid = str(uuidlib.uuid4())
+    return {
+        "id": sid, "name": name, "root_id": sid, "parent_id": None, "parent_resource": None, "path": "",
+        "action": action, "status": "IN_PROGRESS", "status_reason": "", "bundle": bundle,
+        "parameters": parameters, "prev_bundle": None, "prev_parameters": None, "operation": operation,
+        "outputs": None, "description": description, "created_at": now, "updated_at": now,
+    }
+
+
+__all__ = ["Walk", "StackNode", "ResTask", "DelTask", "Plan", "Resolver", "new_root_row"]

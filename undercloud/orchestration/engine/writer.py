@@ -1,0 +1,111 @@
+"""Batched persistence of a walk: rows, stacks and events go to the store in one
+transaction per flush (SQLAlchemy Core executemany), never one statement per resource."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import bindparam, delete, insert, update
+
+from undercloud.store import Store
+from undercloud.store.stacks import Stack, StackEvent, StackResource
+
+RES = StackResource.__table__
+STACKS = Stack.__table__
+EVENTS = StackEvent.__table__
+RES_COLUMNS = [c.name for c in RES.columns if c.name != "id"]
+RES_MUTABLE = [c for c in RES_COLUMNS if c not in ("uuid", "stack_id", "root_id", "name", "created_at")]
+STACK_COLUMNS = [c.name for c in STACKS.columns]
+
+
+class Writer:
+    def __init__(self, store: Store):
+        self.store = store
+        self.new_rows: dict[str, dict] = {}
+        self.dirty_rows: dict[str, dict] = {}
+        self.gone_rows: set[str] = set()
+        self.new_stacks: dict[str, dict] = {}
+        self.dirty_stacks: dict[str, dict] = {}
+        self.gone_stacks: set[str] = set()
+        self.events: list[dict] = []
+        self.events_written = 0
+        self.last_flush = time.monotonic()
+
+    # -- queueing (rows are the walker's own dicts: the latest state is written) ----------
+    def insert_row(self, row: dict) -> None:
+        self.new_rows[row["uuid"]] = row
+
+    def touch_row(self, row: dict) -> None:
+        if row["uuid"] not in self.new_rows:
+            self.dirty_rows[row["uuid"]] = row
+
+    def drop_row(self, row: dict) -> None:
+        if self.new_rows.pop(row["uuid"], None) is None:
+            self.gone_rows.add(row["uuid"])
+        self.dirty_rows.pop(row["uuid"], None)
+
+    def insert_stack(self, st: dict) -> None:
+        self.new_stacks[st["id"]] = st
+
+    def touch_stack(self, st: dict) -> None:
+        if st["id"] not in self.new_stacks:
+            self.dirty_stacks[st["id"]] = st
+
+    def drop_stack(self, stack_id: str) -> None:
+        if self.new_stacks.pop(stack_id, None) is None:
+            self.gone_stacks.add(stack_id)
+        self.dirty_stacks.pop(stack_id, None)
+
+    def event(self, root_id: str, stack: dict, resource_name: str, rtype: str, physical_id: str | None,
+              action: str, status: str, reason: str) -> None:
+        self.events.append({
+            "root_id": root_id, "stack_id": stack["id"], "stack_name": stack["name"], "path": stack["path"],
+            "resource_name": resource_name, "resource_type": rtype, "physical_id": physical_id,
+            "action": action, "status": status, "reason": reason, "time": time.time(),
+        })
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.new_rows or self.dirty_rows or self.gone_rows or self.new_stacks
+                    or self.dirty_stacks or self.gone_stacks or self.events)
+
+    def flush(self) -> None:
+        self.last_flush = time.monotonic()
+        if not self.pending:
+            return
+        with self.store.engine.begin() as conn:
+            if self.new_stacks:
+                conn.execute(insert(STACKS), [_cols(s, STACK_COLUMNS) for s in self.new_stacks.values()])
+            if self.dirty_stacks:
+                cols = [c for c in STACK_COLUMNS if c != "id"]
+                stmt = update(STACKS).where(STACKS.c.id == bindparam("b_id")).values(
+                    {c: bindparam(c) for c in cols})
+                conn.execute(stmt, [{"b_id": s["id"], **_cols(s, cols)} for s in self.dirty_stacks.values()])
+            if self.new_rows:
+                conn.execute(insert(RES), [_cols(r, RES_COLUMNS) for r in self.new_rows.values()])
+            if self.dirty_rows:
+                stmt = update(RES).where(RES.c.uuid == bindparam("b_uuid")).values(
+                    {c: bindparam(c) for c in RES_MUTABLE})
+                conn.execute(stmt, [{"b_uuid": r["uuid"], **_cols(r, RES_MUTABLE)}
+                                    for r in self.dirty_rows.values()])
+            if self.gone_rows:
+                gone = list(self.gone_rows)
+                for i in range(0, len(gone), 500):
+                    conn.execute(delete(RES).where(RES.c.uuid.in_(gone[i:i + 500])))
+            if self.gone_stacks:
+                gone = list(self.gone_stacks)
+                for i in range(0, len(gone), 500):
+                    conn.execute(delete(STACKS).where(STACKS.c.id.in_(gone[i:i + 500])))
+            if self.events:
+                conn.execute(insert(EVENTS), self.events)
+        self.events_written += len(self.events)
+        for d in (self.new_rows, self.dirty_rows, self.new_stacks, self.dirty_stacks):
+            d.clear()
+        self.gone_rows.clear()
+        self.gone_stacks.clear()
+        self.events = []
+
+
+def _cols(d: dict, cols: list[str]) -> dict[str, Any]:
+    return {c: d.get(c) for c in cols}
