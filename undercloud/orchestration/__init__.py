@@ -1,0 +1,1 @@
+"""Orchestration: the HOT template language, the engine and resource plugins."""

@@ -1,0 +1,182 @@
+"""A Bundle: every file a stack needs, as text, so a stack can travel to the API whole.
+
+Keys are normalised paths. A file named inside another (`get_file`, a template resource
+`type:`, a registry target) is looked up relative to the file that names it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from undercloud.orchestration.template.environment import is_template_ref
+from undercloud.orchestration.template.source import (
+    FnError,
+    TemplateError,
+    dotted,
+    line_of,
+    parse_yaml,
+    problem,
+)
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+def ref_key(parent: str, name: str) -> str:
+    """The bundle key of `name` as written in file `parent`."""
+    if name.startswith("file://"):
+        name = name[len("file://"):]
+    if os.path.isabs(name):
+        return os.path.normpath(name)
+    return os.path.normpath(os.path.join(os.path.dirname(parent), name))
+
+
+class Bundle:
+    def __init__(self, template: str, environments: list[str] | None = None,
+                 files: dict[str, str] | None = None):
+        self.template = template
+        self.environments = list(environments or [])
+        self.files: dict[str, str] = dict(files or {})
+        self._parsed: dict[str, Any] = {}
+
+    # ---- travel
+    def to_json(self) -> dict:
+        return {"template": self.template, "environments": self.environments, "files": self.files}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Bundle:
+        try:
+            files = d["files"]
+            if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):
+                raise TypeError
+            return cls(str(d["template"]), [str(e) for e in d.get("environments") or []], dict(files))
+        except (KeyError, TypeError):
+            raise TemplateError(["bundle: expected {template, environments, files: {key: text}}"]) from None
+
+    # ---- reading
+    def parsed(self, key: str) -> Any:
+        """The file's YAML, parsed once (with line numbers)."""
+        if key not in self._parsed:
+            if key not in self.files:
+                raise TemplateError([problem(key, 0, "", "file not found in the bundle")])
+            self._parsed[key] = parse_yaml(self.files[key], key)
+        return self._parsed[key]
+
+    @classmethod
+    def from_paths(cls, template_path: str, env_paths: list[str] | tuple = ()) -> Bundle:
+        """Read the template, the environments and every file they name, transitively."""
+        tkey = os.path.normpath(os.path.abspath(template_path))
+        ekeys = [os.path.normpath(os.path.abspath(p)) for p in env_paths]
+        b = cls(tkey, ekeys)
+        problems: list[str] = []
+        for key in [tkey, *ekeys]:
+            err = b._read(key)
+            if err:
+                problems.append(problem(_show(key), 0, "", err))
+        if problems:
+            raise TemplateError(problems)
+        todo: list[str] = [tkey]
+        for ekey in ekeys:
+            doc = b._parse_or_collect(ekey, problems)
+            for target, path in _registry_files(doc):
+                k = ref_key(ekey, target)
+                b._need(k, ekey, doc, path, problems, todo, template=True)
+        seen: set[str] = set()
+        while todo:
+            key = todo.pop()
+            if key in seen:
+                continue
+            seen.add(key)
+            doc = b._parse_or_collect(key, problems)
+            for kind, name, path in _references(doc):
+                k = ref_key(key, name)
+                b._need(k, key, doc, path, problems, todo, template=(kind == "type"))
+        if problems:
+            raise TemplateError(problems)
+        return b
+
+    def _read(self, key: str) -> str | None:
+        if key in self.files:
+            return None
+        try:
+            if os.path.getsize(key) > MAX_FILE_BYTES:
+                return f"file is larger than {MAX_FILE_BYTES} bytes"
+            with open(key, encoding="utf-8") as fh:
+                self.files[key] = fh.read()
+        except FileNotFoundError:
+            return "file not found"
+        except IsADirectoryError:
+            return "is a directory, not a file"
+        except UnicodeDecodeError:
+            return "file is not UTF-8 text"
+        except OSError as exc:
+            return f"cannot read: {exc.strerror}"
+        return None
+
+    def _parse_or_collect(self, key: str, problems: list[str]) -> Any:
+        try:
+            return self.parsed(key)
+        except TemplateError as exc:
+            problems.extend(exc.problems)
+            return None
+
+    def _need(self, k: str, parent: str, doc: Any, path: tuple, problems: list[str], todo: list[str],
+              template: bool) -> None:
+        if k.startswith(("http:", "https:")) or "://" in k:
+            problems.append(problem(_show(parent), line_of(doc, path), dotted(path),
+                                    "only local files can be referenced, not URLs"))
+            return
+        err = self._read(k)
+        if err:
+            problems.append(problem(_show(parent), line_of(doc, path), dotted(path), f"{_show(k)}: {err}"))
+        elif template:
+            todo.append(k)
+
+
+def _show(key: str) -> str:
+    """A key as people read it: relative to the working directory when under it."""
+    try:
+        rel = os.path.relpath(key)
+    except ValueError:
+        return key
+    return key if rel.startswith("..") else rel
+
+
+def show(key: str) -> str:
+    return _show(key)
+
+
+def _references(doc: Any, path: tuple = ()) -> Iterator[tuple[str, str, tuple]]:
+    """(kind, name, path) of every `get_file: name` and template-file `type: name` in a doc."""
+    if isinstance(doc, Mapping):
+        for k, v in doc.items():
+            if k == "get_file" and isinstance(v, str) and len(doc) == 1:
+                yield "get_file", v, path + (k,)
+            elif k == "type" and is_template_ref(v):
+                yield "type", v, path + (k,)
+            else:
+                yield from _references(v, path + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            yield from _references(v, path + (i,))
+
+
+def _registry_files(doc: Any) -> Iterator[tuple[str, tuple]]:
+    if not isinstance(doc, Mapping):
+        return
+    reg = doc.get("resource_registry")
+
+    def walk(m: Any, path: tuple) -> Iterator[tuple[str, tuple]]:
+        if not isinstance(m, Mapping):
+            return
+        for k, v in m.items():
+            if isinstance(v, Mapping):
+                yield from walk(v, path + (k,))
+            elif is_template_ref(v):
+                yield v, path + (k,)
+
+    yield from walk(reg, ("resource_registry",))
+
+
+__all__ = ["Bundle", "ref_key", "show", "FnError"]

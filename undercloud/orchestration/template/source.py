@@ -1,0 +1,150 @@
+"""YAML that remembers where each node came from, and the one error type of the package.
+
+Every mapping is a `Map` and every sequence a `Seq`: plain dict/list subclasses that also
+carry the line of each key/item, so any problem can be reported as
+`file:line: path.to.node: message`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import yaml
+
+from undercloud.errors import InvalidInput
+
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class Map(dict):
+    """A mapping from YAML: `line` is where it starts, `lines[key]` where each key is."""
+
+    __slots__ = ("line", "lines")
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.line = 0
+        self.lines: dict = {}
+
+
+class Seq(list):
+    """A sequence from YAML: `line` is where it starts, `lines[i]` where each item is."""
+
+    __slots__ = ("line", "lines")
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.line = 0
+        self.lines: list[int] = []
+
+
+class _Loader(_Base):  # type: ignore[misc, valid-type]
+    pass
+
+
+def _map(loader: _Loader, node: yaml.MappingNode) -> Map:
+    loader.flatten_mapping(node)
+    m = Map()
+    m.line = node.start_mark.line + 1
+    for knode, vnode in node.value:
+        key = loader.construct_object(knode, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "found an unhashable key", knode.start_mark) from None
+        m[key] = loader.construct_object(vnode, deep=True)
+        m.lines[key] = knode.start_mark.line + 1
+    return m
+
+
+def _seq(loader: _Loader, node: yaml.SequenceNode) -> Seq:
+    s = Seq()
+    s.line = node.start_mark.line + 1
+    for item in node.value:
+        s.append(loader.construct_object(item, deep=True))
+        s.lines.append(item.start_mark.line + 1)
+    return s
+
+
+def _str(loader: _Loader, node: yaml.Node) -> str:
+    # Heat reads timestamps (heat_template_version: 2013-05-23) as plain strings.
+    return loader.construct_scalar(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _map)
+_Loader.add_constructor("tag:yaml.org,2002:omap", _map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _seq)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _str)
+
+
+def parse_yaml(text: str, name: str) -> Any:
+    """Parse YAML text; a syntax error becomes a TemplateError naming file and line."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 0
+        msg = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
+        raise TemplateError([problem(name, line, "", f"invalid YAML: {msg}")]) from None
+    except yaml.YAMLError as exc:
+        raise TemplateError([problem(name, 0, "", f"invalid YAML: {exc}")]) from None
+
+
+# ---------------------------------------------------------------------------------------
+# Paths and problems
+
+Path = tuple  # of str keys and int indexes
+
+
+def dotted(path: Iterable) -> str:
+    """("resources", "a", "properties", 0) -> "resources.a.properties[0]"."""
+    out = ""
+    for p in path:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+def line_of(root: Any, path: Sequence) -> int:
+    """The line of the deepest node of `path` found under `root` (0 if none)."""
+    line = getattr(root, "line", 0)
+    node = root
+    for p in path:
+        lines = getattr(node, "lines", None)
+        if lines is None:
+            break
+        try:
+            line = lines[p]
+            node = node[p]
+        except (KeyError, IndexError, TypeError):
+            break
+    return line
+
+
+def problem(file: str, line: int, path: str, message: str) -> str:
+    where = f"{file}:{line}" if line else file
+    return f"{where}: {path}: {message}" if path else f"{where}: {message}"
+
+
+class TemplateError(InvalidInput):
+    """One or more problems in a template or environment, each `file:line: path: message`."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+    def __str__(self) -> str:
+        return "\n".join(self.problems)
+
+
+class FnError(Exception):
+    """Raised inside the package with a path relative to the snippet; turned into a problem."""
+
+    def __init__(self, message: str, path: Sequence = ()):
+        super().__init__(message)
+        self.message = message
+        self.path = tuple(path)

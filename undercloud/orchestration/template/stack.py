@@ -1,0 +1,919 @@
+"""StackTemplate: one template + its environment, validated, ready to resolve.
+
+`load` builds the top StackTemplate and validates the whole tree (template resources are
+built as children with their properties resolved as far as they can be). Problems are
+collected, not raised one by one, so a user sees every mistake at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from undercloud.orchestration.template import functions as fn
+from undercloud.orchestration.template.bundle import Bundle, ref_key, show
+from undercloud.orchestration.template.environment import (
+    Environment,
+    FileRef,
+    check_env,
+    merge,
+)
+from undercloud.orchestration.template.parameters import PSEUDO, Parameter, parse_schema
+from undercloud.orchestration.template.source import (
+    FnError,
+    TemplateError,
+    dotted,
+    line_of,
+    problem,
+)
+from undercloud.orchestration.template.versions import VERSIONS, Version, condition_table
+
+MAX_NESTING_DEPTH = 10
+_REPORTED = "(reported)"  # an FnError whose problems were already added one by one
+
+# Resource types this side knows until the engine's registry exists (issue 3 owns the truth).
+FALLBACK_TYPES = frozenset({
+    "OS::Heat::Value", "OS::Heat::RandomString", "OS::Heat::None", "OS::Heat::ResourceGroup",
+    "OS::Heat::SoftwareConfig", "OS::Heat::StructuredConfig", "OS::Heat::SoftwareDeployment",
+    "OS::Heat::SoftwareDeployments", "OS::Heat::SoftwareDeploymentGroup",
+    "OS::Heat::StructuredDeployment", "OS::Heat::StructuredDeployments",
+    "OS::Heat::StructuredDeploymentGroup", "OS::Heat::WaitCondition",
+    "OS::Heat::WaitConditionHandle", "OS::Heat::TestResource", "OS::Heat::DeployedServer",
+    "OS::Nova::Server",
+})
+
+
+def known_types() -> frozenset[str]:
+    """The resource types the engine implements (its registry), else the fallback set."""
+    try:
+        from undercloud.orchestration.resources import registry
+    except ImportError:
+        return FALLBACK_TYPES
+    try:
+        return frozenset(registry.known_types())
+    except Exception:  # a half-built registry must not break validation
+        return FALLBACK_TYPES
+
+
+def _properties_schema(rtype: str) -> Mapping | None:
+    """The plugin's properties schema (name -> {type, required, ...}) if it declares one."""
+    try:
+        from undercloud.orchestration.resources import registry
+    except ImportError:
+        return None
+    get = getattr(registry, "properties_schema", None)
+    if get is None:
+        return None
+    try:
+        return get(rtype)
+    except Exception:
+        return None
+
+
+class Resolver(Protocol):
+    """What the engine supplies at runtime to resolve get_resource / get_attr."""
+
+    def get_resource(self, name: str) -> Any: ...
+
+    def get_attr(self, name: str, attr: str | None, path: list) -> Any: ...
+
+
+class PlaceholderResolver:
+    """For validation and preview: every runtime value is Unknown (rendered as its snippet)."""
+
+    def get_resource(self, name: str) -> Any:
+        return fn.Unknown({"get_resource": name})
+
+    def get_attr(self, name: str, attr: str | None, path: list) -> Any:
+        return fn.Unknown({"get_attr": [name] + ([attr] if attr is not None else []) + list(path)})
+
+
+def select_path(value: Any, path: list) -> Any:
+    """Walk `path` into an attribute value as Heat does (a miss gives None)."""
+    for key in path:
+        if isinstance(value, list | tuple) and isinstance(key, str):
+            try:
+                key = int(key)
+            except ValueError:
+                return None
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+@dataclass
+class ResourceDefinition:
+    name: str
+    type: str
+    template_file: str | None = None
+    properties: Any = field(default_factory=dict)
+    metadata: Any = field(default_factory=dict)
+    depends_on: list[str] = field(default_factory=list)
+    update_policy: Any = field(default_factory=dict)
+    deletion_policy: str = "Delete"
+    external_id: Any = None
+    condition: Any = None
+    description: str = ""
+    declared_type: str = ""     # as written in the template, before the registry
+    registry_key: str | None = None  # the registry entry that mapped it, if any
+    file: str = ""
+    line: int = 0
+
+
+@dataclass
+class OutputDefinition:
+    name: str
+    description: str = ""
+    value: Any = None
+    condition: Any = None
+    line: int = 0
+
+
+_PARENT_RES_DEFAULT = {"metadata": {}, "deletion_policy": "Delete", "update_policy": {}}
+
+
+class StackTemplate:
+    """A validated template with its environment and parameter values."""
+
+    def __init__(self, bundle: Bundle, key: str, doc: Any, env: Environment, params: Mapping,
+                 *, stack_name: str = "", stack_id: str = "", project_id: str = "",
+                 depth: int = 0, chain: tuple[str, ...] = (), partial: bool = False,
+                 facade: Mapping | None = None, top: bool = True, given_where: Any = None):
+        self.bundle, self.key, self.doc, self.environment = bundle, key, doc, env
+        self.stack_name, self.stack_id, self.project_id = stack_name, stack_id, project_id
+        self.depth, self.chain, self.partial, self.top = depth, chain + (key,), partial, top
+        self.facade = dict(facade or _PARENT_RES_DEFAULT)
+        self.problems: list[str] = []
+        self.version: Version = VERSIONS["2013-05-23"]
+        self.description = ""
+        self.parameters: dict[str, Parameter] = {}
+        self.resources: dict[str, ResourceDefinition] = {}
+        self.all_resources: set[str] = set()
+        self.outputs: dict[str, OutputDefinition] = {}
+        self._values: dict[str, Any] = {}
+        self._cond_defs: dict[str, Any] = {}
+        self._cond_parsed: dict[str, Any] = {}
+        self._cond_values: dict[str, bool] = {}
+        self._cond_busy: list[str] = []
+        self._trees: dict[int, tuple[Any, Any]] = {}
+        self._deps: dict[str, set[str]] | None = None
+        self._children: dict[str, StackTemplate] = {}
+        self._collecting = False
+        self._collected = 0
+        self._build(params, given_where)
+
+    # ------------------------------------------------------------------ problems
+    @property
+    def file(self) -> str:
+        return show(self.key)
+
+    def add(self, path: tuple, message: str) -> None:
+        if message is _REPORTED:
+            return
+        self.problems.append(problem(self.file, line_of(self.doc, path), dotted(path), message))
+
+    def where(self, path: tuple) -> str:
+        return f"{self.file}:{line_of(self.doc, path)}"
+
+    def raise_problems(self) -> None:
+        if self.problems:
+            seen: dict[str, None] = dict.fromkeys(self.problems)
+            raise TemplateError(list(seen))
+
+    # ------------------------------------------------------------------ building
+    def _build(self, params: Mapping, given_where: Any) -> None:
+        doc = self.doc
+        if doc is None or doc == "":
+            self.add((), "the template is empty")
+            return
+        if not isinstance(doc, Mapping):
+            self.add((), "the template is not a YAML mapping")
+            return
+        if "heat_template_version" not in doc:
+            if "AWSTemplateFormatVersion" in doc or "HeatTemplateFormatVersion" in doc:
+                self.add((), "CloudFormation-style templates are not supported; use HOT (heat_template_version)")
+            else:
+                self.add((), "Template format version not found: heat_template_version is missing")
+            return
+        v = doc["heat_template_version"]
+        if isinstance(v, str | int | float) and str(v) in VERSIONS:
+            self.version = VERSIONS[str(v)]
+        else:
+            known = ", ".join(sorted({x.name for x in VERSIONS.values()}))
+            self.add(("heat_template_version",),
+                     f'The template version is invalid: "heat_template_version: {v}". '
+                     f'"heat_template_version" should be one of: {known}')
+            return
+        for section in doc:
+            if section not in self.version.sections:
+                extra = ""
+                if section == "conditions":
+                    extra = " (conditions need heat_template_version 2016-10-14 or later)"
+                self.add((section,), f'"{section}" is not a valid template section{extra}')
+        desc = doc.get("description")
+        self.description = desc if isinstance(desc, str) else ("" if desc is None else str(desc))
+        self._build_parameters(params, given_where)
+        self._build_conditions()
+        self._build_resources()
+        self._build_outputs()
+        self._check_cycles()
+
+    def _section(self, name: str) -> Mapping:
+        s = self.doc.get(name)
+        if s is None:
+            return {}
+        if not isinstance(s, Mapping):
+            self.add((name,), f'"{name}" must be a map, not {type(s).__name__}')
+            return {}
+        return s
+
+    def _build_parameters(self, given: Mapping, given_where: Any) -> None:
+        section = self._section("parameters")
+        for name, schema in section.items():
+            try:
+                self.parameters[name] = parse_schema(str(name), schema, self.version, ("parameters", name))
+            except FnError as e:
+                self.add(e.path, e.message)
+        self._check_groups()
+        defaults = self.environment.parameter_defaults
+        for name in given:
+            if name not in self.parameters:
+                if self.top:
+                    self._given_problem(given_where, name, f"The Parameter ({name}) was not defined in template.")
+                else:
+                    self._given_problem(given_where, name, f"Unknown Property {name}")
+        for name, p in self.parameters.items():
+            raw = given.get(name)
+            if raw is None and name in defaults:
+                p.default = defaults[name] if defaults[name] is not None else p.default
+            p.user_value = raw
+            src = raw if raw is not None else p.default
+            if src is None:
+                if self.partial and self.top:
+                    self._values[name] = fn.Unknown({"get_param": name})
+                else:
+                    msg = (f"The Parameter ({name}) was not provided." if self.top
+                           else f"Property {name} not assigned")
+                    self._given_problem(given_where, name, msg, ("parameters", name))
+                    self._values[name] = fn.Unknown({"get_param": name})
+                continue
+            try:
+                self._values[name] = p.validate(src)
+                p.value = self._values[name]
+            except ValueError as exc:
+                msg = str(exc)
+                if p.hidden:
+                    msg = f"Parameter '{name}' is invalid: the (hidden) value does not satisfy its type or constraints"
+                if raw is None:
+                    self.add(("parameters", name, "default"), msg)
+                else:
+                    self._given_problem(given_where, name, msg, ("parameters", name))
+                self._values[name] = fn.Unknown({"get_param": name})
+        pseudo = {"OS::stack_name": self.stack_name, "OS::stack_id": self.stack_id,
+                  "OS::project_id": self.project_id, "OS::region": "regionOne"}
+        for name in PSEUDO:
+            self._values[name] = pseudo[name]
+
+    def _given_problem(self, given_where: Any, name: str, message: str, fallback: tuple = ("parameters",)) -> None:
+        """A problem with a value given from outside: at the parent's property when nested."""
+        if callable(given_where):
+            self.problems.append(given_where(name, message))
+        else:
+            self.add(fallback, message)
+
+    def _check_groups(self) -> None:
+        groups = self.doc.get("parameter_groups")
+        if groups is None:
+            return
+        if not isinstance(groups, list):
+            self.add(("parameter_groups",), "parameter_groups must be a list")
+            return
+        seen: set[str] = set()
+        for i, g in enumerate(groups):
+            p = ("parameter_groups", i)
+            if not isinstance(g, Mapping):
+                self.add(p, "each parameter group must be a map")
+                continue
+            names = g.get("parameters")
+            if not isinstance(names, list):
+                self.add(p, "Parameters must be provided for each Parameter Group.")
+                continue
+            for j, n in enumerate(names):
+                if n not in self.parameters:
+                    self.add(p + ("parameters", j),
+                             f"The Parameter name ({n}) does not reference an existing parameter.")
+                elif n in seen:
+                    self.add(p + ("parameters", j), f"The {n} parameter must be assigned to one parameter group only.")
+                seen.add(n)
+
+    def _build_conditions(self) -> None:
+        if not self.version.has_conditions:
+            return
+        self._cond_defs = dict(self._section("conditions"))
+        for name in self._cond_defs:
+            try:
+                self.condition_value(name, ("conditions", name))
+            except FnError as e:
+                self.add(e.path, e.message)
+
+    def _build_resources(self) -> None:
+        section = self._section("resources")
+        self.all_resources = set(section)
+        v = self.version
+        enabled: dict[str, Mapping] = {}
+        for name, body in section.items():
+            p = ("resources", name)
+            if not isinstance(body, Mapping):
+                self.add(p, f"Resources must contain Resource. Found a [{type(body).__name__}] instead")
+                continue
+            bad = [k for k in body if k not in v.resource_keys]
+            if bad:
+                hint = ""
+                if any(k in ("condition", "external_id") for k in bad):
+                    hint = " (condition and external_id need heat_template_version 2016-10-14 or later)"
+                self.add(p + (bad[0],), f"Invalid keyword(s) inside a resource definition: {', '.join(map(str, bad))}{hint}")
+            if "type" not in body:
+                self.add(p, f'Resource {name} is missing "type"')
+                continue
+            if not isinstance(body["type"], str):
+                self.add(p + ("type",), f"Resource {name} type type must be string")
+                continue
+            cond = body.get("condition")
+            if cond is not None and v.has_conditions:
+                try:
+                    if not self.resource_condition(cond, p + ("condition",)):
+                        continue
+                except FnError as e:
+                    self.add(e.path, e.message)
+                    continue
+            enabled[name] = body
+        for name, body in enabled.items():
+            rd = self._resource(name, body)
+            if rd is not None:
+                self.resources[name] = rd
+        for rd in self.resources.values():
+            if rd.template_file:
+                self._validate_child(rd)
+            elif rd.type == "OS::Heat::ResourceGroup":
+                self._validate_group(rd)
+            else:
+                self._validate_properties(rd)
+
+    def _resource(self, name: str, body: Mapping) -> ResourceDefinition | None:
+        p = ("resources", name)
+        rtype = body["type"]
+        rd = ResourceDefinition(name=name, type=rtype, declared_type=rtype, file=self.file,
+                                line=line_of(self.doc, p))
+        ok = True
+        try:
+            target, used = self.environment.registry.lookup(rtype, name, known_types())
+            rd.registry_key = used
+            if isinstance(target, FileRef):
+                rd.template_file = target.key if used else ref_key(self.key, target.key)
+                if rd.template_file not in self.bundle.files:
+                    self.add(p + ("type",), f"{show(rd.template_file)}: file not found")
+                    ok = False
+            else:
+                rd.type = target
+        except ValueError as exc:
+            self.add(p + ("type",), str(exc))
+            ok = False
+        for key, kinds, what in (("properties", (Mapping,), "object"), ("metadata", (Mapping,), "object"),
+                                 ("update_policy", (Mapping,), "object")):
+            if key not in body or body[key] is None:
+                continue
+            try:
+                tree = self.parse_all(body[key], p + (key,))
+            except FnError as e:
+                self.add(e.path, e.message)
+                ok = False
+                continue
+            if not isinstance(tree, kinds + (fn.Function,)):
+                self.add(p + (key,), f"Resource {name} {key} type must be {what}")
+                ok = False
+                continue
+            self._trees[id(body[key])] = (body[key], tree)
+            setattr(rd, key, body[key])
+        deps = body.get("depends_on")
+        if isinstance(deps, str):
+            deps = [deps]
+        if deps is not None:
+            if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+                self.add(p + ("depends_on",), f"Resource {name} depends_on must be a list of strings")
+                ok = False
+            else:
+                for i, d in enumerate(deps):
+                    if d not in self.resources and d not in self.all_resources:
+                        self.add(p + ("depends_on", i) if isinstance(body["depends_on"], list) else p + ("depends_on",),
+                                 f'The specified reference "{d}" (in {name}) is incorrect.')
+                        ok = False
+                rd.depends_on = list(deps)
+        if "deletion_policy" in body:
+            dp = body["deletion_policy"]
+            try:
+                dp = self.static_value(self.parse(dp, p + ("deletion_policy",)))
+            except FnError as e:
+                self.add(e.path, e.message)
+                dp = None
+            if dp not in self.version.deletion_policies:
+                self.add(p + ("deletion_policy",), f'Invalid deletion policy "{dp}"')
+                ok = False
+            else:
+                rd.deletion_policy = str(dp).capitalize()
+        if "external_id" in body:
+            try:
+                rd.external_id = self.static_value(self.parse(body["external_id"], p + ("external_id",)))
+            except FnError as e:
+                self.add(e.path, e.message)
+        rd.condition = body.get("condition")
+        desc = body.get("description")
+        if desc is not None and not isinstance(desc, str):
+            self.add(p + ("description",), f"Resource {name} description type must be string")
+        rd.description = desc or ""
+        return rd if ok else None
+
+    def _build_outputs(self) -> None:
+        for name, body in self._section("outputs").items():
+            p = ("outputs", name)
+            if not isinstance(body, Mapping):
+                self.add(p, f'"outputs" must contain a map of output maps. Found a [{type(body).__name__}] instead')
+                continue
+            bad = [k for k in body if k not in self.version.output_keys]
+            if bad:
+                self.add(p + (bad[0],), f'"{bad[0]}" is not a valid keyword inside a output definition')
+                continue
+            if "value" not in body:
+                self.add(p, "Each output must contain a value key.")
+                continue
+            cond = body.get("condition")
+            if cond is not None:
+                try:
+                    if not self.resource_condition(cond, p + ("condition",)):
+                        continue
+                except FnError as e:
+                    self.add(e.path, e.message)
+                    continue
+            try:
+                tree = self.parse_all(body["value"], p + ("value",))
+            except FnError as e:
+                self.add(e.path, e.message)
+                continue
+            self._trees[id(body["value"])] = (body["value"], tree)
+            self.outputs[name] = OutputDefinition(name, str(body.get("description") or ""), body["value"],
+                                                  cond, line_of(self.doc, p))
+
+    # ------------------------------------------------------ template resources & groups
+    def _props_placeholder(self, rd: ResourceDefinition) -> dict:
+        """The resource's properties with every runtime value left Unknown."""
+        try:
+            props = self.resolve(rd.properties, PlaceholderResolver())
+        except TemplateError as exc:
+            self.problems.extend(exc.problems)
+            return {}
+        return props if isinstance(props, dict) else {}
+
+    def _validate_child(self, rd: ResourceDefinition) -> None:
+        props = self._props_placeholder(rd)
+        try:
+            self.nested(rd.name, props, validating=True)
+        except TemplateError as exc:
+            self.problems.extend(exc.problems)
+
+    def _validate_group(self, rd: ResourceDefinition) -> None:
+        """ResourceGroup members: their type must be known (the engine builds them later)."""
+        props = rd.properties if isinstance(rd.properties, Mapping) else {}
+        rdef = props.get("resource_def")
+        path = ("resources", rd.name, "properties", "resource_def")
+        if not isinstance(rdef, Mapping):
+            if "resource_def" not in props:
+                self.add(("resources", rd.name, "properties"), "Property resource_def not assigned")
+            return
+        mtype = rdef.get("type")
+        if not isinstance(mtype, str):
+            return
+        try:
+            target, used = self.environment.registry.lookup(mtype, None, known_types())
+        except ValueError as exc:
+            self.add(path + ("type",), str(exc))
+            return
+        if isinstance(target, FileRef):
+            key = target.key if used else ref_key(self.key, target.key)
+            if key not in self.bundle.files:
+                self.add(path + ("type",), f"{show(key)}: file not found")
+
+    def _validate_properties(self, rd: ResourceDefinition) -> None:
+        schema = _properties_schema(rd.type)
+        if not schema or not isinstance(rd.properties, Mapping):
+            return
+        p = ("resources", rd.name, "properties")
+        for k in rd.properties:
+            if k not in schema:
+                self.add(p + (k,), f"Unknown Property {k}")
+        for k, s in schema.items():
+            if isinstance(s, Mapping) and s.get("required") and k not in rd.properties and s.get("default") is None:
+                self.add(p, f"Property {k} not assigned")
+
+    def nested(self, resource_name: str, properties: Mapping, *, validating: bool = False,
+               metadata: Any = None) -> StackTemplate:
+        """The child StackTemplate of a template resource; its parameters are `properties`."""
+        rd = self.resources.get(resource_name)
+        if rd is None or not rd.template_file:
+            raise TemplateError([problem(self.file, 0, f"resources.{resource_name}",
+                                         "not a template resource of this stack")])
+        p = ("resources", resource_name)
+        if self.depth + 1 > MAX_NESTING_DEPTH:
+            chain = " -> ".join(show(k) for k in self.chain + (rd.template_file,))
+            raise TemplateError([problem(self.file, line_of(self.doc, p + ("type",)), dotted(p + ("type",)),
+                                         f"Recursion depth exceeds {MAX_NESTING_DEPTH}: template resources "
+                                         f"nest too deep ({chain})")])
+        remove = (rd.registry_key, FileRef(rd.template_file)) if rd.registry_key else None
+        env = self.environment.child(resource_name, remove)
+
+        def given_where(name: str, message: str) -> str:
+            path = p + ("properties", name) if name in (properties or {}) else p + ("properties",)
+            return problem(self.file, line_of(self.doc, path), dotted(path), message)
+
+        facade = {"metadata": metadata if metadata is not None else self._safe_meta(rd),
+                  "deletion_policy": rd.deletion_policy,
+                  "update_policy": self._safe_resolve(rd.update_policy)}
+        doc = self.bundle.parsed(rd.template_file)
+        child = StackTemplate(self.bundle, rd.template_file, doc, env, dict(properties or {}),
+                              stack_name=f"{self.stack_name}-{resource_name}", stack_id="",
+                              project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
+                              partial=self.partial or validating, facade=facade, top=False,
+                              given_where=given_where)
+        child.raise_problems()
+        return child
+
+    def _safe_resolve(self, snippet: Any) -> Any:
+        try:
+            return fn.render(self.resolve(snippet, PlaceholderResolver()))
+        except TemplateError:
+            return {}
+
+    def _safe_meta(self, rd: ResourceDefinition) -> Any:
+        return self._safe_resolve(rd.metadata)
+
+    def child_from_dict(self, template: Mapping, parameters: Mapping, name: str) -> StackTemplate:
+        """An in-memory child template (ResourceGroup members), sharing environment and files."""
+        doc = dict(template)
+        doc.setdefault("heat_template_version", self.version.name)
+        if self.depth + 1 > MAX_NESTING_DEPTH:
+            raise TemplateError([problem(self.file, 0, f"resources.{name}",
+                                         f"Recursion depth exceeds {MAX_NESTING_DEPTH}")])
+        child = StackTemplate(self.bundle, self.key, doc, self.environment.child(name, None),
+                              dict(parameters or {}), stack_name=f"{self.stack_name}-{name}",
+                              project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
+                              partial=self.partial, top=False, given_where=None)
+        child.raise_problems()
+        return child
+
+    # ------------------------------------------------------------------- dependencies
+    def dependencies(self) -> dict[str, set[str]]:
+        if self._deps is None:
+            deps: dict[str, set[str]] = {}
+            for name, rd in self.resources.items():
+                d = set(rd.depends_on)
+                for key in ("properties", "metadata"):
+                    tree = self._tree(getattr(rd, key))
+                    d.update(fn.iter_deps(tree))
+                deps[name] = {x for x in d if x in self.resources and x != name}
+            self._deps = deps
+        return {k: set(v) for k, v in self._deps.items()}
+
+    def _check_cycles(self) -> None:
+        deps = self.dependencies()
+        state: dict[str, int] = {}
+        stack: list[str] = []
+
+        def visit(n: str) -> list[str] | None:
+            state[n] = 1
+            stack.append(n)
+            for m in sorted(deps.get(n, ())):
+                if state.get(m) == 1:
+                    return stack[stack.index(m):] + [m]
+                if m not in state:
+                    found = visit(m)
+                    if found:
+                        return found
+            stack.pop()
+            state[n] = 2
+            return None
+
+        for n in deps:
+            if n not in state:
+                cycle = visit(n)
+                if cycle:
+                    self.add(("resources", cycle[0]), f"Circular Dependency Found: {' -> '.join(cycle)}")
+                    return
+
+    # ---------------------------------------------------------------------- parsing
+    def parse(self, snippet: Any, path: tuple, table: Mapping | None = None) -> Any:
+        """Raw YAML -> tree of Functions (only where the version allows them)."""
+        table = self.version.functions if table is None else table
+        if isinstance(snippet, Mapping):
+            if len(snippet) == 1:
+                (k, v), = snippet.items()
+                cls = table.get(k) if isinstance(k, str) else None
+                if cls is not None:
+                    p = path + (k,)
+                    if cls.macro:
+                        return cls(self, k, v, p).chosen
+                    return cls(self, k, self.parse(v, p, table), p)
+                if isinstance(k, str) and k in fn.all_function_names() and k not in self.version.functions:
+                    raise FnError(self._not_in_version(k), path + (k,))
+            out = {}
+            changed = False
+            for k, v in snippet.items():
+                try:
+                    pv = self.parse(v, path + (k,), table)
+                except FnError as e:
+                    if not self._collecting:
+                        raise
+                    self.add(e.path, e.message)
+                    self._collected += 1
+                    pv = v
+                if pv is fn.REMOVED:
+                    changed = True
+                    continue
+                changed = changed or pv is not v
+                out[k] = pv
+            return out if changed else snippet
+        if isinstance(snippet, list):
+            items = []
+            for i, v in enumerate(snippet):
+                try:
+                    items.append(self.parse(v, path + (i,), table))
+                except FnError as e:
+                    if not self._collecting:
+                        raise
+                    self.add(e.path, e.message)
+                    self._collected += 1
+                    items.append(v)
+            if any(a is not b for a, b in zip(items, snippet)):
+                return [x for x in items if x is not fn.REMOVED]
+            return snippet
+        return snippet
+
+    def parse_all(self, snippet: Any, path: tuple) -> Any:
+        """parse, but report every problem in the snippet (FnError(_REPORTED) if there were any)."""
+        before = self._collected
+        self._collecting = True
+        try:
+            tree = self.parse(snippet, path)
+        finally:
+            self._collecting = False
+        if self._collected != before:
+            raise FnError(_REPORTED, path)
+        return tree
+
+    def _not_in_version(self, name: str) -> str:
+        from undercloud.orchestration.template.versions import _ALL
+
+        first = next((v.name for v in _ALL if name in v.functions and v.functions[name] is not fn.Removed), None)
+        since = f" (it needs heat_template_version {first} or later)" if first else ""
+        return f'"{name}" is not a function of heat_template_version {self.version.name}{since}'
+
+    def _tree(self, snippet: Any) -> Any:
+        hit = self._trees.get(id(snippet))
+        if hit is not None and hit[0] is snippet:
+            return hit[1]
+        tree = self.parse(snippet, ())
+        if isinstance(snippet, Mapping | list):
+            self._trees[id(snippet)] = (snippet, tree)
+        return tree
+
+    # ----- hooks the functions call while parsing
+    def is_param(self, name: Any) -> bool:
+        return isinstance(name, str) and (name in self.parameters or name in PSEUDO)
+
+    def check_param(self, name: str, path: tuple) -> None:
+        if not self.is_param(name):
+            raise FnError(f"The Parameter ({name}) was not defined in template.", path)
+
+    def check_resource(self, name: str, path: tuple) -> None:
+        if name not in self.all_resources:
+            where = dotted(path[:3]) if len(path) >= 2 else dotted(path)
+            raise FnError(f'The specified reference "{name}" (in {where}) is incorrect.', path)
+        if self.version.has_conditions and self._disabled(name):
+            raise FnError(f'The specified reference "{name}" is a resource whose condition is false', path)
+
+    def _disabled(self, name: str) -> bool:
+        body = self._section("resources").get(name)
+        if not isinstance(body, Mapping) or body.get("condition") is None:
+            return False
+        try:
+            return not self.resource_condition(body["condition"], ("resources", name, "condition"))
+        except FnError:
+            return False
+
+    def static_value(self, tree: Any) -> Any:
+        """A value computable from parameters alone, else None (used for dependency names)."""
+        if not isinstance(tree, fn.Function):
+            return tree
+        try:
+            v = Evaluation(self, _NullResolver()).eval(tree)
+        except FnError:
+            return None
+        return None if fn.has_unknown(v) else v
+
+    def get_file(self, name: str, path: tuple) -> str:
+        key = ref_key(self.key, name)
+        text = self.bundle.files.get(key)
+        if text is None:
+            raise FnError(f'No content found in the "files" section for get_file path: {name}', path)
+        return text
+
+    def check_condition_ref(self, arg: Any, path: tuple) -> None:
+        if isinstance(arg, str) and arg not in self._cond_defs:
+            raise FnError(f'Invalid condition "{arg}"', path)
+
+    def eval_condition(self, snippet: Any, path: tuple) -> bool:
+        """The `if` condition: a name, a boolean or (newer versions) a condition function."""
+        return self.resource_condition(snippet, path)
+
+    def resource_condition(self, snippet: Any, path: tuple) -> bool:
+        if isinstance(snippet, bool):
+            return snippet
+        if isinstance(snippet, str):
+            if snippet not in self._cond_defs:
+                raise FnError(f'Invalid condition "{snippet}"', path)
+            return self.condition_value(snippet, ("conditions", snippet))
+        tree = self.parse(snippet, path, condition_table(self.version))
+        value = Evaluation(self, _NullResolver()).eval(tree)
+        return self._as_condition(value, path)
+
+    def condition_value(self, name: str, path: tuple) -> bool:
+        if name in self._cond_values:
+            return self._cond_values[name]
+        if name in self._cond_busy:
+            raise FnError(f'Circular definition for condition "{name}"', path)
+        self._cond_busy.append(name)
+        try:
+            raw = self._cond_defs[name]
+            if not isinstance(raw, bool | Mapping):
+                raise FnError(f'The definition of condition "{name}" is invalid: {raw}', ("conditions", name))
+            tree = self.parse(raw, ("conditions", name), condition_table(self.version))
+            if not isinstance(tree, bool | fn.Function):
+                raise FnError(f'The definition of condition "{name}" is invalid: {fn.render(raw)}', ("conditions", name))
+            value = Evaluation(self, _NullResolver()).eval(tree)
+            result = self._as_condition(value, ("conditions", name))
+        finally:
+            self._cond_busy.pop()
+        self._cond_values[name] = result
+        return result
+
+    def _as_condition(self, value: Any, path: tuple) -> bool:
+        if isinstance(value, fn.Unknown):
+            return False  # depends on a parameter nobody gave (validation only)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value in self._cond_defs:
+            return self.condition_value(value, ("conditions", value))
+        raise FnError(f'Invalid condition "{value}"', path)
+
+    # -------------------------------------------------------------------- resolving
+    def resolve(self, snippet: Any, resolver: Resolver) -> Any:
+        """Resolve a snippet (properties, metadata, an output value) with runtime values."""
+        try:
+            tree = self._tree(snippet)
+            value = Evaluation(self, resolver).eval(tree)
+        except FnError as e:
+            raise TemplateError([problem(self.file, line_of(self.doc, e.path), dotted(e.path), e.message)]) from None
+        return None if value is fn.REMOVED else value
+
+    def param_value(self, name: str) -> Any:
+        return self._values.get(name)
+
+    def parameters_public(self) -> list[dict]:
+        return [p.to_dict() for p in self.parameters.values()]
+
+
+class _NullResolver:
+    def get_resource(self, name: str) -> Any:
+        return fn.Unknown({"get_resource": name})
+
+    def get_attr(self, name: str, attr: str | None, path: list) -> Any:
+        return fn.Unknown({"get_attr": [name, attr, *path]})
+
+
+class Evaluation:
+    """One resolution pass: a template, and the resolver for runtime values."""
+
+    __slots__ = ("t", "resolver")
+
+    def __init__(self, t: StackTemplate, resolver: Any):
+        self.t, self.resolver = t, resolver
+
+    def eval(self, x: Any) -> Any:
+        if isinstance(x, fn.Function):
+            return x.value(self)
+        if isinstance(x, Mapping):
+            out = {}
+            for k, v in x.items():
+                r = self.eval(v)
+                if r is not fn.REMOVED:
+                    out[k] = r
+            return out
+        if isinstance(x, list):
+            return [r for r in (self.eval(v) for v in x) if r is not fn.REMOVED]
+        return x
+
+    partial = eval
+
+    def param(self, name: str, path: tuple) -> Any:
+        if name not in self.t._values:
+            raise FnError(f"The Parameter ({name}) was not provided.", path)
+        return self.t._values[name]
+
+    def _check(self, name: Any, path: tuple) -> None:
+        if not isinstance(name, str) or name not in self.t.resources:
+            raise FnError(f'The specified reference "{name}" (in {dotted(path[:3])}) is incorrect.', path)
+
+    def get_resource(self, name: Any, path: tuple) -> Any:
+        self._check(name, path)
+        return self.resolver.get_resource(name)
+
+    def get_attr(self, name: Any, attr: Any, sub: list, path: tuple) -> Any:
+        self._check(name, path)
+        return self.resolver.get_attr(name, attr, sub)
+
+    def condition(self, v: Any, path: tuple) -> bool:
+        return self.t._as_condition(v, path)
+
+    def facade(self, attr: str) -> Any:
+        return self.t.facade.get(attr)
+
+
+# ------------------------------------------------------------------------------- load
+
+def load(bundle: Bundle, parameters: Mapping | None = None, *, stack_name: str = "stack",
+         stack_id: str = "", project_id: str = "", partial: bool = False) -> StackTemplate:
+    """Validate the bundle's template and environments; the top StackTemplate or TemplateError.
+
+    `partial=True` (validate / preview) lets parameters without a value stay unknown
+    instead of being an error.
+    """
+    doc = bundle.parsed(bundle.template)
+    problems: list[str] = []
+    envs: list[tuple[str, dict]] = []
+    for key in bundle.environments:
+        try:
+            raw = bundle.parsed(key)
+        except TemplateError as exc:
+            problems.extend(exc.problems)
+            continue
+        try:
+            envs.append((key, check_env(raw, lambda name, path, key=key: ref_key(key, name))))
+        except FnError as e:
+            problems.append(problem(show(key), line_of(raw, e.path), dotted(e.path), e.message))
+    if problems:
+        raise TemplateError(problems)
+    env, merge_problems = merge(envs, _all_param_types(bundle))
+    for key, path, message in merge_problems:
+        problems.append(problem(show(key), line_of(bundle.parsed(key), path), dotted(path), message))
+    if problems:
+        raise TemplateError(problems)
+    given = dict(env.parameters)
+    given.update(parameters or {})
+    env_where = _env_param_where(bundle, parameters or {})
+    t = StackTemplate(bundle, bundle.template, doc, env, given, stack_name=stack_name,
+                      stack_id=stack_id, project_id=project_id, partial=partial, given_where=env_where)
+    t.raise_problems()
+    return t
+
+
+def _env_param_where(bundle: Bundle, explicit: Mapping) -> Any:
+    """Problems with a given parameter point at the environment line that gave it."""
+
+    def where(name: str, message: str) -> str:
+        if name in explicit:
+            return problem("--parameter", 0, name, message)
+        for key in reversed(bundle.environments):
+            doc = bundle.parsed(key)
+            if isinstance(doc, Mapping) and isinstance(doc.get("parameters"), Mapping) and name in doc["parameters"]:
+                return problem(show(key), line_of(doc, ("parameters", name)), f"parameters.{name}", message)
+        tdoc = bundle.parsed(bundle.template)
+        return problem(show(bundle.template), line_of(tdoc, ("parameters", name)), f"parameters.{name}", message)
+
+    return where
+
+
+def _all_param_types(bundle: Bundle) -> dict[str, str]:
+    """Every parameter of every template in the bundle -> its type (for merge strategies)."""
+    out: dict[str, str] = {}
+    for key in bundle.files:
+        if key in bundle.environments:
+            continue
+        try:
+            doc = bundle.parsed(key)
+        except TemplateError:
+            continue
+        if isinstance(doc, Mapping) and "heat_template_version" in doc and isinstance(doc.get("parameters"), Mapping):
+            for name, schema in doc["parameters"].items():
+                if isinstance(schema, Mapping) and isinstance(schema.get("type"), str):
+                    out.setdefault(name, schema["type"])
+    return out
