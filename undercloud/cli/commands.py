@@ -10,6 +10,7 @@ import click
 MODULES = [
     ("undercloud.cli.service", "service"),
     ("undercloud.cli.service", "serve"),
+    ("undercloud.cli.template", "template"),
 ]
 
 

@@ -1,0 +1,85 @@
+"""Preview: every resource of a stack tree, its type and properties resolved as far as they
+can be without creating anything (runtime values stay as the snippet that computes them)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from undercloud.orchestration.template.bundle import show
+from undercloud.orchestration.template.functions import Unknown, render
+from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate
+
+GROUP = "OS::Heat::ResourceGroup"
+
+
+def preview(tmpl: StackTemplate, prefix: str = "") -> list[dict]:
+    """Rows {name, type, properties[, template]} for the tree, nested ones with dotted names."""
+    rows: list[dict] = []
+    resolver = PlaceholderResolver()
+    for name, rd in tmpl.resources.items():
+        props = tmpl.resolve(rd.properties, resolver) or {}
+        row = {"name": prefix + name, "type": rd.type, "properties": render(props)}
+        if rd.template_file:
+            row["template"] = show(rd.template_file)
+        rows.append(row)
+        if rd.template_file:
+            child = tmpl.nested(name, props if isinstance(props, dict) else {})
+            rows += preview(child, f"{prefix}{name}.")
+        elif rd.type == GROUP and isinstance(props, Mapping):
+            group = _group_child(tmpl, name, props)
+            if group is not None:
+                rows += preview(group, f"{prefix}{name}.")
+    return rows
+
+
+def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
+    """The members of a ResourceGroup when their count is known (as the engine builds them)."""
+    count, rdef = props.get("count", 1), props.get("resource_def")
+    if isinstance(count, Unknown) or not isinstance(rdef, Mapping) or not isinstance(rdef.get("type"), str):
+        return None
+    try:
+        count = int(count)
+    except (TypeError, ValueError):
+        return None
+    var = props.get("index_var") or "%index%"
+    removed = set()
+    for policy in props.get("removal_policies") or []:
+        if isinstance(policy, Mapping):
+            removed.update(str(x) for x in policy.get("resource_list") or [])
+    names: list[str] = []
+    i = 0
+    while len(names) < count and i < count + len(removed) + 1:
+        if str(i) not in removed:
+            names.append(str(i))
+        i += 1
+    resources = {}
+    for n in names:
+        res: dict[str, Any] = {"type": rdef["type"]}
+        for key in ("properties", "metadata"):
+            if rdef.get(key) is not None:
+                res[key] = _replace(_opaque(rdef[key]), var, n)
+        resources[n] = res
+    return tmpl.child_from_dict({"heat_template_version": "2015-04-30", "resources": resources}, {}, name)
+
+
+def _replace(value: Any, var: str, index: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(var, index)
+    if isinstance(value, Mapping):
+        return {k: _replace(v, var, index) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace(v, var, index) for v in value]
+    return value
+
+
+def _opaque(value: Any) -> Any:
+    """Unknowns as text, so a member template does not read them as functions again."""
+    if isinstance(value, Unknown):
+        return "<" + json.dumps(render(value), sort_keys=True) + ">"
+    if isinstance(value, Mapping):
+        return {k: _opaque(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_opaque(v) for v in value]
+    return value
