@@ -18,12 +18,15 @@ log = logging.getLogger("undercloud.api")
 
 # Modules with a `router` (fastapi.APIRouter); admin routers need the admin token.
 ROUTERS: list[str] = [
+    "undercloud.api.nodes",
     "undercloud.api.agent",
     "undercloud.api.agent_admin",
 ]
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
-STARTUP: list[str] = []
+STARTUP: list[str] = [
+    "undercloud.provisioning.periodic:startup",
+]
 
 STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503}
 

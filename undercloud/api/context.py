@@ -35,6 +35,18 @@ class Context:
         return ServerMetadata(self.store, lambda: os.environ.get("UNDERCLOUD_AGENT_URL")
                               or f"http://127.0.0.1:{api_port(self.home)}")
 
+    @cached_property
+    def stacks(self):
+        """The stack engine; resource plugins reach the other services through this Context."""
+        from undercloud.orchestration.engine import StackService
+
+        return StackService(self.store, services=self)
+
+    @property
+    def api_url(self) -> str:
+        """Where nodes reach this service (wait condition handles, agents)."""
+        return os.environ.get("UNDERCLOUD_AGENT_URL") or f"http://127.0.0.1:{api_port(self.home)}"
+
 
 def admin_token(home: Home) -> str:
     """The token the CLI presents; created once, readable by the owner only."""

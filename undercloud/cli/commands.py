@@ -10,6 +10,8 @@ import click
 MODULES = [
     ("undercloud.cli.service", "service"),
     ("undercloud.cli.service", "serve"),
+    ("undercloud.cli.node", "node"),
+    ("undercloud.cli.lab", "lab"),
     ("undercloud.cli.template", "template"),
 ]
 

@@ -1,0 +1,81 @@
+"""Stacks: create, update (dry run), delete, cancel; resources, events, outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from undercloud.api.app import get_context
+from undercloud.api.context import Context
+
+router = APIRouter(prefix="/v1/stacks")
+
+
+class StackBody(BaseModel):
+    name: str | None = None
+    bundle: dict[str, Any]
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    rollback: bool = False
+    timeout: float | None = None  # seconds
+    dry_run: bool = False
+
+
+@router.get("")
+def list_stacks(ctx: Context = Depends(get_context)):
+    return ctx.stacks.list()
+
+
+@router.post("", status_code=201)
+def create_stack(body: StackBody, ctx: Context = Depends(get_context)):
+    return ctx.stacks.create(body.name or "", body.bundle, body.parameters, rollback=body.rollback,
+                             timeout=body.timeout)
+
+
+@router.get("/{stack}")
+def show_stack(stack: str, ctx: Context = Depends(get_context)):
+    return ctx.stacks.show(stack)
+
+
+@router.patch("/{stack}")
+def update_stack(stack: str, body: StackBody, ctx: Context = Depends(get_context)):
+    return ctx.stacks.update(stack, body.bundle, body.parameters, rollback=body.rollback,
+                             timeout=body.timeout, dry_run=body.dry_run)
+
+
+@router.delete("/{stack}")
+def delete_stack(stack: str, ctx: Context = Depends(get_context)):
+    return ctx.stacks.delete(stack)
+
+
+@router.post("/{stack}/cancel")
+def cancel_stack(stack: str, ctx: Context = Depends(get_context)):
+    return ctx.stacks.cancel(stack)
+
+
+@router.get("/{stack}/resources")
+def list_resources(stack: str, nested_depth: int = 0, ctx: Context = Depends(get_context)):
+    return ctx.stacks.resources(stack, nested_depth)
+
+
+@router.get("/{stack}/resources/{path}")
+def show_resource(stack: str, path: str, ctx: Context = Depends(get_context)):
+    return ctx.stacks.resource(stack, path)
+
+
+@router.get("/{stack}/events")
+def list_events(stack: str, after: int = 0, limit: int = 1000, nested_depth: int | None = None,
+                ctx: Context = Depends(get_context)):
+    return ctx.stacks.events(stack, after, limit, nested_depth)
+
+
+@router.get("/{stack}/outputs")
+def list_outputs(stack: str, ctx: Context = Depends(get_context)):
+    return ctx.stacks.outputs(stack)
+
+
+def startup(ctx: Context):
+    """Resume the stack operations a stopped or killed service left IN_PROGRESS."""
+    ctx.stacks.resume_all()
+    return ctx.stacks.stop

@@ -1,0 +1,313 @@
+"""`undercloud stack ...`: stacks as `openstack stack ...` knows them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import click
+
+from undercloud.cli.client import Client
+from undercloud.cli.output import emit, format_option, formatted, note
+from undercloud.errors import InvalidInput, NotFound, UndercloudError
+
+LIST_COLUMNS = ["id", "stack_name", "stack_status", "creation_time", "updated_time"]
+RES_COLUMNS = ["resource_name", "physical_resource_id", "resource_type", "resource_status", "updated_time"]
+EVENT_COLUMNS = ["event_time", "resource_name", "resource_status", "resource_status_reason"]
+
+
+class StackFailed(UndercloudError):
+    pass
+
+
+def parse_parameters(values: tuple[str, ...]) -> dict:
+    params: dict[str, str] = {}
+    for v in values:
+        k, sep, val = v.partition("=")
+        if not sep or not k.strip():
+            raise InvalidInput(f"expected KEY=VALUE, got {v!r}", "--parameter")
+        params[k.strip()] = val
+    return params
+
+
+def gather(template: str, environments: tuple[str, ...]) -> dict:
+    """Read the template, environments and every file they name into a Bundle (as JSON)."""
+    from undercloud.orchestration.template import Bundle
+
+    return Bundle.from_paths(template, env_paths=list(environments)).to_json()
+
+
+def template_options(f: Callable) -> Callable:
+    for opt in reversed([
+        click.option("-t", "--template", required=True, type=click.Path(dir_okay=False),
+                     help="The HOT template file."),
+        click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
+                     help="An environment file; repeat to merge several, in order."),
+        click.option("--parameter", "parameters", multiple=True, metavar="KEY=VALUE",
+                     help="A parameter value; repeatable."),
+        click.option("--rollback", is_flag=True,
+                     help="On failure, roll back (a create deletes what it made; an update converges "
+                          "back to the previous template). Off by default, as in Heat."),
+        click.option("--timeout", type=float, metavar="MINUTES",
+                     help="Fail resources still in progress after this long (default 60)."),
+        click.option("--wait", is_flag=True, help="Wait for the end, showing progress on stderr; exit 1 on failure."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
+    """Poll the stack, showing progress on stderr; raise with the reason when it fails."""
+    tty = sys.stderr.isatty()
+    last = ""
+    while True:
+        try:
+            s = client.get(f"/v1/stacks/{name}")
+        except NotFound:
+            if deleting:
+                if tty and last:
+                    click.echo("", err=True)
+                return None
+            raise
+        p = s.get("progress") or {}
+        busy = ", ".join(p.get("in_progress") or [])
+        more = p.get("in_progress_count", 0) - len(p.get("in_progress") or [])
+        line = (f"{s['stack_status']}: {p.get('complete', 0)}/{p.get('total', 0)} resources complete"
+                + (f", in progress: {busy}" if busy else "") + (f" (+{more})" if more > 0 else ""))
+        if line != last:
+            if tty:
+                click.echo("\r\033[K" + line[:200], err=True, nl=False)
+            else:
+                click.echo(line, err=True)
+            last = line
+        if not s["stack_status"].endswith("_IN_PROGRESS"):
+            if tty:
+                click.echo("", err=True)
+            if s["stack_status"].endswith("_FAILED"):
+                raise StackFailed(f"stack {s['stack_name']} {s['stack_status']}: {s['stack_status_reason']}")
+            return s
+        time.sleep(0.5)
+
+
+@click.group()
+def stack() -> None:
+    """Create, update and delete stacks of resources from HOT templates.
+
+    The verbs are those of `openstack stack`. Operations run in the undercloud service;
+    `--wait` follows one to its end (progress on stderr) and exits non-zero with the
+    reason when it fails. `stack event list --follow` streams what happens.
+
+    \b
+    Example:
+      undercloud stack create demo -t demo.yaml --parameter count=3 --wait
+      undercloud stack output show demo --all
+      undercloud stack update demo -t demo.yaml --parameter count=5 --dry-run
+      undercloud stack delete demo --wait
+    """
+
+
+@stack.command()
+@click.argument("name")
+@template_options
+@formatted()
+def create(name, template, environments, parameters, rollback, timeout, wait):
+    """Create stack NAME from a template (validated before anything is written)."""
+    bundle = gather(template, environments)
+    client = Client()
+    body = {"name": name, "bundle": bundle, "parameters": parse_parameters(parameters), "rollback": rollback,
+            "timeout": timeout * 60 if timeout else None}
+    s = client.post("/v1/stacks", json=body)
+    return wait_for(client, s["id"]) if wait else s
+
+
+@stack.command()
+@click.argument("name")
+@template_options
+@click.option("--dry-run", is_flag=True,
+              help="Show what would be created, updated, replaced and deleted; change nothing.")
+@formatted()
+def update(name, template, environments, parameters, rollback, timeout, wait, dry_run):
+    """Update stack NAME to a new template and parameters.
+
+    Resources whose properties are unchanged are not touched; changed properties that
+    allow it are updated in place, other changes replace the resource (the new one is
+    made before the old one goes, unless its type says otherwise). Resources the new
+    template no longer has are deleted at the end. Parameters are not carried over from
+    the previous update: give them all again.
+    """
+    bundle = gather(template, environments)
+    client = Client()
+    body = {"bundle": bundle, "parameters": parse_parameters(parameters), "rollback": rollback,
+            "timeout": timeout * 60 if timeout else None, "dry_run": dry_run}
+    s = client.patch(f"/v1/stacks/{name}", json=body)
+    if dry_run:
+        return s
+    return wait_for(client, s["id"]) if wait else s
+
+
+@stack.command()
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait until it is gone, showing progress on stderr.")
+def delete(name, wait):
+    """Delete stack NAME: its resources in reverse dependency order, then the stack.
+
+    Resources with `deletion_policy: Retain` are left in place and forgotten.
+    """
+    client = Client()
+    s = client.delete(f"/v1/stacks/{name}")
+    if wait:
+        wait_for(client, s["id"], deleting=True)
+        note(f"stack {name} deleted")
+    else:
+        note(f"stack {name}: delete started")
+
+
+@stack.command()
+@click.argument("name")
+@click.option("--wait", is_flag=True, help="Wait for the stack to settle (FAILED, or ROLLBACK_*).")
+@formatted()
+def cancel(name, wait):
+    """Cancel the create or update in progress on stack NAME.
+
+    Resources in progress end FAILED, nothing new starts; with --rollback given to the
+    operation, the stack then rolls back.
+    """
+    client = Client()
+    s = client.post(f"/v1/stacks/{name}/cancel")
+    if wait:
+        try:
+            return wait_for(client, s["id"])
+        except StackFailed as exc:
+            note(str(exc))
+            return client.get(f"/v1/stacks/{s['id']}")
+    return s
+
+
+@stack.command("list")
+@formatted(LIST_COLUMNS)
+def list_():
+    """List stacks."""
+    return Client().get("/v1/stacks")
+
+
+@stack.command()
+@click.argument("name")
+@formatted()
+def show(name):
+    """Show stack NAME: status, reason, parameters (hidden ones masked), outputs, progress."""
+    return Client().get(f"/v1/stacks/{name}")
+
+
+@stack.group()
+def resource() -> None:
+    """The resources of a stack."""
+
+
+@resource.command("list")
+@click.argument("name")
+@click.option("-n", "--nested-depth", type=int, default=0, show_default=True,
+              help="Also list resources of nested stacks down to this depth.")
+@formatted(RES_COLUMNS)
+def resource_list(name, nested_depth):
+    """List the resources of stack NAME (nested ones with dotted names)."""
+    rows = Client().get(f"/v1/stacks/{name}/resources", params={"nested_depth": nested_depth})
+    if nested_depth:
+        for r in rows:
+            r["resource_name"] = r["path"]
+    return rows
+
+
+@resource.command("show")
+@click.argument("name")
+@click.argument("resource")
+@formatted()
+def resource_show(name, resource):
+    """Show one resource of stack NAME (RESOURCE may be a dotted nested path)."""
+    return Client().get(f"/v1/stacks/{name}/resources/{resource}")
+
+
+@stack.group()
+def event() -> None:
+    """The events of a stack: one per status change of the stack or a resource."""
+
+
+@event.command("list")
+@click.argument("name")
+@click.option("--follow", is_flag=True, help="Keep printing new events until the operation ends.")
+@click.option("-n", "--nested-depth", type=int, default=None, help="Only events down to this nesting depth.")
+@format_option
+def event_list(name, follow, nested_depth, fmt):
+    """List the events of stack NAME, oldest first."""
+    client = Client()
+    params = {} if nested_depth is None else {"nested_depth": nested_depth}
+    if not follow:
+        events = []
+        after = 0
+        while True:
+            page = client.get(f"/v1/stacks/{name}/events", params={**params, "after": after, "limit": 5000})
+            events += page
+            if len(page) < 5000:
+                break
+            after = page[-1]["id"]
+        emit(events, fmt, EVENT_COLUMNS)
+        return
+    after = 0
+    while True:
+        s = client.get(f"/v1/stacks/{name}")
+        page = client.get(f"/v1/stacks/{name}/events", params={**params, "after": after, "limit": 5000})
+        for e in page:
+            if fmt == "json":
+                click.echo(json.dumps(e, sort_keys=True))
+            else:
+                click.echo(f"{e['event_time']} [{e['resource_name']}]: {e['resource_status']}  "
+                           f"{e['resource_status_reason']}")
+            after = e["id"]
+        if not page and not s["stack_status"].endswith("_IN_PROGRESS"):
+            return
+        if not page:
+            time.sleep(0.5)
+
+
+@stack.group()
+def output() -> None:
+    """The outputs of a stack."""
+
+
+@output.command("show")
+@click.argument("name")
+@click.argument("output_name", required=False)
+@click.option("--all", "all_", is_flag=True, help="Show every output.")
+@formatted()
+def output_show(name, output_name, all_):
+    """Show output OUTPUT_NAME of stack NAME, or every output with --all."""
+    if not output_name and not all_:
+        raise InvalidInput("give an OUTPUT name or --all")
+    outputs = Client().get(f"/v1/stacks/{name}/outputs")
+    if all_:
+        return outputs
+    for o in outputs:
+        if o["output_key"] == output_name:
+            return o
+    raise NotFound(f"stack {name} has no output {output_name!r}")
+
+
+@output.command("list")
+@click.argument("name")
+@formatted(["output_key", "description"])
+def output_list(name):
+    """List the outputs of stack NAME."""
+    return Client().get(f"/v1/stacks/{name}/outputs")
+
+
+def _attach_preview() -> None:
+    # `stack preview` belongs to the template language (cli/stack_preview.py).
+    try:
+        from undercloud.cli.stack_preview import preview
+    except ImportError:
+        return
+    stack.add_command(preview, "preview")
+
+
+_attach_preview()
