@@ -49,8 +49,10 @@ def _text(b: bytes | None) -> str:
     return (b or b"").decode("utf-8", "replace")
 
 
-def run(deployment: dict, hooks_dir: Path | None, timeout: float, env: dict | None = None) -> dict:
-    """Run the deployment's hook; always returns a response (never raises for hook faults)."""
+def run(deployment: dict, hooks_dir: Path | None, timeout: float, env: dict | None = None,
+        started=lambda pid: None) -> dict:
+    """Run the deployment's hook; always returns a response (never raises for hook faults).
+    `started(pid)` is told the hook's process (group) id, for the journal."""
     group = deployment.get("group") or "Heat::Ungrouped"
     cmd = command_for(group, hooks_dir)
     if cmd is None:
@@ -62,6 +64,7 @@ def run(deployment: dict, hooks_dir: Path | None, timeout: float, env: dict | No
                                 env=env, start_new_session=True)
     except OSError as exc:
         return failure(MISSING_HOOK, f"cannot start hook {cmd[0]}: {exc.strerror}")
+    started(proc.pid)
     try:
         out, err = proc.communicate(json.dumps(deployment).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:

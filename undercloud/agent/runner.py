@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -45,6 +46,26 @@ def _write_json(path: Path, data) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def kill_orphan(entry: dict) -> None:
+    """A hook left running by a killed agent (same boot) is stopped before the re-run."""
+    pid = entry.get("pid")
+    if not pid or entry.get("boot") != boot_id():
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if os.getpgid(pid) == pid and entry.get("marker", "").encode() in cmdline:
+            os.killpg(pid, signal.SIGKILL)
+    except (OSError, ProcessLookupError):
+        pass
 
 
 def _read_json(path: Path, default=None):
@@ -139,6 +160,7 @@ class Agent:
             if state != "signalling":
                 if state == "running":
                     self.log(f"deployment {d.get('name')}: resuming after an interrupted run")
+                    kill_orphan(entry)
                 result = self.run_one(d, apply_error)
                 entry = {"state": "signalling", "name": d.get("name"), "result": result}
                 _write_json(self._entry(did), entry)
@@ -160,7 +182,13 @@ class Agent:
         timeout = float(options.get("timeout") or self.s.hook_timeout)
         self.log(f"deployment {name}: running hook {group!r} (timeout {timeout:g} s)")
         t0 = time.monotonic()
-        result = hooks.run(d, self.s.hooks_dir, timeout, env=self.hook_env())
+        cmd = hooks.command_for(group, self.s.hooks_dir)
+        marker = cmd[-1] if cmd else ""
+
+        def started(pid: int) -> None:
+            _write_json(self._entry(str(d["id"])), {"state": "running", "name": name, "started": time.time(),
+                                                    "pid": pid, "boot": boot_id(), "marker": marker})
+        result = hooks.run(d, self.s.hooks_dir, timeout, env=self.hook_env(), started=started)
         self.log(f"deployment {name}: status {result.get('deploy_status_code')} "
                  f"in {time.monotonic() - t0:.1f} s"
                  + (f": {result['deploy_failure_reason']}" if result.get("deploy_failure_reason") else ""))

@@ -47,6 +47,18 @@ class Context:
         """Where nodes reach this service (wait condition handles, agents)."""
         return os.environ.get("UNDERCLOUD_AGENT_URL") or f"http://127.0.0.1:{api_port(self.home)}"
 
+    @cached_property
+    def nodes(self):
+        from undercloud.provisioning.nodes import NodeService
+
+        return NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
+
+    @cached_property
+    def scheduler(self):
+        from undercloud.provisioning.scheduler import Scheduler
+
+        return Scheduler(self.store)
+
 
 def admin_token(home: Home) -> str:
     """The token the CLI presents; created once, readable by the owner only."""

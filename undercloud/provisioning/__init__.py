@@ -1,0 +1,1 @@
+"""Provisioning (Ironic + Nova's part): nodes, their drivers, the state machine, the scheduler."""

@@ -1,0 +1,100 @@
+"""Drivers: one small plugin per BMC protocol (power, boot device, validate, inventory).
+
+A driver module holds one class deriving from `Driver` and a `from_instackenv` that turns
+an instackenv.json entry's `pm_*` fields into the driver_info it needs. Adding a protocol
+is adding a module here and a line in DRIVERS.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from undercloud.errors import InvalidInput, UndercloudError
+
+# name -> module; instackenv `pm_type` aliases map onto these names.
+DRIVERS = {
+    "redfish": "undercloud.provisioning.drivers.redfish",
+    "ipmi": "undercloud.provisioning.drivers.ipmi",
+    "fake": "undercloud.provisioning.drivers.fake",
+}
+ALIASES = {"pxe_ipmitool": "ipmi", "ipmitool": "ipmi", "fake-hardware": "fake", "idrac-redfish": "redfish"}
+
+POWER_STATES = ("on", "off")
+POWER_ACTIONS = ("on", "off", "reboot")
+BOOT_DEVICES = ("pxe", "disk", "cd")
+MASK = "******"
+
+
+class DriverError(UndercloudError):
+    """The BMC refused or failed an operation; the message names the BMC, never secrets."""
+
+
+class Driver:
+    """One node's BMC. Instances are short-lived: made for an operation, then dropped."""
+
+    name = "base"
+
+    def __init__(self, info: dict[str, Any]):
+        self.info = info
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} BMC {self.info.get('address')}"
+
+    def validate(self) -> None:
+        """Log in to the BMC and read the system: proves address and credentials."""
+        self.get_power()
+
+    def get_power(self) -> str:
+        raise NotImplementedError
+
+    def set_power(self, action: str) -> None:
+        """`on`, `off` (hard) or `reboot` (on when off)."""
+        raise NotImplementedError
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        raise NotImplementedError
+
+    def inventory(self) -> dict | None:
+        """What the BMC knows of the hardware (cpus, memory_mb, cpu_arch, local_gb, macs),
+        or None when this protocol cannot tell."""
+        return None
+
+    def insert_media(self, url: str) -> None:
+        raise DriverError(f"{self.name} does not support virtual media")
+
+    def eject_media(self) -> None:
+        raise DriverError(f"{self.name} does not support virtual media")
+
+
+def canonical(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def module(name: str):
+    name = canonical(name)
+    if name not in DRIVERS:
+        raise InvalidInput(f"unknown driver {name!r} (known: {', '.join(DRIVERS)})")
+    return importlib.import_module(DRIVERS[name])
+
+
+def get(name: str, info: dict[str, Any]) -> Driver:
+    return module(name).DRIVER(info)
+
+
+def mask(info: dict[str, Any]) -> dict[str, Any]:
+    """driver_info as it may be shown: every password-like value replaced."""
+    return {k: (MASK if _secret(k) and v else v) for k, v in info.items()}
+
+
+def scrub(text: str, info: dict[str, Any]) -> str:
+    """`text` with any secret from `info` replaced (BMC errors may echo what they got)."""
+    for k, v in info.items():
+        if _secret(k) and isinstance(v, str) and v:
+            text = text.replace(v, MASK)
+    return text
+
+
+def _secret(key: str) -> bool:
+    return "password" in key or "secret" in key or "token" in key

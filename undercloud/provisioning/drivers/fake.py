@@ -1,0 +1,86 @@
+"""`fake`: no machine behind it. For unit tests and scale benchmarks, never as proof.
+
+driver_info: `address` (any unique string), optional `delay` (seconds for every BMC
+call, or a dict per operation: validate, power, boot, inventory), `fail` (operations
+that raise, e.g. ["validate"] behaves like a wrong password) and `inventory`.
+The "machines" live in this process's memory, keyed by address.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from undercloud.provisioning.drivers import Driver, DriverError
+
+_machines: dict[str, dict[str, Any]] = {}
+_lock = threading.Lock()
+
+DEFAULT_INVENTORY = {"cpus": 2, "memory_mb": 4096, "local_gb": 40, "cpu_arch": "x86_64", "macs": []}
+
+
+class FakeDriver(Driver):
+    name = "fake"
+
+    def _machine(self) -> dict[str, Any]:
+        with _lock:
+            return _machines.setdefault(self.info["address"], {"power": "off", "boot": "disk", "media": None})
+
+    def _step(self, op: str) -> None:
+        delay = self.info.get("delay", 0)
+        delay = delay.get(op, 0) if isinstance(delay, dict) else delay
+        if delay:
+            time.sleep(float(delay))
+        if op in self.info.get("fail", ()):
+            if op == "validate":
+                raise DriverError(f"{self.where} refused the credentials of user {self.info.get('username')!r}")
+            raise DriverError(f"{self.where}: {op} failed (fake)")
+
+    def validate(self) -> None:
+        self._step("validate")
+
+    def get_power(self) -> str:
+        self._step("power")
+        return self._machine()["power"]
+
+    def set_power(self, action: str) -> None:
+        self._step("power")
+        self._machine()["power"] = "off" if action == "off" else "on"
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        self._step("boot")
+        self._machine()["boot"] = device
+
+    def inventory(self) -> dict | None:
+        self._step("inventory")
+        return {**DEFAULT_INVENTORY, **self.info.get("inventory", {})}
+
+    def insert_media(self, url: str) -> None:
+        self._machine()["media"] = url
+
+    def eject_media(self) -> None:
+        self._machine()["media"] = None
+
+
+DRIVER = FakeDriver
+
+
+def from_instackenv(entry: dict) -> dict:
+    info = {"address": str(entry.get("pm_addr") or entry.get("name") or ""), "username": entry.get("pm_user"),
+            "password": entry.get("pm_password")}
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def bmc_key(info: dict) -> str:
+    return f"fake|{info.get('address')}"
+
+
+def required() -> tuple[str, ...]:
+    return ("pm_addr",)
+
+
+def machine_state(address: str) -> dict[str, Any]:
+    """The fake machine behind `address` (tests use it to cause power drift)."""
+    with _lock:
+        return _machines.setdefault(address, {"power": "off", "boot": "disk", "media": None})

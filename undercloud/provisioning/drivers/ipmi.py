@@ -1,0 +1,81 @@
+"""`ipmi`: an IPMI BMC through pyghmi: power and boot device (no inventory over IPMI).
+
+driver_info: `address`, `port` (default 623), `username`, `password`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from undercloud.provisioning.drivers import Driver, DriverError
+
+BOOT = {"pxe": "network", "disk": "hd", "cd": "cdrom"}
+BOOT_BACK = {v: k for k, v in BOOT.items()}
+POWER_WAIT = 30  # seconds pyghmi waits for the BMC to report the new power state
+
+
+def _command():
+    try:
+        from pyghmi import exceptions
+        from pyghmi.ipmi import command
+    except ImportError:
+        raise DriverError("the ipmi driver needs pyghmi: pip install 'undercloud[lab]'") from None
+    return command, exceptions
+
+
+class IpmiDriver(Driver):
+    name = "ipmi"
+
+    def __init__(self, info: dict[str, Any]):
+        super().__init__(info)
+        self._cmd = None
+
+    @property
+    def where(self) -> str:
+        return f"ipmi BMC {self.info.get('address')}:{self.info.get('port', 623)}"
+
+    def _call(self, what: str, fn):
+        command, exceptions = _command()
+        try:
+            if self._cmd is None:
+                self._cmd = command.Command(bmc=self.info["address"], userid=self.info.get("username"),
+                                            password=self.info.get("password"),
+                                            port=int(self.info.get("port", 623)), keepalive=False)
+            return fn(self._cmd)
+        except exceptions.IpmiException as exc:
+            msg = str(exc)
+            if "password" in msg.lower() or "unauthorized" in msg.lower() or "user" in msg.lower():
+                raise DriverError(f"{self.where} refused the credentials of user "
+                                  f"{self.info.get('username')!r} ({msg})") from None
+            raise DriverError(f"{self.where}: {what}: {msg}") from None
+
+    def get_power(self) -> str:
+        return self._call("read power", lambda c: c.get_power()["powerstate"])
+
+    def set_power(self, action: str) -> None:
+        state = {"on": "on", "off": "off", "reboot": "boot"}[action]
+        self._call(f"power {action}", lambda c: c.set_power(state, wait=POWER_WAIT))
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        self._call(f"set boot device {device}", lambda c: c.set_bootdev(BOOT[device], persist=persistent))
+
+    def boot_device(self) -> tuple[str, bool]:
+        got = self._call("read the boot device", lambda c: c.get_bootdev())
+        return BOOT_BACK.get(got.get("bootdev"), got.get("bootdev")), bool(got.get("persistent"))
+
+
+DRIVER = IpmiDriver
+
+
+def from_instackenv(entry: dict) -> dict:
+    info = {"address": str(entry["pm_addr"]), "port": int(entry.get("pm_port") or 623),
+            "username": entry.get("pm_user"), "password": entry.get("pm_password")}
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def bmc_key(info: dict) -> str:
+    return f"ipmi|{info.get('address')}|{info.get('port', 623)}"
+
+
+def required() -> tuple[str, ...]:
+    return ("pm_addr", "pm_user", "pm_password")

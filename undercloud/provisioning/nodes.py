@@ -1,0 +1,536 @@
+"""The nodes service: inventory, lifecycle (from states.TRANSITIONS), power, sync.
+
+Every provision-state change is one conditional UPDATE (`... WHERE provision_state =
+<expected>`), so two requests, a worker and the timeout checker can never both move a
+node: the loser sees it moved and stops. Work that talks to a BMC runs on a small thread
+pool; the API returns at once with the node in its busy state (`verifying`, ...), and
+`--wait` follows it.
+
+Steps are pluggable so later layers can fill them in without touching this file:
+- inspect steps (`inspect_steps`): BMC inventory today; the ramdisk agent later returns WAIT
+  and calls `callback(...)` with what it found;
+- clean steps (`clean_steps`): power off today; disk wiping by the agent later;
+- `deploy_hook` / `undeploy_hook`: the servers layer puts an image on the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, select, update
+
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.provisioning import drivers, instackenv, states
+from undercloud.provisioning.drivers import Driver, DriverError
+from undercloud.store import Store
+from undercloud.store.nodes import Node, NodeEvent, Port
+
+log = logging.getLogger("undercloud.nodes")
+
+WAIT = "wait"  # what a step returns when something outside (an agent) will call back
+
+# A step gets (node: NodeRecord, driver) and returns None (done), WAIT, or for inspect
+# steps an inventory dict. Raising UndercloudError fails the node with that message.
+Step = Callable[["NodeRecord", Driver], Any]
+
+
+@dataclass
+class NodeRecord:
+    """What steps and hooks see of a node (driver_info unmasked: they talk to the BMC)."""
+
+    id: str
+    name: str | None
+    driver: str
+    driver_info: dict
+    properties: dict
+    instance_uuid: str | None
+    instance_info: dict
+    macs: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.id
+
+
+def inspect_bmc_inventory(node: NodeRecord, driver: Driver) -> dict | None:
+    """Inspection through the BMC (Redfish System resource); None where it cannot tell."""
+    return driver.inventory()
+
+
+def clean_power_off(node: NodeRecord, driver: Driver) -> None:
+    """Without a cleaning ramdisk, cleaning leaves the node off, ready to boot."""
+    driver.set_power("off")
+
+
+def deploy_boot_disk(node: NodeRecord, driver: Driver) -> None:
+    """Default deploy until the servers layer installs its hook: boot from disk, power on."""
+    driver.set_boot_device("disk", persistent=True)
+    driver.set_power("on")
+
+
+def undeploy_power_off(node: NodeRecord, driver: Driver) -> None:
+    driver.set_power("off")
+
+
+def view(n: Node, macs: list[str] | None = None) -> dict:
+    """A node as the API shows it: the BMC password masked."""
+    return {
+        "uuid": n.id, "name": n.name, "driver": n.driver, "driver_info": drivers.mask(n.driver_info or {}),
+        "properties": n.properties or {}, "resource_class": n.resource_class,
+        "provision_state": n.provision_state, "target_state": n.target_state,
+        "power_state": n.power_state, "last_error": n.last_error,
+        "maintenance": bool(n.maintenance), "maintenance_reason": n.maintenance_reason,
+        "instance_uuid": n.instance_uuid, "instance_info": n.instance_info or {},
+        "ports": macs if macs is not None else [], "allowed_verbs": states.allowed_verbs(n.provision_state),
+        "created_at": n.created_at, "updated_at": n.updated_at,
+        "provision_updated_at": n.provision_updated_at,
+    }
+
+
+class NodeService:
+    def __init__(self, store: Store, workers: int = 8, timeouts: dict[str, float] | None = None,
+                 enforce_power: bool = False, sync_workers: int = 16):
+        self.store = store
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="node-work")
+        self.sync_pool = ThreadPoolExecutor(sync_workers, thread_name_prefix="power-sync")
+        self.timeouts = {**states.TIMEOUTS, **(timeouts or {})}
+        self.enforce_power = enforce_power
+        self.inspect_steps: list[Step] = [inspect_bmc_inventory]
+        self.clean_steps: list[Step] = [clean_power_off]
+        self.deploy_hook: Step = deploy_boot_disk
+        self.undeploy_hook: Step = undeploy_power_off
+        self._sync_lock = threading.Lock()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.sync_pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ queries
+    def _find(self, s, ident: str) -> Node:
+        node = s.get(Node, ident)
+        if node is None:
+            node = s.scalars(select(Node).where(Node.name == ident)).first()
+        if node is None:
+            raise NotFound(f"no node named or with UUID {ident!r}")
+        return node
+
+    def _macs(self, s, node_ids: list[str] | None = None) -> dict[str, list[str]]:
+        q = select(Port.node_id, Port.address).order_by(Port.address)
+        if node_ids is not None:
+            q = q.where(Port.node_id.in_(node_ids))
+        out: dict[str, list[str]] = {}
+        for node_id, mac in s.execute(q):
+            out.setdefault(node_id, []).append(mac)
+        return out
+
+    def get(self, ident: str) -> dict:
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            return view(n, self._macs(s, [n.id]).get(n.id, []))
+
+    def list(self, provision_state: str | None = None, maintenance: bool | None = None) -> list[dict]:
+        with self.store.session() as s:
+            q = select(Node).order_by(Node.name, Node.id)
+            if provision_state:
+                q = q.where(Node.provision_state == provision_state)
+            if maintenance is not None:
+                q = q.where(Node.maintenance == maintenance)
+            nodes = s.scalars(q).all()
+            macs = self._macs(s) if nodes else {}
+            return [view(n, macs.get(n.id, [])) for n in nodes]
+
+    def events(self, ident: str, limit: int = 50) -> list[dict]:
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            rows = s.scalars(select(NodeEvent).where(NodeEvent.node_id == n.id)
+                             .order_by(NodeEvent.id.desc()).limit(limit)).all()
+            return [{"at": e.at, "kind": e.kind, "message": e.message} for e in reversed(rows)]
+
+    def record(self, ident: str) -> NodeRecord:
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            return self._record(s, n)
+
+    def _record(self, s, n: Node) -> NodeRecord:
+        return NodeRecord(n.id, n.name, n.driver, dict(n.driver_info or {}), dict(n.properties or {}),
+                          n.instance_uuid, dict(n.instance_info or {}), self._macs(s, [n.id]).get(n.id, []))
+
+    # ---------------------------------------------------------------- inventory
+    def import_nodes(self, text: str, filename: str = "instackenv.json") -> list[dict]:
+        """Enrol every node of an instackenv file, all or nothing."""
+        specs = instackenv.parse(text, filename)
+        with self.store.session() as s:
+            problems = self._conflicts(s, specs)
+            if problems:
+                raise Conflict("\n".join(problems) + f"\n{len(problems)} problem(s); nothing was imported")
+            now = time.time()
+            for spec in specs:
+                s.add(Node(id=spec.uuid, name=spec.name, driver=spec.driver, driver_info=spec.driver_info,
+                           bmc_key=spec.bmc_key, properties=spec.properties, resource_class=spec.resource_class,
+                           provision_state=states.ENROLL, provision_updated_at=now, created_at=now,
+                           updated_at=now, instance_info={}))
+                s.add_all(Port(address=mac, node_id=spec.uuid) for mac in spec.macs)
+                s.add(NodeEvent(node_id=spec.uuid, at=now, kind="state",
+                                message=f"enrolled from {filename} with driver {spec.driver}"))
+            s.flush()
+            return [{"uuid": sp.uuid, "name": sp.name, "driver": sp.driver, "provision_state": states.ENROLL,
+                     "ports": sp.macs} for sp in specs]
+
+    def _conflicts(self, s, specs: list[instackenv.NodeSpec]) -> list[str]:
+        """Duplicates of nodes already enrolled (name, UUID, MAC, BMC)."""
+        names = {sp.name for sp in specs if sp.name}
+        ids = {sp.uuid for sp in specs}
+        macs = {m for sp in specs for m in sp.macs}
+        keys = {sp.bmc_key for sp in specs}
+        have_names = {a: b for a, b in s.execute(select(Node.name, Node.id).where(Node.name.in_(names)))}
+        have_ids = set(s.scalars(select(Node.id).where(Node.id.in_(ids))))
+        have_macs = {a: b or i for a, b, i in s.execute(
+            select(Port.address, Node.name, Node.id).join(Node, Node.id == Port.node_id).where(Port.address.in_(macs)))}
+        have_keys = {a: b or i for a, b, i in s.execute(
+            select(Node.bmc_key, Node.name, Node.id).where(Node.bmc_key.in_(keys)))}
+        problems = []
+        for sp in specs:
+            if sp.name in have_names:
+                problems.append(f"{sp.where}: name: node {sp.name} is already enrolled")
+            if sp.uuid in have_ids:
+                problems.append(f"{sp.where}: uuid: node {sp.uuid} is already enrolled")
+            for mac in sp.macs:
+                if mac in have_macs:
+                    problems.append(f"{sp.where}: ports: MAC {mac} belongs to node {have_macs[mac]}")
+            if sp.bmc_key in have_keys:
+                problems.append(f"{sp.where}: pm_addr: this BMC is already enrolled as node {have_keys[sp.bmc_key]}")
+        return problems
+
+    def delete(self, ident: str) -> None:
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            if n.provision_state not in states.DELETE_ALLOWED or n.instance_uuid:
+                held = f", held by instance {n.instance_uuid}" if n.instance_uuid else ""
+                raise Conflict(f"cannot delete node {n.name or n.id} in state '{n.provision_state}'{held} "
+                               f"(allowed in: {', '.join(sorted(states.DELETE_ALLOWED))})")
+            s.execute(delete(NodeEvent).where(NodeEvent.node_id == n.id))
+            s.execute(delete(Port).where(Port.node_id == n.id))
+            s.delete(n)
+
+    # ---------------------------------------------------------------- lifecycle
+    def _fire(self, node_id: str, event: str, *, expect: str | None = None, error: str | None = None,
+              target: str | None = None, values: dict | None = None, s=None) -> str | None:
+        """Move a node by `event` if it is still in `expect`; returns the new state or None."""
+        def go(s) -> str | None:
+            n = s.get(Node, node_id)
+            if n is None:
+                return None
+            src = expect or n.provision_state
+            if n.provision_state != src:
+                return None
+            dst = states.next_state(src, event, n.name or n.id)
+            now = time.time()
+            vals = {"provision_state": dst, "provision_updated_at": now, "updated_at": now, **(values or {})}
+            if target is not None:
+                vals["target_state"] = target
+            elif states.is_stable(dst):
+                vals["target_state"] = None
+            if error is not None:
+                vals["last_error"] = drivers.scrub(error, n.driver_info or {})
+            elif event in states.VERBS:
+                vals["last_error"] = None
+            res = s.execute(update(Node).where(Node.id == node_id, Node.provision_state == src).values(**vals))
+            if res.rowcount != 1:
+                return None
+            msg = f"{src} -> {dst} ({event})"
+            if error:
+                msg += f": {vals['last_error']}"
+            s.add(NodeEvent(node_id=node_id, at=now, kind="state", message=msg))
+            s.expire_all()
+            return dst
+
+        if s is not None:
+            return go(s)
+        with self.store.session() as s2:
+            return go(s2)
+
+    def act(self, ident: str, verb: str) -> dict:
+        """Apply a user verb; work that needs the BMC continues in the background."""
+        if verb not in states.VERBS:
+            raise InvalidInput(f"unknown verb {verb!r} (verbs: {', '.join(states.VERBS)})")
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            if verb in ("deploy", "rebuild") and not n.instance_uuid:
+                raise Conflict(f"node {n.name or n.id} is not claimed by a server; deploy through the "
+                               f"scheduler (servers) so that one node serves one server")
+            src = n.provision_state
+            target = {"provide": states.AVAILABLE, "clean": states.MANAGEABLE, "undeploy": states.AVAILABLE,
+                      "manage": states.MANAGEABLE, "inspect": states.MANAGEABLE,
+                      "deploy": states.ACTIVE, "rebuild": states.ACTIVE}.get(verb)
+            states.next_state(src, verb, n.name or n.id)  # refuse before touching anything
+            error = "aborted by request" if verb == "abort" else None
+            dst = self._fire(n.id, verb, expect=src, target=target, error=error, s=s)
+            if dst is None:
+                raise Conflict(f"node {n.name or n.id} changed state while {verb} was asked; try again")
+            node_id = n.id
+        work = WORK.get(dst)
+        if work is not None:
+            self.pool.submit(self._run, node_id, dst, work)
+        return self.get(node_id)
+
+    def _run(self, node_id: str, state: str, work: Callable) -> None:
+        """Run the work of busy `state`, then fire done/wait/fail from that state."""
+        try:
+            record = self.record(node_id)
+            driver = drivers.get(record.driver, record.driver_info)
+            outcome = work(self, record, driver)
+        except UndercloudError as exc:
+            self._fire(node_id, "fail", expect=state, error=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug must still end the busy state
+            log.exception("node %s: %s failed", node_id, state)
+            self._fire(node_id, "fail", expect=state, error=f"internal error while {state}: {type(exc).__name__}")
+            return
+        event = WAIT if outcome == WAIT else "done"
+        if event == "done" and state == states.CLEANING:
+            event = self._clean_done_event(node_id)
+        new = self._fire(node_id, event, expect=state)
+        if new is not None and new in WORK:  # deleting -> cleaning: chain the next work
+            self.pool.submit(self._run, node_id, new, WORK[new])
+
+    def _clean_done_event(self, node_id: str) -> str:
+        with self.store.session() as s:
+            n = s.get(Node, node_id)
+            return "done-manual" if n is not None and n.target_state == states.MANAGEABLE else "done"
+
+    # The work of each busy state: (service, record, driver) -> None | WAIT
+    def _verify(self, node: NodeRecord, driver: Driver) -> None:
+        driver.validate()
+        self._store_power(node.id, driver.get_power())
+
+    def _inspect(self, node: NodeRecord, driver: Driver) -> str | None:
+        for step in self.inspect_steps:
+            found = step(node, driver)
+            if found == WAIT:
+                return WAIT
+            if found:
+                self.apply_inventory(node.id, found)
+                return None
+        raise UndercloudError(f"no inspection method for driver {node.driver}: its BMC reports no inventory "
+                              f"and no inspection ramdisk is configured")
+
+    def _clean(self, node: NodeRecord, driver: Driver) -> str | None:
+        for step in self.clean_steps:
+            if step(node, driver) == WAIT:
+                return WAIT
+        self._store_power(node.id, driver.get_power())
+        return None
+
+    def _deploy(self, node: NodeRecord, driver: Driver) -> str | None:
+        outcome = self.deploy_hook(node, driver)
+        self._store_power(node.id, driver.get_power())
+        return outcome
+
+    def _undeploy(self, node: NodeRecord, driver: Driver) -> str | None:
+        outcome = self.undeploy_hook(node, driver)
+        self._store_power(node.id, driver.get_power())
+        with self.store.session() as s:
+            s.execute(update(Node).where(Node.id == node.id).values(instance_uuid=None, instance_info={}))
+        return outcome
+
+    def apply_inventory(self, node_id: str, inv: dict) -> None:
+        """Merge what inspection found: properties, and ports for new MACs."""
+        with self.store.session() as s:
+            n = s.get(Node, node_id)
+            props = dict(n.properties or {})
+            for key in ("cpus", "memory_mb", "local_gb", "cpu_arch"):
+                if inv.get(key) is not None:
+                    props[key] = inv[key]
+            n.properties = props
+            have = {m for m in self._macs(s, [node_id]).get(node_id, [])}
+            for mac in inv.get("macs", []):
+                mac = mac.lower()
+                if mac in have:
+                    continue
+                owner = s.get(Port, mac)
+                if owner is not None:
+                    raise UndercloudError(f"inspection found MAC {mac}, which belongs to node {owner.node_id}")
+                s.add(Port(address=mac, node_id=node_id))
+            found = ", ".join(f"{k}={inv[k]}" for k in ("cpus", "memory_mb", "local_gb", "cpu_arch") if inv.get(k))
+            s.add(NodeEvent(node_id=node_id, kind="inspect", message=f"found {found}; MACs {inv.get('macs', [])}"))
+
+    def callback(self, ident: str, ok: bool = True, error: str | None = None,
+                 inventory: dict | None = None) -> dict:
+        """An agent reports that the work a node waits for finished (or failed)."""
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            state, node_id = n.provision_state, n.id
+        if state not in states.WAIT:
+            raise Conflict(f"node {ident} is not waiting for a call-back (state '{state}')")
+        if ok and inventory and state == states.INSPECT_WAIT:
+            try:
+                self.apply_inventory(node_id, inventory)
+            except UndercloudError as exc:
+                ok, error = False, str(exc)
+        if not ok:
+            event = "fail"
+        elif state == states.CLEAN_WAIT:
+            event = self._clean_done_event(node_id)
+        else:
+            event = "done"
+        new = self._fire(node_id, event, expect=state, error=(error or "failed") if not ok else None)
+        if new is None:
+            raise Conflict(f"node {ident} left state '{state}' meanwhile")
+        return self.get(node_id)
+
+    # ------------------------------------------------------------ power & boot
+    def _driver_for_action(self, ident: str, what: str) -> tuple[NodeRecord, Driver]:
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            if n.provision_state in states.BUSY:
+                raise Conflict(f"node {n.name or n.id} is busy ({n.provision_state}); {what} must wait")
+            record = self._record(s, n)
+        return record, drivers.get(record.driver, record.driver_info)
+
+    def set_power(self, ident: str, action: str) -> dict:
+        if action not in drivers.POWER_ACTIONS:
+            raise InvalidInput(f"unknown power action {action!r} (one of: {', '.join(drivers.POWER_ACTIONS)})")
+        record, driver = self._driver_for_action(ident, f"power {action}")
+        try:
+            driver.set_power(action)
+            state = driver.get_power()
+        except DriverError as exc:
+            raise DriverError(drivers.scrub(str(exc), record.driver_info)) from None
+        self._store_power(record.id, state, f"power {action} -> {state}")
+        return self.get(record.id)
+
+    def set_boot_device(self, ident: str, device: str, persistent: bool = False) -> dict:
+        if device not in drivers.BOOT_DEVICES:
+            raise InvalidInput(f"unknown boot device {device!r} (one of: {', '.join(drivers.BOOT_DEVICES)})")
+        record, driver = self._driver_for_action(ident, "setting the boot device")
+        try:
+            driver.set_boot_device(device, persistent)
+        except DriverError as exc:
+            raise DriverError(drivers.scrub(str(exc), record.driver_info)) from None
+        with self.store.session() as s:
+            s.add(NodeEvent(node_id=record.id, kind="boot",
+                            message=f"boot device {device} ({'persistent' if persistent else 'next boot only'})"))
+        return self.get(record.id)
+
+    def _store_power(self, node_id: str, state: str, message: str | None = None) -> None:
+        with self.store.session() as s:
+            s.execute(update(Node).where(Node.id == node_id).values(power_state=state, power_sync_failures=0))
+            if message:
+                s.add(NodeEvent(node_id=node_id, kind="power", message=message))
+
+    def set_maintenance(self, ident: str, on: bool, reason: str | None = None) -> dict:
+        with self.store.session() as s:
+            n = self._find(s, ident)
+            n.maintenance, n.maintenance_reason = on, (reason or "set by operator") if on else None
+            if not on:
+                n.power_sync_failures = 0
+            s.add(NodeEvent(node_id=n.id, kind="maintenance",
+                            message=f"maintenance on: {n.maintenance_reason}" if on else "maintenance off"))
+            node_id = n.id
+        return self.get(node_id)
+
+    # ----------------------------------------------------------- periodic work
+    def sync_power(self, enforce: bool | None = None) -> dict:
+        """One power-sync pass, as Ironic's conductor does it: read every BMC (in parallel),
+        record drift (or, when enforcing, put the recorded state back)."""
+        enforce = self.enforce_power if enforce is None else enforce
+        with self._sync_lock:
+            t0 = time.perf_counter()
+            with self.store.session() as s:
+                rows = s.execute(
+                    select(Node.id, Node.driver, Node.driver_info, Node.power_state, Node.power_sync_failures)
+                    .where(Node.maintenance.is_(False), Node.provision_state.not_in(states.BUSY),
+                           Node.provision_state != states.ENROLL)).all()
+
+            def read(row) -> tuple[str, str | None, str | None]:
+                try:
+                    return row.id, drivers.get(row.driver, row.driver_info).get_power(), None
+                except Exception as exc:  # noqa: BLE001 - any failure counts as one failed read
+                    return row.id, None, drivers.scrub(str(exc), row.driver_info or {})
+
+            by_id = {r.id: r for r in rows}
+            results = list(self.sync_pool.map(read, rows, chunksize=64)) if rows else []
+            drift = failed = enforced = 0
+            with self.store.session() as s:
+                for node_id, found, err in results:
+                    row = by_id[node_id]
+                    if err is not None:
+                        failed += 1
+                        count = (row.power_sync_failures or 0) + 1
+                        vals: dict = {"power_sync_failures": count}
+                        if count >= MAX_SYNC_FAILURES:
+                            vals.update(maintenance=True, maintenance_reason=f"power sync failed {count} times: {err}")
+                        s.execute(update(Node).where(Node.id == node_id).values(**vals))
+                        continue
+                    if found == row.power_state:
+                        if row.power_sync_failures:
+                            s.execute(update(Node).where(Node.id == node_id).values(power_sync_failures=0))
+                        continue
+                    if row.power_state is None:  # first reading: nothing drifted
+                        s.execute(update(Node).where(Node.id == node_id).values(power_state=found))
+                        continue
+                    drift += 1
+                    if enforce:
+                        try:
+                            drivers.get(row.driver, row.driver_info).set_power(row.power_state)
+                            enforced += 1
+                            s.add(NodeEvent(node_id=node_id, kind="drift",
+                                            message=f"power drift: BMC reported {found}, recorded "
+                                                    f"{row.power_state}; put it back {row.power_state}"))
+                        except Exception as exc:  # noqa: BLE001
+                            s.add(NodeEvent(node_id=node_id, kind="drift", message=drivers.scrub(
+                                f"power drift: could not enforce {row.power_state}: {exc}", row.driver_info)))
+                        continue
+                    res = s.execute(update(Node).where(Node.id == node_id, Node.power_state == row.power_state)
+                                    .values(power_state=found, power_sync_failures=0))
+                    if res.rowcount:
+                        s.add(NodeEvent(node_id=node_id, kind="drift",
+                                        message=f"power drift: recorded {row.power_state}, BMC reports {found}"))
+            took = time.perf_counter() - t0
+        return {"nodes": len(rows), "drift": drift, "failed": failed, "enforced": enforced, "seconds": took}
+
+    def check_timeouts(self, now: float | None = None) -> int:
+        """Fail every node that stayed in a busy or wait state beyond its timeout."""
+        now = now or time.time()
+        with self.store.session() as s:
+            rows = s.execute(select(Node.id, Node.provision_state, Node.provision_updated_at)
+                             .where(Node.provision_state.in_(list(self.timeouts)))).all()
+        count = 0
+        for node_id, state, since in rows:
+            limit = self.timeouts[state]
+            if since is not None and now - since > limit:
+                if self._fire(node_id, "fail", expect=state,
+                              error=f"timed out after {limit:.0f} s in state '{state}'"):
+                    count += 1
+        return count
+
+    def recover_interrupted(self) -> int:
+        """At start: work that was running when the service stopped cannot finish; fail it."""
+        with self.store.session() as s:
+            rows = s.execute(select(Node.id, Node.provision_state)
+                             .where(Node.provision_state.in_(list(states.BUSY)))).all()
+        return sum(1 for node_id, st in rows if self._fire(
+            node_id, "fail", expect=st, error=f"interrupted: the undercloud service stopped while {st}"))
+
+
+MAX_SYNC_FAILURES = 3
+
+# busy state -> its work
+WORK: dict[str, Callable[[NodeService, NodeRecord, Driver], str | None]] = {
+    states.VERIFYING: NodeService._verify,
+    states.INSPECTING: NodeService._inspect,
+    states.CLEANING: NodeService._clean,
+    states.DEPLOYING: NodeService._deploy,
+    states.DELETING: NodeService._undeploy,
+}
+
+
+def new_uuid() -> str:
+    return str(uuidlib.uuid4())
