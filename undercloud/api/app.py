@@ -18,6 +18,7 @@ log = logging.getLogger("undercloud.api")
 
 # Modules with a `router` (fastapi.APIRouter); admin routers need the admin token.
 ROUTERS: list[str] = [
+    "undercloud.api.images",
     "undercloud.api.nodes",
     "undercloud.api.agent",
     "undercloud.api.agent_admin",
@@ -25,6 +26,7 @@ ROUTERS: list[str] = [
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
 STARTUP: list[str] = [
+    "undercloud.images.store:startup",
     "undercloud.provisioning.periodic:startup",
 ]
 

@@ -27,6 +27,12 @@ class Context:
         return admin_token(self.home)
 
     @cached_property
+    def images(self):
+        from undercloud.images.store import ImageStore
+
+        return ImageStore(self.home, self.store)
+
+    @cached_property
     def server_metadata(self):
         """Per-server metadata documents and tokens for the agents (cached in memory)."""
         from undercloud.orchestration.server_metadata import ServerMetadata

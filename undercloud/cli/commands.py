@@ -10,6 +10,7 @@ import click
 MODULES = [
     ("undercloud.cli.service", "service"),
     ("undercloud.cli.service", "serve"),
+    ("undercloud.cli.image", "image"),
     ("undercloud.cli.node", "node"),
     ("undercloud.cli.lab", "lab"),
     ("undercloud.cli.template", "template"),

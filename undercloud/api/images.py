@@ -1,0 +1,81 @@
+"""Image store API: list/show/register/delete (admin), content upload (admin, verified),
+content download (by image id, with HTTP Range and the sha256 in a header).
+
+Downloads are public by id on purpose: nodes fetch their image before they hold any
+credential, golden images carry no secrets, and ids are random (uuid4). Everything else
+needs the admin token.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import FileResponse
+
+from undercloud.api.app import get_context, require_admin
+from undercloud.api.context import Context
+from undercloud.errors import InvalidInput, NotFound
+
+PUBLIC = True  # per-route: only the content download is open, see above
+router = APIRouter(prefix="/v1/images")
+ADMIN = [Depends(require_admin)]
+
+
+@router.head("/blobs/{sha256}", dependencies=ADMIN)
+def blob_exists(sha256: str, ctx: Context = Depends(get_context)):
+    path = ctx.images.blob_path(sha256)
+    if not path.exists():
+        return Response(status_code=404)
+    return Response(headers={"x-image-sha256": sha256, "x-image-size": str(path.stat().st_size)})
+
+
+@router.put("/blobs/{sha256}", dependencies=ADMIN)
+async def put_blob(sha256: str, request: Request, size: int = Query(...),
+                   ctx: Context = Depends(get_context)):
+    """Store content; refused unless exactly `size` bytes with this sha256 arrive."""
+    await ctx.images.put_blob_async(request.stream(), sha256, size)
+    return {"sha256": sha256.lower(), "size": size}
+
+
+@router.get("", dependencies=ADMIN)
+def list_images(name: str | None = None, hypervisor_type: str | None = None,
+                ctx: Context = Depends(get_context)):
+    return ctx.images.list(name=name, hypervisor_type=hypervisor_type)
+
+
+@router.post("", dependencies=ADMIN, status_code=201)
+def register(body: dict = Body(...), ctx: Context = Depends(get_context)):
+    """Register one image ({name, disk_format, sha256, properties}) or a batch
+    ({"images": [...], "replace": bool}) whose content is stored; all or nothing."""
+    items = body.get("images") if "images" in body else [body]
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise InvalidInput("images must be a list of objects", "images")
+    return ctx.images.register(items, replace=bool(body.get("replace", False)))
+
+
+@router.get("/{ref}", dependencies=ADMIN)
+def show(ref: str, hypervisor_type: str | None = None, ctx: Context = Depends(get_context)):
+    return ctx.images.get(ref, hypervisor_type)
+
+
+@router.delete("/{ref}", dependencies=ADMIN)
+def delete(ref: str, ctx: Context = Depends(get_context)):
+    return ctx.images.delete(ref)
+
+
+@router.api_route("/{image_id}/file", methods=["GET", "HEAD"])
+def download(image_id: str, ctx: Context = Depends(get_context)):
+    """The image's content; `Range: bytes=N-` resumes; `X-Image-Sha256` lets the receiver verify."""
+    from undercloud.store.images import Image
+
+    with ctx.store.session() as s:
+        row = s.get(Image, image_id)
+        img = row.as_dict() if row else None
+    if img is None:
+        raise NotFound(f"no image with id {image_id!r}", "image")
+    path = ctx.images.blob_path(img["checksum"])
+    if not path.exists():
+        raise NotFound(f"content of image {image_id} is missing from the store", "image")
+    return FileResponse(path, media_type="application/octet-stream", headers={
+        "x-image-sha256": img["checksum"], "x-image-size": str(img["size"]),
+        "etag": f'"{img["checksum"]}"',
+    })

@@ -1,0 +1,380 @@
+"""The image builder: elements -> cached layers -> outputs (oci, qcow2, ramdisk).
+
+Stages, each cached by the content that made it (see rootfs.py):
+  1. debootstrap     Debian minbase + python3                       key: suite, mirror
+  2. packages        root.d, pre-install.d, apt-get install of all   key: 1 + package lists +
+                     elements' package-installs                           those phase scripts
+  3. image           static/, extra-data.d, install.d, post-install.d, key: 2 + every element
+                     finalise.d                                           file + the agent source
+  4. outputs         oci / qcow2 / ramdisk from the read-only stack   key: 3 + output type
+A service image (layer_on) builds its shared base layer with stages 1-3, then its own
+layer (its packages and scripts) on top; the podman image has exactly those two layers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from undercloud.errors import UndercloudError
+from undercloud.images import disk, elements, rootfs
+from undercloud.images.store import sha256_file
+
+BUILDER_VERSION = 1
+AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
+AGENT_CMD = ["python3", "-m", "undercloud.agent"]
+SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
+HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",)}
+
+
+class BuildFailed(UndercloudError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    type: str  # oci | qcow2 | ramdisk
+    elements: tuple[str, ...]
+    layer_on: tuple[str, ...] = ()  # service images: elements of the shared base layer
+    elements_path: tuple[Path, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.type})"
+
+    def with_elements_path(self, paths: tuple[Path, ...]) -> Target:
+        return replace(self, elements_path=tuple(paths)) if paths else self
+
+
+@dataclass
+class Artifact:
+    role: str  # oci | disk | kernel | initramfs | iso
+    path: Path
+    sha256: str
+    size: int
+    disk_format: str
+
+
+@dataclass
+class Result:
+    target: Target
+    key: str
+    up_to_date: bool = False
+    current: list[dict] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
+    properties: dict = field(default_factory=dict)
+
+    def registrations(self) -> list[dict]:
+        """What to register: qcow2 once per hypervisor type (one content), a ramdisk as
+        kernel + initramfs + an ISO pointing at both."""
+        t, props = self.target, self.properties
+        by = {a.role: a for a in self.artifacts}
+        if t.type == "ramdisk":
+            base = {**props, "hypervisor_type": "baremetal"}
+            return [
+                {"name": f"{t.name}-kernel", "disk_format": "aki", "sha256": by["kernel"].sha256, "properties": base},
+                {"name": f"{t.name}-initramfs", "disk_format": "ari", "sha256": by["initramfs"].sha256,
+                 "properties": base},
+                {"name": t.name, "disk_format": "iso", "sha256": by["iso"].sha256,
+                 "properties": {**base, "kernel_id": "#0", "ramdisk_id": "#1"}},
+            ]
+        art = by["oci"] if t.type == "oci" else by["disk"]
+        return [{"name": t.name, "disk_format": art.disk_format, "sha256": art.sha256,
+                 "properties": {**props, "hypervisor_type": ht}} for ht in HYPERVISORS[t.type]]
+
+
+def agent_digest() -> str:
+    """What the agent element copies: undercloud/__init__.py and undercloud/agent/."""
+    h = rootfs.digest("agent")
+    files = [AGENT_SRC / "__init__.py", *sorted((AGENT_SRC / "agent").rglob("*"))]
+    for p in files:
+        if not p.is_file() or "__pycache__" in p.parts or p.suffix == ".pyc":
+            continue
+        h = rootfs.digest(h, str(p.relative_to(AGENT_SRC)), p.read_bytes())
+    return h
+
+
+class Builder:
+    def __init__(self, target: Target, progress: Callable[[str], None], log_dir: Path, no_cache: bool):
+        self.t, self.progress, self.no_cache = target, progress, no_cache
+        log_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.log_path = log_dir / f"{target.name}-{target.type}-{stamp}.log"
+        self.log_file = open(self.log_path, "a")
+        self.all_elements = elements.resolve(target.layer_on + target.elements, target.elements_path)
+        if target.layer_on:
+            self.base_elements = elements.resolve(target.layer_on, target.elements_path)
+            base_names = {e.name for e in self.base_elements}
+            self.own_elements = [e for e in self.all_elements if e.name not in base_names]
+        else:
+            self.base_elements, self.own_elements = self.all_elements, []
+        self.keys = self._plan()
+
+    # ---- keys ----------------------------------------------------------------------
+    def _plan(self) -> dict[str, str]:
+        d = rootfs.debootstrap_key()
+        p = rootfs.digest("packages", d, rootfs.SECURITY_MIRROR, sorted(elements.packages(self.base_elements)),
+                          [(e.name, e.digest(elements.PACKAGE_PHASES)) for e in self.base_elements
+                           if any(e.scripts(ph) for ph in elements.PACKAGE_PHASES)])
+        uses_agent = any(e.name == "agent" for e in self.all_elements)
+        i = rootfs.digest("image", p, BUILDER_VERSION, [(e.name, e.digest()) for e in self.base_elements],
+                          agent_digest() if uses_agent else None)
+        keys = {"debootstrap": d, "packages": p, "image": i}
+        if self.own_elements:
+            keys["service"] = rootfs.digest("service", i, [(e.name, e.digest()) for e in self.own_elements],
+                                            agent_digest() if uses_agent else None)
+        top = keys.get("service", i)
+        keys["output"] = rootfs.digest("output", top, self.t.type, BUILDER_VERSION)
+        return keys
+
+    @property
+    def key(self) -> str:
+        return self.keys["output"]
+
+    def properties(self) -> dict:
+        props = {
+            "build_key": self.key,
+            "elements": {e.name: e.digest()[:12] for e in self.all_elements},
+            "os_distro": "debian", "os_version": rootfs.SUITE,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        if any(e.name == "agent" for e in self.all_elements):
+            props["agent_digest"] = agent_digest()[:12]
+        return props
+
+    # ---- logging -------------------------------------------------------------------
+    def say(self, msg: str) -> None:
+        line = f"[{self.t.label}] {msg}"
+        self.progress(line)
+        self.log(line + "\n")
+
+    def log(self, text: str) -> None:
+        self.log_file.write(text)
+        self.log_file.flush()
+
+    # ---- stages --------------------------------------------------------------------
+    def layer(self, stage: str, lowers: list[Path], make: Callable[[Path], None]) -> Path:
+        key = self.keys[stage]
+        with rootfs.locked(key):
+            if rootfs.layer_ready(key) and not self.no_cache:
+                self.say(f"{stage}: cached ({key[:12]})")
+                return rootfs.layer_dir(key)
+            start = time.monotonic()
+            rootfs.drop_layer(key)
+            if stage == "debootstrap":
+                self.say(f"{stage}: debootstrap {rootfs.SUITE} minbase from {rootfs.MIRROR}")
+                path = rootfs.make_debootstrap(key, self.log)
+            else:
+                base = rootfs.layer_dir(key).parent
+                tmp = base / f"{key}.tmp-{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                try:
+                    with rootfs.overlay(lowers, tmp / "upper", tmp / "work") as merged:
+                        make(merged)
+                    os.rename(tmp / "upper", rootfs.layer_dir(key))
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                rootfs.mark_ready(key)
+                path = rootfs.layer_dir(key)
+            self.say(f"{stage}: done in {time.monotonic() - start:.1f} s ({key[:12]})")
+            return path
+
+    def run_phase(self, root: Path, els: list[elements.Element], phase: str) -> None:
+        for el, script in elements.phase_scripts(els, phase):
+            self.say(f"{phase}: {el.name}/{script.name}")
+            env = rootfs.chroot_env({"ELEMENT": el.name, "PHASE": phase, "IMAGE_NAME": self.t.name,
+                                     "IMAGE_TYPE": self.t.type})
+            if phase in elements.OUTSIDE:
+                env.update(TARGET_ROOT=str(root), ELEMENT_DIR=str(el.path), UNDERCLOUD_SRC=str(AGENT_SRC))
+                argv = [str(script)]
+            else:
+                inside = root / "tmp" / "uc-element"
+                shutil.rmtree(inside, ignore_errors=True)
+                shutil.copytree(el.path, inside, symlinks=True)
+                env["ELEMENT_DIR"] = "/tmp/uc-element"
+                argv = ["chroot", str(root), f"/tmp/uc-element/{phase}/{script.name}"]
+            try:
+                self._run(argv, env, f"element {el.name!r} failed in phase {phase} (script {script.name})")
+            finally:
+                if phase not in elements.OUTSIDE:
+                    shutil.rmtree(root / "tmp" / "uc-element", ignore_errors=True)
+
+    def _run(self, argv: list[str], env: dict, what: str) -> None:
+        self.log(f"$ {shlex.join(argv)}\n")
+        proc = subprocess.Popen(argv, env={**os.environ, **env} if argv[0] != "chroot" else env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        tail: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.log(line)
+            tail = (tail + [line.rstrip()])[-20:]
+        code = proc.wait()
+        if code != 0:
+            last = next((t for t in reversed(tail) if t.strip()), "no output")
+            raise BuildFailed(f"{what}, exit {code}: {last} (log: {self.log_path})", self.t.label)
+
+    def install_packages(self, root: Path, els: list[elements.Element]) -> None:
+        pkgs = elements.packages(els)
+        if not pkgs:
+            return
+        self.say(f"packages: apt-get install {' '.join(sorted(pkgs))}")
+        env = rootfs.chroot_env()
+        self._run(["chroot", str(root), "apt-get", "-q", "update"], env, "apt-get update failed")
+        try:
+            self._run(["chroot", str(root), "apt-get", "-q", "-y", "--no-install-recommends",
+                       "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
+                       "install", *sorted(pkgs)], env, "package-installs failed")
+        except BuildFailed as exc:
+            # Name the element that asked for a package apt cannot find.
+            for pkg, owner in pkgs.items():
+                if f"package {pkg}" in exc.message:
+                    raise BuildFailed(f"element {owner!r} failed in phase package-installs: "
+                                      f"{exc.message}", self.t.label) from None
+            raise
+
+    def make_packages(self, els: list[elements.Element]) -> Callable[[Path], None]:
+        def make(root: Path) -> None:
+            self.run_phase(root, els, "root.d")
+            with rootfs.chroot_ready(root):
+                self.run_phase(root, els, "pre-install.d")
+                self.install_packages(root, els)
+        return make
+
+    def make_image(self, els: list[elements.Element], with_packages: bool = False) -> Callable[[Path], None]:
+        def make(root: Path) -> None:
+            if with_packages:  # a service layer: its packages and scripts in one layer
+                self.run_phase(root, els, "root.d")
+            for el in els:
+                static = el.path / "static"
+                if static.is_dir():
+                    self.say(f"static: {el.name}")
+                    shutil.copytree(static, root, symlinks=True, dirs_exist_ok=True)
+            self.run_phase(root, els, "extra-data.d")
+            with rootfs.chroot_ready(root):
+                if with_packages:
+                    self.run_phase(root, els, "pre-install.d")
+                    self.install_packages(root, els)
+                for phase in ("install.d", "post-install.d", "finalise.d"):
+                    self.run_phase(root, els, phase)
+                if with_packages:  # the base's clean-up ran in the layer below
+                    self._run(["chroot", str(root), "sh", "-c", "apt-get clean; rm -rf /var/lib/apt/lists/*"],
+                              rootfs.chroot_env(), "clean-up failed")
+        return make
+
+    def stack(self) -> list[Path]:
+        """Build (or reuse) every layer; returns the stack, top first."""
+        d = self.layer("debootstrap", [], lambda _root: None)
+        p = self.layer("packages", [d], self.make_packages(self.base_elements))
+        i = self.layer("image", [p, d], self.make_image(self.base_elements))
+        if not self.own_elements:
+            return [i, p, d]
+        s = self.layer("service", [i, p, d], self.make_image(self.own_elements, with_packages=True))
+        return [s, i, p, d]
+
+    # ---- outputs -------------------------------------------------------------------
+    def outputs(self) -> list[Artifact]:
+        out = rootfs.cache_dir() / "outputs" / self.key
+        manifest = out / "manifest.json"
+        with rootfs.locked(self.key):
+            if manifest.exists() and not self.no_cache:
+                self.say(f"outputs: cached ({self.key[:12]})")
+                arts = [Artifact(a["role"], out / a["file"], a["sha256"], a["size"], a["disk_format"])
+                        for a in json.loads(manifest.read_text())]
+                if self.t.type == "oci":
+                    disk.ensure_podman_image(self.podman_ref, arts[0].path, self.say)
+                return arts
+            layers = self.stack()
+            shutil.rmtree(out, ignore_errors=True)
+            tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            try:
+                start = time.monotonic()
+                with rootfs.overlay(layers, None, tmp / "work") as root:
+                    arts = self.make_outputs(root, layers, tmp)
+                self.say(f"outputs: {self.t.type} done in {time.monotonic() - start:.1f} s")
+                shutil.rmtree(tmp / "work", ignore_errors=True)
+                for a in arts:
+                    a.path = out / a.path.name
+                os.rename(tmp, out)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            manifest.write_text(json.dumps([{"role": a.role, "file": a.path.name, "sha256": a.sha256,
+                                             "size": a.size, "disk_format": a.disk_format} for a in arts]))
+            return arts
+
+    @property
+    def podman_ref(self) -> str:
+        return f"localhost/undercloud/{self.t.name}:{self.key[:16]}"
+
+    def make_outputs(self, root: Path, layers: list[Path], out: Path) -> list[Artifact]:
+        def art(role: str, path: Path, fmt: str) -> Artifact:
+            return Artifact(role, path, sha256_file(path), path.stat().st_size, fmt)
+
+        if self.t.type == "oci":
+            archive = out / "image.oci.tar"
+            if self.own_elements:
+                base_ref = f"localhost/undercloud/{self.t.layer_on[-1]}:{self.keys['image'][:16]}"
+                self.say(f"oci: base layer {base_ref}")
+                with rootfs.overlay(layers[1:], None, out / "work-base") as base_root:
+                    disk.oci_import(base_root, base_ref, SERVICE_CMD)
+                self.say(f"oci: service layer -> {self.podman_ref}")
+                disk.oci_layer(layers[0], base_ref, self.podman_ref, out, SERVICE_CMD)
+            else:
+                self.say(f"oci: podman import -> {self.podman_ref}")
+                disk.oci_import(root, self.podman_ref, AGENT_CMD)
+            self.say("oci: podman save (oci-archive) for the image store")
+            disk.oci_save(self.podman_ref, archive)
+            return [art("oci", archive, "oci")]
+        if self.t.type == "qcow2":
+            self.say("qcow2: partition, ext4, extlinux, qemu-img convert")
+            path = disk.qcow2(root, out, self.log)
+            return [art("disk", path, "qcow2")]
+        if self.t.type == "ramdisk":
+            self.say("ramdisk: kernel, initramfs (cpio + zstd), ISO (isolinux)")
+            kernel, initramfs, iso = disk.ramdisk(root, out, self.t.name, self.log)
+            return [art("kernel", kernel, "aki"), art("initramfs", initramfs, "ari"), art("iso", iso, "iso")]
+        raise UndercloudError(f"unknown output type {self.t.type!r}", "--type")
+
+
+def plan(target: Target) -> str:
+    """The content key of what `target` would build (cheap: hashes files, no network)."""
+    return Builder(target, lambda _m: None, rootfs.cache_dir() / "logs", False).key
+
+
+def build(target: Target, *, no_cache: bool = False, registered: list[dict] | None = None,
+          progress: Callable[[str], None] = print, log_dir: Path | None = None) -> Result:
+    """Build `target` unless images with its content key are registered already."""
+    if os.geteuid() != 0:
+        raise UndercloudError("building images needs root (debootstrap, chroot, overlay and loop mounts)",
+                              "image build")
+    b = Builder(target, progress, log_dir or rootfs.cache_dir() / "logs", no_cache)
+    try:
+        key = b.key
+        current = [r for r in registered or [] if r.get("properties", {}).get("build_key") == key
+                   and r.get("status") == "active"]
+        if not no_cache and _covers(current, target):
+            return Result(target, key, up_to_date=True, current=current)
+        b.say(f"building, key {key[:12]}, elements {' '.join(e.name for e in b.all_elements)}")
+        arts = b.outputs()
+        props = b.properties()
+        if target.type == "oci":
+            props["podman_image"] = b.podman_ref
+        return Result(target, key, artifacts=arts, properties=props)
+    finally:
+        b.log_file.close()
+
+
+def _covers(current: list[dict], target: Target) -> bool:
+    if target.type == "ramdisk":
+        return any(r["disk_format"] == "iso" for r in current)
+    have = {r.get("hypervisor_type") for r in current}
+    return all(ht in have for ht in HYPERVISORS[target.type])

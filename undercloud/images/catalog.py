@@ -1,0 +1,39 @@
+"""The images the undercloud knows how to build, and their elements per output type."""
+
+from __future__ import annotations
+
+from undercloud.errors import InvalidInput
+from undercloud.images.build import Target
+
+NODE = ("base", "agent")
+TYPE_ELEMENTS = {
+    "oci": NODE,                                         # a system container: no kernel, no init
+    "qcow2": NODE + ("kernel", "node-boot"),             # systemd, networkd, extlinux
+    "ramdisk": NODE + ("kernel", "deploy-ramdisk"),      # /init runs the agent, disk tools
+}
+IMAGES = {
+    "overcloud-full": ("oci", "qcow2"),
+    "deploy-ramdisk": ("ramdisk",),
+}
+SERVICE_BASE = ("base", "service-base")
+SERVICES = ("memcached", "haproxy")  # service-NAME images shipped; the element is NAME
+
+
+def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> list[Target]:
+    if name.startswith("service-"):
+        if types and types != ("oci",):
+            raise InvalidInput("service images are built as oci only", "--type")
+        return [Target(name, "oci", (name.removeprefix("service-"), *extra), layer_on=SERVICE_BASE)]
+    if not types:
+        if name not in IMAGES:
+            raise InvalidInput(f"unknown image {name!r}: give --type (oci, qcow2, ramdisk) to build it "
+                               f"from the default elements of that type plus --element", "image build")
+        types = IMAGES[name]
+    return [Target(name, t, TYPE_ELEMENTS[t] + tuple(e for e in extra if e not in TYPE_ELEMENTS[t]))
+            for t in dict.fromkeys(types)]
+
+
+def default_targets() -> list[Target]:
+    """What a default deploy needs (`image build --all`)."""
+    out = [t for name in IMAGES for t in targets(name)]
+    return out + [t for s in SERVICES for t in targets(f"service-{s}")]

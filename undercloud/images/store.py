@@ -1,0 +1,247 @@
+"""The image store (Glance-like): records in the database, content on disk once per sha256.
+
+Content is written to a temporary file, verified against the size and sha256 the sender
+announced, and only then renamed into `images/blobs/<sha256>`; records are added only for
+content already stored, so a failed or corrupt upload leaves nothing registered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+from sqlalchemy import select
+
+from undercloud.config import Home
+from undercloud.errors import Conflict, InvalidInput, NotFound
+from undercloud.store import Store
+from undercloud.store.images import Image
+
+DISK_FORMATS = ("raw", "qcow2", "iso", "oci", "aki", "ari")
+HYPERVISOR_TYPES = ("baremetal", "vm", "container")
+CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_sha(sha256: str) -> str:
+    s = (sha256 or "").lower()
+    if len(s) != 64 or any(c not in "0123456789abcdef" for c in s):
+        raise InvalidInput(f"not a sha256 checksum: {sha256!r}", "sha256")
+    return s
+
+
+def validate(name: str, disk_format: str, properties: dict) -> None:
+    """The checks a registration must pass; each failure names the field."""
+    if not name or not name.strip() or len(name) > 255:
+        raise InvalidInput("an image needs a name (1-255 characters)", "name")
+    if disk_format not in DISK_FORMATS:
+        raise InvalidInput(f"unknown disk format {disk_format!r}; one of {', '.join(DISK_FORMATS)}", "disk_format")
+    if not isinstance(properties, dict):
+        raise InvalidInput("properties must be a mapping", "properties")
+    ht = properties.get("hypervisor_type")
+    if ht is not None and ht not in HYPERVISOR_TYPES:
+        raise InvalidInput(f"unknown hypervisor_type {ht!r}; one of {', '.join(HYPERVISOR_TYPES)}",
+                           "properties.hypervisor_type")
+
+
+class ImageStore:
+    def __init__(self, home: Home, store: Store):
+        self.root = home.path / "images"
+        self.blobs = self.root / "blobs"
+        self.tmp = self.root / "tmp"
+        self.store = store
+        for d in (self.blobs, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+
+    # ---- content -------------------------------------------------------------------
+    def blob_path(self, sha256: str) -> Path:
+        return self.blobs / _check_sha(sha256)
+
+    def has_blob(self, sha256: str) -> bool:
+        return self.blob_path(sha256).exists()
+
+    def put_blob(self, chunks: Iterable[bytes], sha256: str, size: int) -> Path:
+        """Store content that must have exactly `size` bytes and this sha256, or nothing."""
+        w = _BlobWriter(self, sha256, size)
+        try:
+            for chunk in chunks:
+                w.write(chunk)
+            return w.finish()
+        finally:
+            w.discard()
+
+    async def put_blob_async(self, chunks, sha256: str, size: int) -> Path:
+        """`put_blob` for an async byte stream (the API's request body)."""
+        w = _BlobWriter(self, sha256, size)
+        try:
+            async for chunk in chunks:
+                w.write(chunk)
+            return w.finish()
+        finally:
+            w.discard()
+
+    def gc(self, min_age: float = 3600.0) -> list[str]:
+        """Remove unreferenced content older than `min_age` s and stale temporary files."""
+        now = time.time()
+        for p in self.tmp.iterdir():
+            if now - p.stat().st_mtime > min_age:
+                p.unlink(missing_ok=True)
+        with self.store.session() as s:
+            used = set(s.scalars(select(Image.checksum)))
+        removed = []
+        for p in self.blobs.iterdir():
+            if p.name not in used and now - p.stat().st_mtime > min_age:
+                p.unlink(missing_ok=True)
+                removed.append(p.name)
+        return removed
+
+    # ---- records -------------------------------------------------------------------
+    def register(self, items: list[dict], replace: bool = False) -> list[dict]:
+        """Register images whose content is stored, all in one transaction.
+
+        Each item: name, disk_format, sha256, properties. A property value "#N" is replaced
+        by the id of the Nth item (so a batch can link an ISO to its kernel and ramdisk).
+        With `replace`, earlier images of the same name and hypervisor_type are removed in
+        the same transaction (content they alone used is removed after).
+        """
+        if not items:
+            raise InvalidInput("nothing to register", "images")
+        ids = [str(uuid.uuid4()) for _ in items]
+        rows = []
+        for i, item in enumerate(items):
+            where = f"images[{i}]" if len(items) > 1 else None
+            try:
+                name, fmt = item.get("name", ""), item.get("disk_format", "")
+                props = dict(item.get("properties") or {})
+                validate(name, fmt, props)
+                sha = _check_sha(item.get("sha256", ""))
+            except InvalidInput as exc:
+                raise InvalidInput(exc.message, ".".join(x for x in (where, exc.where) if x)) from None
+            path = self.blobs / sha
+            if not path.exists():
+                raise NotFound(f"no stored content with sha256 {sha}; upload it first", where or name)
+            for k, v in props.items():
+                if isinstance(v, str) and v.startswith("#") and v[1:].isdigit():
+                    n = int(v[1:])
+                    if n >= len(items):
+                        raise InvalidInput(f"{v} refers past the end of the batch", f"properties.{k}")
+                    props[k] = ids[n]
+            rows.append(Image(id=ids[i], name=name, disk_format=fmt, size=path.stat().st_size,
+                              checksum=sha, status="active", properties=props))
+        replaced: list[Image] = []
+        with self.store.session() as s:
+            if replace:
+                for r in rows:
+                    ht = r.properties.get("hypervisor_type")
+                    for old in s.scalars(select(Image).where(Image.name == r.name)):
+                        if old.properties.get("hypervisor_type") == ht and old.id not in ids \
+                                and old.disk_format == r.disk_format:
+                            replaced.append(old)
+                            s.delete(old)
+            s.add_all(rows)
+        self._drop_unused({o.checksum for o in replaced})
+        return [self._show(r) for r in rows]
+
+    def list(self, name: str | None = None, hypervisor_type: str | None = None) -> list[dict]:
+        with self.store.session() as s:
+            q = select(Image).order_by(Image.name, Image.created_at)
+            if name:
+                q = q.where(Image.name == name)
+            rows = list(s.scalars(q))
+        out = [self._show(r) for r in rows]
+        if hypervisor_type:
+            out = [r for r in out if r["hypervisor_type"] == hypervisor_type]
+        return out
+
+    def get(self, ref: str, hypervisor_type: str | None = None) -> dict:
+        """One image by id, or by name when that name (and hypervisor type) is unique."""
+        with self.store.session() as s:
+            row = s.get(Image, ref)
+            if row:
+                return self._show(row)
+        found = self.list(name=ref, hypervisor_type=hypervisor_type)
+        if not found:
+            raise NotFound(f"no image with id or name {ref!r}"
+                           + (f" and hypervisor_type {hypervisor_type}" if hypervisor_type else ""), "image")
+        if len(found) > 1:
+            choices = ", ".join(f"{r['id']} ({r['disk_format']}, {r['hypervisor_type'] or '-'})" for r in found)
+            raise Conflict(f"{len(found)} images are named {ref!r}; give an id: {choices}", "image")
+        return found[0]
+
+    def delete(self, ref: str) -> dict:
+        img = self.get(ref)
+        with self.store.session() as s:
+            row = s.get(Image, img["id"])
+            if row is None:
+                raise NotFound(f"image {ref!r} was deleted meanwhile", "image")
+            s.delete(row)
+        self._drop_unused({img["checksum"]})
+        return img
+
+    def path(self, ref: str) -> Path:
+        return self.blob_path(self.get(ref)["checksum"])
+
+    def _drop_unused(self, checksums: set[str]) -> None:
+        if not checksums:
+            return
+        with self.store.session() as s:
+            used = set(s.scalars(select(Image.checksum).where(Image.checksum.in_(checksums))))
+        for c in checksums - used:
+            (self.blobs / c).unlink(missing_ok=True)
+
+    def _show(self, row: Image) -> dict:
+        d = row.as_dict()
+        if not (self.blobs / row.checksum).exists():
+            d["status"] = "missing"  # content removed behind our back: say so, never serve it
+        return d
+
+
+class _BlobWriter:
+    """Writes to a temporary file while hashing; `finish` verifies and moves it in place."""
+
+    def __init__(self, images: ImageStore, sha256: str, size: int):
+        self.sha256, self.size, self.final = _check_sha(sha256), size, images.blobs / _check_sha(sha256)
+        if size < 0:
+            raise InvalidInput("size must not be negative", "size")
+        fd, name = tempfile.mkstemp(dir=images.tmp, prefix="upload-")
+        self.tmp, self.f = Path(name), os.fdopen(fd, "wb")
+        self.h, self.got = hashlib.sha256(), 0
+
+    def write(self, chunk: bytes) -> None:
+        self.got += len(chunk)
+        if self.got > self.size:
+            raise InvalidInput(f"upload is larger than the announced {self.size} bytes", "size")
+        self.h.update(chunk)
+        self.f.write(chunk)
+
+    def finish(self) -> Path:
+        self.f.close()
+        if self.got != self.size:
+            raise InvalidInput(f"upload truncated: received {self.got} of {self.size} bytes", "size")
+        if self.h.hexdigest() != self.sha256:
+            raise InvalidInput(f"upload corrupt: content has sha256 {self.h.hexdigest()}, "
+                               f"announced {self.sha256}", "sha256")
+        os.chmod(self.tmp, 0o644)
+        os.replace(self.tmp, self.final)
+        return self.final
+
+    def discard(self) -> None:
+        self.f.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def startup(ctx) -> None:
+    """Service start: drop temporary uploads and unreferenced content left by a crash."""
+    ctx.images.gc()
