@@ -54,7 +54,7 @@ class RedfishDriver(Driver):
                 root = sushy.Sushy(
                     info["address"].rstrip("/") + "/redfish/v1", verify=info.get("verify_ca", True),
                     auth=sushy.auth.BasicAuth(info.get("username"), info.get("password")),
-                    read_timeout=TIMEOUT, connect_timeout=10, server_side_retries=2,
+                    read_timeout=TIMEOUT, connect_timeout=10, server_side_retries=2, server_side_retries_delay=0.5,
                 )
                 return root.get_system(info.get("system_id") or None)
 

@@ -1,0 +1,1 @@
+"""The virtual lab ("QuintupleO"): libvirt VMs with virtual BMCs, on a lab network."""
