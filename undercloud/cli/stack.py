@@ -45,7 +45,7 @@ def template_options(f: Callable) -> Callable:
                      help="The HOT template file."),
         click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
                      help="An environment file; repeat to merge several, in order."),
-        click.option("--parameter", "parameters", multiple=True, metavar="KEY=VALUE",
+        click.option("-P", "--parameter", "parameters", multiple=True, metavar="KEY=VALUE",
                      help="A parameter value; repeatable."),
         click.option("--rollback", is_flag=True,
                      help="On failure, roll back (a create deletes what it made; an update converges "

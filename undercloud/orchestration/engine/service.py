@@ -47,6 +47,7 @@ class StackService:
         self.lock = threading.Lock()
         self.ops: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self.walks: dict[str, Walk] = {}  # root id -> the walk under way
+        self.prepared: dict[str, Any] = {}  # root id -> the template validated by the request
         self.last_walk: Walk | None = None  # for benchmarks and tests
 
     # -- loading ----------------------------------------------------------------------
@@ -94,6 +95,7 @@ class StackService:
         w.insert_stack(row)
         w.event(row["id"], row, name, "OS::Heat::Stack", row["id"], "CREATE", "IN_PROGRESS", "Stack CREATE started")
         w.flush()
+        self.prepared[row["id"]] = tmpl
         self._start(row["id"], wait)
         return self.show(row["id"])
 
@@ -108,7 +110,9 @@ class StackService:
         if dry_run:
             return self.plan(root, bundle, parameters or {})
         op = {"kind": "update", "rollback": rollback, "timeout": timeout or DEFAULT_TIMEOUT,
-              "started": time.time(), "hidden": self._hidden(tmpl)}
+              "started": time.time(), "hidden": self._hidden(tmpl),
+              # everything converged to the previous files: unchanged nested stacks can be skipped
+              "converged": root["status"] == "COMPLETE"}
         root.update(prev_bundle=root["bundle"], prev_parameters=root["parameters"], bundle=bundle,
                     parameters=parameters or {}, action="UPDATE", status="IN_PROGRESS",
                     status_reason="Stack UPDATE started", operation=op, updated_at=time.time(),
@@ -118,6 +122,7 @@ class StackService:
         w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "UPDATE", "IN_PROGRESS",
                 "Stack UPDATE started")
         w.flush()
+        self.prepared[root["id"]] = tmpl
         self._start(root["id"], wait)
         return self.show(root["id"])
 
@@ -202,7 +207,8 @@ class StackService:
         if kind == "rollback":
             self._rollback(root, cancel, timeout, resuming)
             return
-        w = self._forward(root, root["bundle"], root["parameters"], cancel, timeout, resuming)
+        previous = root.get("prev_bundle") if kind == "update" and op.get("converged") else None
+        w = self._forward(root, root["bundle"], root["parameters"], cancel, timeout, resuming, previous=previous)
         if w.failure is None:
             self._finish(root, "COMPLETE", f"Stack {root['action']} completed successfully", w)
             return
@@ -220,8 +226,13 @@ class StackService:
             self._rollback(root, threading.Event(), timeout, False)
 
     def _walk(self, root: dict, cancel: threading.Event, timeout: float, resuming: bool,
-              plan: Plan | None = None) -> Walk:
-        stacks, rows = self._tree(root["id"])
+              plan: Plan | None = None, lazy: bool = False) -> Walk:
+        if lazy:
+            with self.store.engine.connect() as conn:
+                stacks = [dict(r) for r in conn.execute(select(STACKS).where(STACKS.c.root_id == root["id"])).mappings()]
+            rows = None
+        else:
+            stacks, rows = self._tree(root["id"])
         w = Walk(self.store, root, services=self.services, timeout=timeout, resuming=resuming, plan=plan,
                  cancel=cancel)
         stacks = [root if s["id"] == root["id"] else s for s in stacks]
@@ -230,10 +241,15 @@ class StackService:
         return w
 
     def _forward(self, root: dict, bundle: dict, params: dict, cancel: threading.Event, timeout: float,
-                 resuming: bool, plan: Plan | None = None) -> Walk:
-        w = self._walk(root, cancel, timeout, resuming, plan)
-        tmpl = self._load(bundle, params, root["name"], root["id"])
-        node = StackNode(root, tmpl, w.rows_by_stack.get(root["id"], []))
+                 resuming: bool, plan: Plan | None = None, previous: dict | None = None) -> Walk:
+        """Walk the tree to `bundle`; `previous` is the bundle everything converged to before
+        (None when unknown), which lets unchanged nested stacks be skipped."""
+        w = self._walk(root, cancel, timeout, resuming, plan, lazy=True)
+        w.same_files = previous is not None and bundle == previous
+        tmpl = self.prepared.pop(root["id"], None) if plan is None and bundle is root.get("bundle") else None
+        if tmpl is None:
+            tmpl = self._load(bundle, params, root["name"], root["id"])
+        node = StackNode(root, tmpl, w.rows_for(root["id"]))
         w.add_stack(node)
         w.drive()
         if w.failure is None:
@@ -299,7 +315,9 @@ class StackService:
 
     def plan(self, root: dict, bundle: dict, params: dict) -> dict:
         p = Plan()
-        self._forward(dict(root), bundle, params, threading.Event(), DEFAULT_TIMEOUT, False, plan=p)
+        previous = root["bundle"] if root["status"] == "COMPLETE" else None
+        self._forward(dict(root), bundle, params, threading.Event(), DEFAULT_TIMEOUT, False, plan=p,
+                      previous=previous)
         return {"stack_name": root["name"], "dry_run": True, **p.as_dict()}
 
     def resume_all(self) -> list[str]:
@@ -384,23 +402,24 @@ class StackService:
         r = self._root(name_or_id)
         hidden = set((r.get("operation") or {}).get("hidden", []))
         params = {k: ("******" if k in hidden else v) for k, v in (r.get("parameters") or {}).items()}
+        from sqlalchemy import func
+
         with self.store.engine.connect() as conn:
-            res = conn.execute(select(RES.c.status, RES.c.action, RES.c.name, RES.c.stack_id, RES.c.type)
-                               .where(RES.c.root_id == r["id"]).where(RES.c.replaced_by.is_(None))).all()
-            paths = {s.id: s.path for s in conn.execute(select(STACKS.c.id, STACKS.c.path)
-                                                       .where(STACKS.c.root_id == r["id"]))}
-        total = len(res)
-        complete = sum(1 for x in res if x.status == "COMPLETE")
-        in_progress = [(f"{paths.get(x.stack_id)}.{x.name}" if paths.get(x.stack_id) else x.name)
-                       for x in res if x.status == "IN_PROGRESS"]
-        failed = sum(1 for x in res if x.status == "FAILED")
+            counts = dict(conn.execute(select(RES.c.status, func.count()).where(RES.c.root_id == r["id"])
+                                       .where(RES.c.replaced_by.is_(None)).group_by(RES.c.status)).all())
+            busy = conn.execute(select(RES.c.name, STACKS.c.path).join(STACKS, STACKS.c.id == RES.c.stack_id)
+                                .where(RES.c.root_id == r["id"]).where(RES.c.status == "IN_PROGRESS")
+                                .where(RES.c.nested_id.is_(None)).order_by(RES.c.id).limit(20)).all()
+        total = sum(counts.values())
+        complete, failed = counts.get("COMPLETE", 0), counts.get("FAILED", 0)
+        in_progress = [f"{path}.{name}" if path else name for name, path in busy]
         outputs = [{"output_key": k, "output_value": v.get("value"), "description": v.get("description", ""),
                     **({"output_error": v["error"]} if v.get("error") else {})}
                    for k, v in (r.get("outputs") or {}).items()]
         return {**self._summary(r), "stack_status_reason": r["status_reason"], "description": r["description"],
                 "parameters": params, "outputs": outputs,
                 "progress": {"total": total, "complete": complete, "failed": failed,
-                             "in_progress": sorted(in_progress)[:20], "in_progress_count": len(in_progress)}}
+                             "in_progress": in_progress, "in_progress_count": counts.get("IN_PROGRESS", 0)}}
 
     def resources(self, name_or_id: str, nested_depth: int = 0) -> list[dict]:
         r = self._root(name_or_id)

@@ -198,6 +198,10 @@ class ResTask:
             self.done_quiet()
             return False
         if decision == "nested":
+            child = w.stack_rows.get(row["nested_id"])
+            if w.same_files and not w.resuming and child is not None and child["status"] == "COMPLETE":
+                self.done_quiet()
+                return False
             self.action = "UPDATE"
             self.phase = "nested-quiet"
             self.old_props = dict(row.get("properties") or {})
@@ -315,7 +319,7 @@ class ResTask:
         plugin.action = self.action
         row = self.row or {}
         child_id = row.get("nested_id")
-        child_rows = w.rows_by_stack.get(child_id, []) if child_id else []
+        child_rows = w.rows_for(child_id) if child_id else []
         plugin.nested = NestedView(child_id or "", {}, {r["name"]: (r.get("ref"), r.get("attributes") or {})
                                                         for r in child_rows if not r.get("replaced_by")})
         if isinstance(plugin, TemplateResource):
@@ -529,14 +533,41 @@ class Walk:
         self.failure: str | None = None
         self.stack_rows: dict[str, dict] = {}
         self.rows_by_stack: dict[str, list[dict]] = {}
+        self.lazy = False
+        # True when the files and environments are those of the last operation: a nested
+        # stack whose parameters did not change is then unchanged too and is not walked.
+        self.same_files = False
         self.stacks: list[StackNode] = []
         self.pending_flush = False
 
     # -- loading ------------------------------------------------------------------------
-    def load_rows(self, stack_rows: list[dict], res_rows: list[dict]) -> None:
+    def load_rows(self, stack_rows: list[dict], res_rows: list[dict] | None) -> None:
+        """Stack rows, and resource rows (None: each stack's rows are read when it is visited,
+        so an update that skips unchanged nested stacks never reads theirs)."""
         self.stack_rows = {s["id"]: s for s in stack_rows}
-        for r in res_rows:
+        self.lazy = res_rows is None
+        for r in res_rows or []:
             self.rows_by_stack.setdefault(r["stack_id"], []).append(r)
+
+    def rows_for(self, stack_id: str) -> list[dict]:
+        rows = self.rows_by_stack.get(stack_id)
+        if rows is None:
+            rows = self.rows_by_stack[stack_id] = self.read_rows(stack_id) if self.lazy else []
+        return rows
+
+    def read_rows(self, stack_id: str) -> list[dict]:
+        from sqlalchemy import select
+
+        from undercloud.orchestration.engine.writer import RES
+
+        with self.store.engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(select(RES).where(RES.c.stack_id == stack_id)
+                                                  .order_by(RES.c.id)).mappings()]
+        for r in rows:
+            r.pop("id", None)
+            if r.get("data") is None:
+                r["data"] = {}
+        return rows
 
     def new_stack_row(self, parent: StackNode, resource: str, tmpl: Any, params: dict) -> dict:
         now = time.time()
@@ -805,7 +836,7 @@ class Walk:
             srow = self.stack_rows.get(sid)
             if srow is None:
                 continue
-            for r in self.rows_by_stack.get(sid, []):
+            for r in self.rows_for(sid):
                 if self.writer is not None and r["uuid"] in self.writer.gone_rows:
                     continue
                 out.append((srow, r))
