@@ -68,6 +68,7 @@ class ServerMetadata:
         self._servers: dict[str, _Server] | None = None
         self._signals: dict[str, dict] = {}  # deployment id -> signal body
         self._owner: dict[str, str] = {}     # deployment id -> server id
+        self._owner_of: dict[str, str] = {}  # deployment id -> publishing resource
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
 
     # --- loading -------------------------------------------------------------------
@@ -84,6 +85,8 @@ class ServerMetadata:
                             if srv is not None:
                                 srv.deployments[d.id] = d.document
                                 self._owner[d.id] = d.server_id
+                                if d.owner:
+                                    self._owner_of[d.id] = d.owner
                                 if d.signal is not None:
                                     self._signals[d.id] = d.signal
                     for srv in servers.values():
@@ -133,9 +136,8 @@ class ServerMetadata:
                 s.execute(delete(AgentServer).where(AgentServer.id == server_id))
             srv = self._all().pop(server_id, None)
             if srv:
-                for did in srv.deployments:
-                    self._signals.pop(did, None)
-                    self._owner.pop(did, None)
+                for did in list(srv.deployments):
+                    self._drop(did)
         self._wake(server_id)
 
     def exists(self, server_id: str) -> bool:
@@ -172,46 +174,72 @@ class ServerMetadata:
         return out
 
     # --- deployments ---------------------------------------------------------------
-    def put_deployment(self, server_id: str, entry: dict, replaces: str | None = None) -> None:
-        """Add a deployment entry (its `id` must be new); `replaces` removes an earlier id in
-        the same change, so the agent never sees both revisions."""
+    def put_deployment(self, server_id: str, entry: dict, owner: str | None = None) -> None:
+        """Publish a deployment entry on the server. Entries earlier published by the same
+        `owner` (on any server) go in the same change, so an agent never sees two revisions.
+        Publishing an id that exists already changes nothing (and keeps its signal)."""
         with self._lock:
             srv = self._get(server_id)
-            now = time.time()
+            if self._owner.get(entry["id"]) == server_id:
+                return
+            stale = [d for d, o in self._owner_of.items() if owner and o == owner]
             with self.store.session() as s:
-                if replaces:
-                    s.execute(delete(AgentDeployment).where(AgentDeployment.id == replaces))
-                s.merge(AgentDeployment(id=entry["id"], server_id=server_id, name=entry.get("name") or "",
-                                        document=entry, signal=None, signalled_at=None, created_at=now))
-                row = s.get(AgentServer, server_id)
-                row.revision = self._bump(srv)
-            if replaces:
-                srv.deployments.pop(replaces, None)
-                self._signals.pop(replaces, None)
-                self._owner.pop(replaces, None)
+                if stale:
+                    s.execute(delete(AgentDeployment).where(AgentDeployment.id.in_(stale)))
+                s.add(AgentDeployment(id=entry["id"], server_id=server_id, name=entry.get("name") or "",
+                                      owner=owner, document=entry, created_at=time.time()))
+                touched = {server_id} | {self._owner[d] for d in stale if d in self._owner}
+                for sid in touched:
+                    row = s.get(AgentServer, sid)
+                    if row is not None and sid in self._servers:
+                        row.revision = self._bump(self._servers[sid])
+            for d in stale:
+                self._drop(d)
             srv.deployments[entry["id"]] = entry
             self._owner[entry["id"]] = server_id
-            self._signals.pop(entry["id"], None)
-            srv.rebuild()
-        self._wake(server_id)
+            if owner:
+                self._owner_of[entry["id"]] = owner
+            for sid in touched:
+                if sid in self._servers:
+                    self._servers[sid].rebuild()
+        for sid in touched:
+            self._wake(sid)
+
+    def _drop(self, deployment_id: str) -> None:
+        sid = self._owner.pop(deployment_id, None)
+        self._owner_of.pop(deployment_id, None)
+        self._signals.pop(deployment_id, None)
+        if sid and sid in self._servers:
+            self._servers[sid].deployments.pop(deployment_id, None)
 
     def remove_deployment(self, deployment_id: str) -> None:
+        self._remove([deployment_id])
+
+    def remove_owner(self, owner: str) -> None:
+        """Remove every deployment `owner` published (a deleted deployment resource)."""
+        self._all()
+        self._remove([d for d, o in self._owner_of.items() if o == owner])
+
+    def _remove(self, ids: list[str]) -> None:
         with self._lock:
             self._all()
-            server_id = self._owner.pop(deployment_id, None)
+            ids = [d for d in ids if d in self._owner]
+            if not ids:
+                return
+            touched = {self._owner[d] for d in ids}
             with self.store.session() as s:
-                s.execute(delete(AgentDeployment).where(AgentDeployment.id == deployment_id))
-                srv = self._servers.get(server_id) if server_id else None
-                if srv is not None:
-                    row = s.get(AgentServer, server_id)
-                    if row is not None:
-                        row.revision = self._bump(srv)
-            self._signals.pop(deployment_id, None)
-            if srv is not None:
-                srv.deployments.pop(deployment_id, None)
-                srv.rebuild()
-        if server_id:
-            self._wake(server_id)
+                s.execute(delete(AgentDeployment).where(AgentDeployment.id.in_(ids)))
+                for sid in touched:
+                    row = s.get(AgentServer, sid)
+                    if row is not None and sid in self._servers:
+                        row.revision = self._bump(self._servers[sid])
+            for d in ids:
+                self._drop(d)
+            for sid in touched:
+                if sid in self._servers:
+                    self._servers[sid].rebuild()
+        for sid in touched:
+            self._wake(sid)
 
     def signal_of(self, deployment_id: str) -> dict | None:
         self._all()

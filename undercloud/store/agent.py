@@ -35,6 +35,8 @@ class AgentDeployment(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)  # new for every revision
     server_id: Mapped[str] = mapped_column(String(64), index=True)
     name: Mapped[str] = mapped_column(String(255))
+    # Who published it (a deployment resource's uuid): a new revision replaces the old.
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     document: Mapped[Any] = mapped_column(JSON)  # {id, name, group, config, inputs, outputs, options}
     signal: Mapped[Any] = mapped_column(JSON, nullable=True)
     signalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
