@@ -14,6 +14,7 @@ MODULES = [
     ("undercloud.cli.node", "node"),
     ("undercloud.cli.lab", "lab"),
     ("undercloud.cli.template", "template"),
+    ("undercloud.cli.agent", "agent"),
 ]
 
 

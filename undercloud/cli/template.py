@@ -27,7 +27,7 @@ def parse_parameters(pairs: tuple[str, ...]) -> dict[str, str]:
 def template_options(f: Callable) -> Callable:
     """The options every command that reads a template takes."""
     f = click.option("-P", "--parameter", "parameters", multiple=True, metavar="KEY=VALUE",
-                     help="A parameter value; repeat for several. Wins over environment `parameters`.")(f)
+                     help="A parameter value; repeat for several. As in Heat, `parameters` in -e files win over it.")(f)
     f = click.option("-e", "--environment", "environments", multiple=True, metavar="ENV",
                      type=click.Path(dir_okay=False),
                      help="An environment file; repeat for several, merged in order (later wins).")(f)

@@ -283,8 +283,9 @@ def _merge_params(old: dict, new: Mapping, schemata: Mapping, strategies: Mappin
             if k not in chosen:
                 chosen[k] = s
             elif s != chosen[k]:
-                problems.append((env_key, (section, k),
-                                 f"Conflicting merge strategy '{s}' for parameter '{k}' in file '{env_key}'."))
+                problems.append((env_key, ("parameter_merge_strategies",),
+                                 f"Conflicting merge strategy '{s}' for parameter '{k}' (an earlier file "
+                                 f"used '{chosen[k]}'; every file must use the same strategy for it)."))
     if not old:
         return copy.deepcopy(dict(new))
     for k, v in new.items():

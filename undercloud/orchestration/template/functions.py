@@ -159,19 +159,14 @@ class GetParam(Function):
         value = ev.param(name, self.path)
         if isinstance(value, Unknown):
             return Unknown({self.fn: render(a)})
-        for key in path:  # a path that misses yields "" (Heat)
-            if not isinstance(value, Mapping | list | tuple):
-                if isinstance(value, str) and not isinstance(key, int | str):
-                    raise self.err(f'Path components in "{self.fn}" must be strings')
+        for key in path:  # any path that misses (or cannot be walked) yields "", as in Heat
+            if not isinstance(value, Mapping | list | tuple | str) or not isinstance(key, int | str):
                 return ""
-            if not isinstance(key, int | str):
-                raise self.err(f'Path components in "{self.fn}" must be strings')
-            if isinstance(value, list | tuple) and isinstance(key, str):
+            if not isinstance(value, Mapping) and isinstance(key, str):
                 try:
                     key = int(key)
                 except ValueError:
-                    raise self.err(f"Path components in '{self.fn}' must be a string that can be "
-                                   "parsed into an integer.") from None
+                    return ""
             try:
                 value = value[key]
             except (KeyError, IndexError, TypeError):
@@ -635,7 +630,13 @@ class Repeat(Function):
         for k in keys:
             if not isinstance(k, str):
                 raise self.err(f'The "for_each" keys of "{self.fn}" must be strings')
-        return [self._replace(keys, [str(x) for x in combo], template) for combo in combos]
+        out = []
+        for combo in combos:
+            for x in combo:
+                if not isinstance(x, str):  # Heat fails here too (str.replace needs text)
+                    raise self.err(f'"{self.fn}": for_each values must be strings, not {type(x).__name__} ({x!r})')
+            out.append(self._replace(keys, combo, template))
+        return out
 
 
 class RepeatWithMap(Repeat):

@@ -40,7 +40,9 @@ def str_to_num(value: Any) -> int | float:
     except (ValueError, TypeError):
         try:
             return float(value)
-        except (ValueError, TypeError):
+        except ValueError:
+            raise ValueError(f"could not convert string to float: {value!r}") from None
+        except TypeError:
             raise ValueError(f'Value "{value}" is invalid for data type "number".') from None
 
 
@@ -175,7 +177,16 @@ class Parameter:
                     c.check(v if self.type != "string" else str(v), self.type)
             return v
         except ValueError as exc:
-            raise ValueError(f"Parameter '{self.name}' is invalid: {exc}") from None
+            raise ValueError(f"Parameter '{self.name}' is invalid: {self.mask(str(exc), raw)}") from None
+
+    def mask(self, message: str, raw: Any = None) -> str:
+        """A hidden parameter's value never shows, not even inside an error message."""
+        if not self.hidden:
+            return message
+        for v in (raw, self.default):
+            if v is not None and str(v) and str(v) in message:
+                return "the value does not satisfy the parameter's type or constraints"
+        return message
 
     def to_dict(self) -> dict:
         return {
@@ -215,9 +226,13 @@ def parse_schema(name: str, schema: Any, version: Any, path: tuple) -> Parameter
     p.constraints = list(_constraints(name, schema.get("constraints"), version, ptype, path + ("constraints",)))
     if p.default is not None:
         try:
-            p.coerce(p.default)
+            v = p.coerce(p.default)
+            for c in p.constraints:
+                c.check(v if p.type != "string" else str(v), p.type)
         except ValueError as exc:
-            raise FnError(f"Invalid default {p.default} ({exc})", path + ("default",)) from None
+            shown = HIDDEN_TEXT if p.hidden else p.default
+            raise FnError(f"Parameter '{name}' is invalid: Invalid default {shown} ({p.mask(str(exc))})",
+                          path + ("default",)) from None
     return p
 
 

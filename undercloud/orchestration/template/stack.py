@@ -51,7 +51,8 @@ def known_types() -> frozenset[str]:
     except ImportError:
         return FALLBACK_TYPES
     try:
-        return frozenset(registry.known_types())
+        # The brief's list stays supported while the engine's plugins for it are being written.
+        return frozenset(registry.known_types()) | FALLBACK_TYPES
     except Exception:  # a half-built registry must not break validation
         return FALLBACK_TYPES
 
@@ -265,8 +266,6 @@ class StackTemplate:
                 p.value = self._values[name]
             except ValueError as exc:
                 msg = str(exc)
-                if p.hidden:
-                    msg = f"Parameter '{name}' is invalid: the (hidden) value does not satisfy its type or constraints"
                 if raw is None:
                     self.add(("parameters", name, "default"), msg)
                 else:
@@ -503,6 +502,13 @@ class StackTemplate:
             key = target.key if used else ref_key(self.key, target.key)
             if key not in self.bundle.files:
                 self.add(path + ("type",), f"{show(key)}: file not found")
+                return
+            rprops = self._props_placeholder(rd).get("resource_def")
+            mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
+            try:
+                self._child(key, used, "0", mprops if isinstance(mprops, Mapping) else {}, path, None, True)
+            except TemplateError as exc:
+                self.problems.extend(exc.problems)
 
     def _validate_properties(self, rd: ResourceDefinition) -> None:
         schema = _properties_schema(rd.type)
@@ -523,24 +529,30 @@ class StackTemplate:
         if rd is None or not rd.template_file:
             raise TemplateError([problem(self.file, 0, f"resources.{resource_name}",
                                          "not a template resource of this stack")])
-        p = ("resources", resource_name)
+        facade = {"metadata": metadata if metadata is not None else self._safe_meta(rd),
+                  "deletion_policy": rd.deletion_policy,
+                  "update_policy": self._safe_resolve(rd.update_policy)}
+        return self._child(rd.template_file, rd.registry_key, resource_name, properties,
+                           ("resources", resource_name), facade, validating)
+
+    def _child(self, key: str, registry_key: str | None, resource_name: str, properties: Mapping,
+               p: tuple, facade: Mapping | None, validating: bool) -> StackTemplate:
+        """Build the nested stack of template file `key`; problems with the given values are
+        reported at `p` (the resource definition in this template)."""
         if self.depth + 1 > MAX_NESTING_DEPTH:
-            chain = " -> ".join(show(k) for k in self.chain + (rd.template_file,))
+            chain = " -> ".join(show(k) for k in self.chain + (key,))
             raise TemplateError([problem(self.file, line_of(self.doc, p + ("type",)), dotted(p + ("type",)),
                                          f"Recursion depth exceeds {MAX_NESTING_DEPTH}: template resources "
                                          f"nest too deep ({chain})")])
-        remove = (rd.registry_key, FileRef(rd.template_file)) if rd.registry_key else None
+        remove = (registry_key, FileRef(key)) if registry_key else None
         env = self.environment.child(resource_name, remove)
 
         def given_where(name: str, message: str) -> str:
             path = p + ("properties", name) if name in (properties or {}) else p + ("properties",)
             return problem(self.file, line_of(self.doc, path), dotted(path), message)
 
-        facade = {"metadata": metadata if metadata is not None else self._safe_meta(rd),
-                  "deletion_policy": rd.deletion_policy,
-                  "update_policy": self._safe_resolve(rd.update_policy)}
-        doc = self.bundle.parsed(rd.template_file)
-        child = StackTemplate(self.bundle, rd.template_file, doc, env, dict(properties or {}),
+        doc = self.bundle.parsed(key)
+        child = StackTemplate(self.bundle, key, doc, env, dict(properties or {}),
                               stack_name=f"{self.stack_name}-{resource_name}", stack_id="",
                               project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
                               partial=self.partial or validating, facade=facade, top=False,
@@ -872,13 +884,13 @@ def load(bundle: Bundle, parameters: Mapping | None = None, *, stack_name: str =
             problems.append(problem(show(key), line_of(raw, e.path), dotted(e.path), e.message))
     if problems:
         raise TemplateError(problems)
-    env, merge_problems = merge(envs, _all_param_types(bundle))
+    # As Heat's server does: the environment files merge over the explicit parameters.
+    env, merge_problems = merge(envs, _all_param_types(bundle), dict(parameters or {}))
     for key, path, message in merge_problems:
         problems.append(problem(show(key), line_of(bundle.parsed(key), path), dotted(path), message))
     if problems:
         raise TemplateError(problems)
     given = dict(env.parameters)
-    given.update(parameters or {})
     env_where = _env_param_where(bundle, parameters or {})
     t = StackTemplate(bundle, bundle.template, doc, env, given, stack_name=stack_name,
                       stack_id=stack_id, project_id=project_id, partial=partial, given_where=env_where)
@@ -890,12 +902,12 @@ def _env_param_where(bundle: Bundle, explicit: Mapping) -> Any:
     """Problems with a given parameter point at the environment line that gave it."""
 
     def where(name: str, message: str) -> str:
-        if name in explicit:
-            return problem("--parameter", 0, name, message)
         for key in reversed(bundle.environments):
             doc = bundle.parsed(key)
             if isinstance(doc, Mapping) and isinstance(doc.get("parameters"), Mapping) and name in doc["parameters"]:
                 return problem(show(key), line_of(doc, ("parameters", name)), f"parameters.{name}", message)
+        if name in explicit:
+            return problem("--parameter", 0, name, message)
         tdoc = bundle.parsed(bundle.template)
         return problem(show(bundle.template), line_of(tdoc, ("parameters", name)), f"parameters.{name}", message)
 
