@@ -283,16 +283,22 @@ class StackService:
             self._finish(root, "COMPLETE", "Stack ROLLBACK completed successfully", w, action="ROLLBACK")
 
     def _unreplace(self, root_id: str) -> None:
-        """Before a rollback: old rows of replacements become current again."""
+        """Before a rollback: old rows of replacements become current again (once: the
+        operation records it, so a resumed rollback does not swap them back)."""
+        root = self._root(root_id)
+        op = dict(root.get("operation") or {})
+        if op.get("unreplaced"):
+            return
         _, rows = self._tree(root_id)
         by_uuid = {r["uuid"]: r for r in rows}
+        pairs = [(r, by_uuid[r["replaced_by"]]) for r in rows if r.get("replaced_by") in by_uuid]
         w = Writer(self.store)
-        for r in rows:
-            new = by_uuid.get(r.get("replaced_by") or "")
-            if new is not None:
-                new["replaced_by"], r["replaced_by"] = r["uuid"], None
-                w.touch_row(new)
-                w.touch_row(r)
+        for old, new in pairs:
+            new["replaced_by"], old["replaced_by"] = old["uuid"], None
+            w.touch_row(new)
+            w.touch_row(old)
+        root["operation"] = {**op, "unreplaced": True}
+        w.touch_stack(root)
         w.flush()
 
     def _finish(self, root: dict, status: str, reason: str, w: Walk | None = None, action: str | None = None) -> None:

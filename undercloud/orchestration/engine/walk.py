@@ -90,15 +90,16 @@ class Resolver:
     def __init__(self, stack: StackNode, plan: Plan | None = None):
         self.stack = stack
         self.plan = plan
-        self.used: set[str] = set()
+        self.used_refs: set[str] = set()
+        self.used_attrs: set[str] = set()
 
     def get_resource(self, name: str) -> Any:
-        self.used.add(name)
+        self.used_refs.add(name)
         row = self.stack.current.get(name)
         return row.get("ref") if row and row.get("ref") is not None else None
 
     def get_attr(self, name: str, attr: str, path: list) -> Any:
-        self.used.add(name)
+        self.used_attrs.add(name)
         row = self.stack.current.get(name)
         if not row or row.get("attributes") is None:
             return None
@@ -114,7 +115,8 @@ class Plan:
     def __init__(self) -> None:
         self.actions: dict[str, list[str]] = {"create": [], "update": [], "replace": [], "delete": []}
         self.unchanged = 0
-        self.changed_nodes: set[tuple[str, str]] = set()
+        self.changed_nodes: set[tuple[str, str]] = set()  # (stack id, name): attributes may change
+        self.new_refs: set[tuple[str, str]] = set()       # references change (created, replaced)
 
     def add(self, kind: str, path: str, note: str = "") -> None:
         self.actions[kind].append(path + (f" ({note})" if note else ""))
@@ -173,10 +175,14 @@ class ResTask:
             old = row.get("properties") or {}
             if row["status"] == "IN_PROGRESS" and row["action"] in ("CREATE", "UPDATE") and w.resuming:
                 decision = "resume"
-            elif row["status"] != "COMPLETE" or row["action"] in ("INIT", "DELETE"):
-                decision, note = "replace", f"was {row['action']}_{row['status']}"
             elif row["type"] != rd.type:
                 decision, note = "replace", f"type {row['type']} -> {rd.type}"
+            elif row["status"] != "COMPLETE" and row["action"] != "UPDATE" and not row.get("nested_id"):
+                # never completed (or half deleted): make a new one
+                decision, note = "replace", f"was {row['action']}_{row['status']}"
+            elif row["status"] != "COMPLETE":
+                # a failed update (or a nested stack that failed): converge it in place
+                decision, note = "update", f"was {row['action']}_{row['status']}"
             elif old == self.props and row.get("rsrc_metadata") == metadata:
                 decision = "nested" if row.get("nested_id") else "unchanged"
             else:
@@ -190,8 +196,14 @@ class ResTask:
                 else:
                     decision = "replace"
                     note = "changed: " + ", ".join(sorted(changed))
-            if w.plan is not None and decision == "unchanged" and resolver.used & w.plan_changed(stack):
-                decision, note = "update", "inputs from " + ", ".join(sorted(resolver.used & w.plan_changed(stack)))
+            if w.plan is not None and decision in ("unchanged", "nested"):
+                # its inputs may change: attributes of anything changing, references of
+                # anything created or replaced (an update in place keeps the reference)
+                sid = stack.row["id"]
+                moved = {n for n in resolver.used_attrs if (sid, n) in w.plan.changed_nodes}
+                moved |= {n for n in resolver.used_refs if (sid, n) in w.plan.new_refs}
+                if moved:
+                    decision, note = "update", "inputs from " + ", ".join(sorted(moved))
         if w.plan is not None:
             return self.plan_step(decision, note, cls)
         if decision == "unchanged":
@@ -237,6 +249,8 @@ class ResTask:
         if kind:
             w.plan.add(kind, self.path, note)
             w.plan.changed_nodes.add((self.stack.row["id"], self.name))
+            if kind in ("create", "replace"):
+                w.plan.new_refs.add((self.stack.row["id"], self.name))
         else:
             w.plan.unchanged += 1
         if decision == "replace" and self.row:
@@ -604,10 +618,6 @@ class Walk:
                                data=row.get("data") or {}, physical_id=row.get("physical_id"))
             return None
         return find
-
-    def plan_changed(self, stack: StackNode) -> set[str]:
-        sid = stack.row["id"]
-        return {n for s, n in self.plan.changed_nodes if s == sid}
 
     # -- the forward phase --------------------------------------------------------------
     def add_stack(self, stack: StackNode) -> None:

@@ -7,8 +7,9 @@ service died (resumable):
                              (interrupted) call made, by `self.uuid` or what is in `self.data`
     check_complete(action)   poll: True when the action (CREATE/UPDATE/DELETE) is done; raise
                              ResourceFailure (or any exception) to fail the resource
-    update(old_properties)   change the thing in place to `self.properties` (only called when
-                             every changed property has update_allowed)
+    update(old_properties)   converge the thing in place to `self.properties` (only called when
+                             every changed property has update_allowed); old_properties are the
+                             last *completed* ones: a failed update may have applied part already
     delete()                 start removing it; deleting what is already gone is not an error
     attributes()             every attribute as a dict; the engine stores it at completion, so
                              `get_attr` and outputs never call the plugin again

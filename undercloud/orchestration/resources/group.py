@@ -125,8 +125,9 @@ class ResourceGroup(Plugin):
             member = parts[1] if len(parts) > 1 else ""
             if member not in members:
                 return None
-            if len(parts) == 2:
-                value: Any = attrs["refs_map"][member]
-                return Plugin.resolve_attribute({"v": value}, "v", path)
-            return Plugin.resolve_attribute(members[member], parts[2], path)
+            if len(parts) == 3:  # resource.N.ATTR[, path...]
+                return Plugin.resolve_attribute(members[member], parts[2], path)
+            if path:  # [group, resource.N, ATTR, path...]
+                return Plugin.resolve_attribute(members[member], str(path[0]), list(path[1:]))
+            return attrs["refs_map"][member]
         return [Plugin.resolve_attribute(members[n], name, path) for n in order]

@@ -144,9 +144,11 @@ class TestResource(Plugin):
         self._start("CREATE")
 
     def update(self, old_properties: dict) -> None:
+        # Converge to the new value even when old_properties already hold it: a failed or
+        # cancelled update may have changed the stored value without completing.
+        if not self.properties.get("fail"):
+            self.data["value"] = self.properties.get("value")
         if self.properties.get("value") != old_properties.get("value"):
-            if not self.properties.get("fail"):
-                self.data["value"] = self.properties.get("value")
             self._start("UPDATE")
         else:
             self.data["started"], self.data["wait"] = time.time(), 0
