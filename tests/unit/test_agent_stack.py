@@ -1,0 +1,259 @@
+"""Stacks with a server running the agent as a local process (OS::Heat::DeployedServer)
+and software deployments, through the real service and CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.unit.agent_support import wait_for
+
+SERVER_AND_CONFIG = """
+heat_template_version: 2018-08-31
+resources:
+  server:
+    type: OS::Heat::DeployedServer
+    metadata:
+      motd: {greeting: hello-from-metadata}
+  config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{name: who}]
+      outputs: [{name: answer}]
+      config: |
+        #!/bin/sh
+        echo "deploying for $who on $deploy_server_id ($deploy_action) $deploy_resource_name"
+        printf "42-$who" > $heat_outputs_path.answer
+"""
+
+DEPLOYMENT = """
+  deployment:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: config}
+      server: {get_resource: server}
+      input_values: {who: WHO}
+  consumer:
+    type: OS::Heat::Value
+    properties:
+      value: {get_attr: [deployment, answer]}
+outputs:
+  answer: {value: {get_attr: [consumer, value]}}
+  stdout: {value: {get_attr: [deployment, deploy_stdout]}}
+  code: {value: {get_attr: [deployment, deploy_status_code]}}
+"""
+
+
+class AgentProcess:
+    def __init__(self, home: Path, tmp: Path):
+        self.home, self.tmp, self.proc = home, tmp, None
+
+    def start(self) -> AgentProcess:
+        cfg_file = wait_for(lambda: next(iter((self.home / "agents").glob("*.json")), None)
+                            if (self.home / "agents").exists() else None, what="the agent config file")
+        assert cfg_file.stat().st_mode & 0o077 == 0  # owner only: it holds the token
+        cfg = json.loads(cfg_file.read_text())
+        for d in ("state", "templates", "refresh", "hooks", "out"):
+            (self.tmp / d).mkdir(parents=True, exist_ok=True)
+        cfg.update(state_dir=str(self.tmp / "state"), templates=str(self.tmp / "templates"),
+                   refresh_dir=str(self.tmp / "refresh"), hooks_dir=str(self.tmp / "hooks"),
+                   output_root=str(self.tmp / "out"), interval=2)
+        (self.tmp / "agent.json").write_text(json.dumps(cfg))
+        self.log = open(self.tmp / "agent.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "undercloud.agent", "run", "--config",
+                                      str(self.tmp / "agent.json")], stderr=self.log, start_new_session=True,
+                                     env=dict(os.environ, PYTHONPATH=str(Path.cwd())))
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def agent(uc_home, tmp_path):
+    a = AgentProcess(uc_home.path, tmp_path / "node")
+    yield a
+    a.stop()
+
+
+def write(tmp_path, text: str) -> str:
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def stack_create_bg(path: str, name: str = "s", *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "undercloud", "stack", "create", name, "-t", path, "--wait",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outputs(name: str = "s") -> dict:
+    r = run_cli("stack", "output", "show", name, "--all", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    return {o["output_key"]: o["output_value"] for o in json.loads(r.stdout)}
+
+
+def test_script_deployment_output_feeds_another_resource(uc_home, agent, tmp_path):
+    p = stack_create_bg(write(tmp_path, SERVER_AND_CONFIG + DEPLOYMENT.replace("WHO", "world")))
+    agent.start()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    o = outputs()
+    assert o["answer"] == "42-world"
+    assert o["stdout"].startswith("deploying for world on ") and o["stdout"].endswith("(CREATE) deployment\n")
+    assert o["code"] == 0
+    # The server's metadata section reached the node (os-apply-config data).
+    md = json.loads((agent.tmp / "state" / "metadata.json").read_text())
+    assert md["motd"] == {"greeting": "hello-from-metadata"}
+    assert [d["name"] for d in md["deployments"]] == [md["deployments"][0]["name"]]
+    names = [i["name"] for i in md["deployments"][0]["inputs"]]
+    assert names[:6] == ["who", "deploy_server_id", "deploy_action", "deploy_stack_id",
+                         "deploy_resource_name", "deploy_signal_transport"]
+
+    # Update: a changed input runs the deployment again with deploy_action UPDATE.
+    r = run_cli("stack", "update", "s", "-t", write(tmp_path, SERVER_AND_CONFIG + DEPLOYMENT.replace("WHO", "mars")),
+                "--wait")
+    assert r.returncode == 0, r.stderr
+    o = outputs()
+    assert o["answer"] == "42-mars" and "(UPDATE)" in o["stdout"]
+    md = json.loads((agent.tmp / "state" / "metadata.json").read_text())
+    assert len(md["deployments"]) == 1  # the old revision left the metadata
+
+    r = run_cli("stack", "delete", "s", "--wait")
+    assert r.returncode == 0, r.stderr
+    assert not list((uc_home.path / "agents").glob("*.json"))  # credentials gone with the server
+
+
+def test_failed_deployment_fails_the_stack_with_the_reason(uc_home, agent, tmp_path):
+    text = SERVER_AND_CONFIG.replace('printf "42-$who" > $heat_outputs_path.answer',
+                                     'echo "cannot reach the database" >&2; exit 3')
+    p = stack_create_bg(write(tmp_path, text + DEPLOYMENT.replace("WHO", "x")))
+    agent.start()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert "Deployment to server failed: deploy_status_code : Deployment exited with non-zero status code: 3" in err
+    assert "cannot reach the database" in err
+    assert "Traceback" not in err
+
+
+def test_error_output_fails_the_deployment(uc_home, agent, tmp_path):
+    text = SERVER_AND_CONFIG.replace("outputs: [{name: answer}]",
+                                     "outputs: [{name: answer}, {name: problem, error_output: true}]")
+    text = text.replace('printf "42-$who" > $heat_outputs_path.answer',
+                        'printf "disk full" > $heat_outputs_path.problem')
+    p = stack_create_bg(write(tmp_path, text + DEPLOYMENT.replace("WHO", "x")))
+    agent.start()
+    _out, err = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert "Deployment to server failed: problem : disk full" in err
+
+
+def test_agent_that_never_answers_times_out_with_a_reason(uc_home, tmp_path):
+    p = stack_create_bg(write(tmp_path, SERVER_AND_CONFIG + DEPLOYMENT.replace("WHO", "x")), "s",
+                        "--timeout", "0.1")
+    _out, err = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert "the agent on server" in err and "to signal deployment" in err, err
+
+
+STRUCTURED_GROUP = """
+heat_template_version: 2018-08-31
+resources:
+  a: {type: OS::Heat::DeployedServer}
+  b: {type: OS::Heat::DeployedServer}
+  config:
+    type: OS::Heat::StructuredConfig
+    properties:
+      group: json-file
+      config:
+        OUT/NAME.json:
+          role: {get_input: role}
+          untouched: {keep: me}
+  deployments:
+    type: OS::Heat::StructuredDeploymentGroup
+    properties:
+      config: {get_resource: config}
+      servers: {first: {get_resource: a}, second: {get_resource: b}}
+      input_values: {role: controller}
+      signal_transport: NO_SIGNAL
+outputs:
+  codes: {value: {get_attr: [deployments, deploy_status_codes]}}
+"""
+
+
+def test_structured_group_puts_one_resolved_deployment_per_server(uc_home, tmp_path):
+    text = STRUCTURED_GROUP.replace("OUT", str(tmp_path / "out"))
+    r = run_cli("stack", "create", "g", "-t", write(tmp_path, text), "--wait")
+    assert r.returncode == 0, r.stderr  # NO_SIGNAL: complete without waiting for agents
+    r = run_cli("stack", "resource", "list", "g", "--nested-depth", "1", "-f", "json")
+    rows = json.loads(r.stdout)
+    assert sorted(x["resource_name"] for x in rows if x["resource_type"] == "OS::Heat::StructuredDeployment") \
+        == ["deployments.first", "deployments.second"]
+    # Run both agents once: each applies its own resolved config.
+    cfgs = sorted((uc_home.path / "agents").glob("*.json"))
+    assert len(cfgs) == 2
+    for i, cfg_file in enumerate(cfgs):
+        cfg = json.loads(cfg_file.read_text())
+        node = tmp_path / f"node{i}"
+        cfg.update(state_dir=str(node / "state"), templates=str(node / "t"), refresh_dir=str(node / "r"),
+                   hooks_dir=str(node / "h"), output_root=str(node / "o"))
+        (tmp_path / f"a{i}.json").write_text(json.dumps(cfg))
+        r = subprocess.run([sys.executable, "-m", "undercloud.agent", "run", "--once", "--config",
+                            str(tmp_path / f"a{i}.json")], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    written = json.loads((tmp_path / "out" / "NAME.json").read_text())
+    assert written == {"role": "controller", "untouched": {"keep": "me"}}
+
+
+def test_delete_action_runs_before_the_deployment_goes(uc_home, agent, tmp_path):
+    text = SERVER_AND_CONFIG.replace('printf "42-$who" > $heat_outputs_path.answer',
+                                     f'echo "$deploy_action" >> {tmp_path}/actions')
+    text += DEPLOYMENT.replace("WHO", "x").replace("input_values: {who: x}",
+                                                   "input_values: {who: x}\n      actions: [CREATE, DELETE]")
+    p = stack_create_bg(write(tmp_path, text))
+    agent.start()
+    _o, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    r = run_cli("stack", "delete", "s", "--wait")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "actions").read_text().split() == ["CREATE", "DELETE"]
+
+
+def test_unknown_server_is_one_clear_failure(uc_home, tmp_path):
+    text = SERVER_AND_CONFIG + DEPLOYMENT.replace("WHO", "x").replace("server: {get_resource: server}",
+                                                                        "server: not-a-server")
+    r = run_cli("stack", "create", "s", "-t", write(tmp_path, text), "--wait")
+    assert r.returncode != 0
+    assert "server: 'not-a-server' has no agent in this undercloud" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_agent_cli_list_and_config(uc_home, tmp_path):
+    r = run_cli("stack", "create", "s", "-t", write(tmp_path, SERVER_AND_CONFIG), "--wait")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("agent", "list", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    servers = json.loads(r.stdout)
+    assert [s["name"] for s in servers] == ["s-server"]
+    old = json.loads(next((uc_home.path / "agents").glob("*.json")).read_text())
+    out = tmp_path / "new-agent.json"
+    r = run_cli("agent", "config", "s-server", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    new = json.loads(out.read_text())
+    assert new["server_id"] == old["server_id"] and new["token"] != old["token"]
+    assert out.stat().st_mode & 0o077 == 0
+    assert new["token"] not in r.stdout + r.stderr
+    r = run_cli("agent", "config", "nope", "-o", str(out))
+    assert r.returncode != 0 and r.stderr.strip().endswith("no agent server 'nope'")
+    time.sleep(0)
