@@ -27,7 +27,7 @@ from undercloud.orchestration.template.source import (
     line_of,
     problem,
 )
-from undercloud.orchestration.template.versions import VERSIONS, Version, condition_table
+from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version, condition_table
 
 MAX_NESTING_DEPTH = 10
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
@@ -203,7 +203,7 @@ class StackTemplate:
         if isinstance(v, str | int | float) and str(v) in VERSIONS:
             self.version = VERSIONS[str(v)]
         else:
-            known = ", ".join(sorted({x.name for x in VERSIONS.values()}))
+            known = ", ".join([x.name for x in ALL_VERSIONS] + [x.alias for x in ALL_VERSIONS if x.alias])
             self.add(("heat_template_version",),
                      f'The template version is invalid: "heat_template_version: {v}". '
                      f'"heat_template_version" should be one of: {known}')
@@ -683,9 +683,7 @@ class StackTemplate:
         return tree
 
     def _not_in_version(self, name: str) -> str:
-        from undercloud.orchestration.template.versions import _ALL
-
-        first = next((v.name for v in _ALL if name in v.functions and v.functions[name] is not fn.Removed), None)
+        first = next((v.name for v in ALL_VERSIONS if name in v.functions and v.functions[name] is not fn.Removed), None)
         since = f" (it needs heat_template_version {first} or later)" if first else ""
         return f'"{name}" is not a function of heat_template_version {self.version.name}{since}'
 

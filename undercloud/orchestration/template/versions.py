@@ -71,7 +71,7 @@ _COND = dict(
 _MODULO = dict(constraints=_BASE.constraints + ("modulo",))
 _TAGS = dict(param_keys=_BASE.param_keys + ("tags",))
 
-_ALL = [
+ALL_VERSIONS = [
     Version("2013-05-23", "", V20130523),
     Version("2014-10-16", "juno", V20141016),
     Version("2015-04-30", "kilo", V20150430),
@@ -86,7 +86,7 @@ _ALL = [
 ]
 
 VERSIONS: dict[str, Version] = {}
-for _v in _ALL:
+for _v in ALL_VERSIONS:
     VERSIONS[_v.name] = _v
     if _v.alias:
         VERSIONS[_v.alias] = _v
