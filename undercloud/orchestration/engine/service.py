@@ -413,6 +413,8 @@ class StackService:
         with self.store.engine.connect() as conn:
             counts = dict(conn.execute(select(RES.c.status, func.count()).where(RES.c.root_id == r["id"])
                                        .where(RES.c.replaced_by.is_(None)).group_by(RES.c.status)).all())
+            busy_leaves = conn.execute(select(func.count()).where(RES.c.root_id == r["id"])
+                                       .where(RES.c.status == "IN_PROGRESS").where(RES.c.nested_id.is_(None))).scalar()
             busy = conn.execute(select(RES.c.name, STACKS.c.path).join(STACKS, STACKS.c.id == RES.c.stack_id)
                                 .where(RES.c.root_id == r["id"]).where(RES.c.status == "IN_PROGRESS")
                                 .where(RES.c.nested_id.is_(None)).order_by(RES.c.id).limit(20)).all()
@@ -425,7 +427,7 @@ class StackService:
         return {**self._summary(r), "stack_status_reason": r["status_reason"], "description": r["description"],
                 "parameters": params, "outputs": outputs,
                 "progress": {"total": total, "complete": complete, "failed": failed,
-                             "in_progress": in_progress, "in_progress_count": counts.get("IN_PROGRESS", 0)}}
+                             "in_progress": in_progress, "in_progress_count": busy_leaves}}
 
     def resources(self, name_or_id: str, nested_depth: int = 0) -> list[dict]:
         r = self._root(name_or_id)

@@ -256,7 +256,12 @@ class ResTask:
         if decision == "replace" and self.row:
             w.plan.add("delete", self.path, "replaced")
         descend = self.row is None or decision != "replace" or not self.row.get("nested_id")
-        if (cls is TemplateResource or cls.nested_template is not Plugin.nested_template) and descend:
+        if note.startswith("inputs from") and descend and (
+                cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
+            # the nested stack's inputs are only known once those resources changed
+            w.plan.add("update", self.path + ".*", "may change with " + note)
+            descend = False
+        if descend and (cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
             self.action = "CREATE" if self.row is None else "UPDATE"
             try:
                 self.start_nested(cls, plan=True)
