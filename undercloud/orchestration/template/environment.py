@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from undercloud.orchestration.template.source import FnError
+from undercloud.orchestration.template.source import FnError, kind
 
 SECTIONS = ("parameters", "parameter_defaults", "resource_registry", "encrypted_param_names",
             "event_sinks", "parameter_merge_strategies")
@@ -199,7 +199,7 @@ def _registry_section(reg: Mapping, resolve_file, path: tuple, nested: bool = Fa
             out[key] = None
         elif not isinstance(target, str):
             raise FnError(f"resource_registry: {key} must map to a type or a template file, "
-                          f"not {type(target).__name__}", p)
+                          f"not {kind(target)}", p)
         elif is_template_ref(target):
             out[key] = FileRef(resolve_file(target, p))
         else:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib import parse as urlparse
 
-from undercloud.orchestration.template.source import FnError
+from undercloud.orchestration.template.source import FnError, kind
 
 if TYPE_CHECKING:
     from undercloud.orchestration.template.stack import Evaluation, StackTemplate
@@ -634,7 +634,7 @@ class Repeat(Function):
         for combo in combos:
             for x in combo:
                 if not isinstance(x, str):  # Heat fails here too (str.replace needs text)
-                    raise self.err(f'"{self.fn}": for_each values must be strings, not {type(x).__name__} ({x!r})')
+                    raise self.err(f'"{self.fn}": for_each values must be strings, not {kind(x)} ({x!r})')
             out.append(self._replace(keys, combo, template))
         return out
 

@@ -125,6 +125,21 @@ def line_of(root: Any, path: Sequence) -> int:
     return line
 
 
+def kind(value: Any) -> str:
+    """The YAML name of a value's type, for messages."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, int | float):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
 def problem(file: str, line: int, path: str, message: str) -> str:
     where = f"{file}:{line}" if line else file
     return f"{where}: {path}: {message}" if path else f"{where}: {message}"

@@ -24,6 +24,7 @@ from undercloud.orchestration.template.source import (
     FnError,
     TemplateError,
     dotted,
+    kind,
     line_of,
     problem,
 )
@@ -227,7 +228,7 @@ class StackTemplate:
         if s is None:
             return {}
         if not isinstance(s, Mapping):
-            self.add((name,), f'"{name}" must be a map, not {type(s).__name__}')
+            self.add((name,), f'"{name}" must be a map, not {kind(s)}')
             return {}
         return s
 
@@ -326,7 +327,7 @@ class StackTemplate:
         for name, body in section.items():
             p = ("resources", name)
             if not isinstance(body, Mapping):
-                self.add(p, f"Resources must contain Resource. Found a [{type(body).__name__}] instead")
+                self.add(p, f"Resources must contain Resource. Found a [{kind(body)}] instead")
                 continue
             bad = [k for k in body if k not in v.resource_keys]
             if bad:
@@ -438,7 +439,7 @@ class StackTemplate:
         for name, body in self._section("outputs").items():
             p = ("outputs", name)
             if not isinstance(body, Mapping):
-                self.add(p, f'"outputs" must contain a map of output maps. Found a [{type(body).__name__}] instead')
+                self.add(p, f'"outputs" must contain a map of output maps. Found a [{kind(body)}] instead')
                 continue
             bad = [k for k in body if k not in self.version.output_keys]
             if bad:
