@@ -706,7 +706,7 @@ class Walk:
                 try:
                     result = fn()
                     self.inbox.put((task, poll, result, None))
-                except Exception as exc:  # noqa: BLE001 - reported as the resource's failure
+                except BaseException as exc:  # noqa: BLE001 - reported as the resource's failure
                     self.inbox.put((task, poll, None, exc))
                 self.wake.set()
 
