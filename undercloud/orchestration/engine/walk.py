@@ -393,6 +393,7 @@ class ResTask:
     def complete(self) -> None:
         row, p = self.row, self.plugin
         if self.child is not None:
+            p.physical_id = p.physical_id or self.child.row["id"]  # as Heat: the nested stack's id
             p.nested = NestedView(self.child.row["id"], self.child.row.get("outputs") or {},
                                   {n: (r.get("ref"), r.get("attributes") or {})
                                    for n, r in self.child.current.items()})
