@@ -80,8 +80,7 @@ class Bundle:
         for ekey in ekeys:
             doc = b._parse_or_collect(ekey, problems)
             for target, path in _registry_files(doc):
-                k = ref_key(ekey, target)
-                b._need(k, ekey, doc, path, problems, todo, template=True)
+                b._need(target, ekey, doc, path, problems, todo, template=True)
         seen: set[str] = set()
         while todo:
             key = todo.pop()
@@ -90,8 +89,7 @@ class Bundle:
             seen.add(key)
             doc = b._parse_or_collect(key, problems)
             for kind, name, path in _references(doc):
-                k = ref_key(key, name)
-                b._need(k, key, doc, path, problems, todo, template=(kind == "type"))
+                b._need(name, key, doc, path, problems, todo, template=(kind == "type"))
         if problems:
             raise TemplateError(problems)
         return b
@@ -121,9 +119,10 @@ class Bundle:
             problems.extend(exc.problems)
             return None
 
-    def _need(self, k: str, parent: str, doc: Any, path: tuple, problems: list[str], todo: list[str],
+    def _need(self, name: str, parent: str, doc: Any, path: tuple, problems: list[str], todo: list[str],
               template: bool) -> None:
-        if k.startswith(("http:", "https:")) or "://" in k:
+        k = ref_key(parent, name)
+        if "://" in name and not name.startswith("file://"):
             problems.append(problem(_show(parent), line_of(doc, path), dotted(path),
                                     "only local files can be referenced, not URLs"))
             return

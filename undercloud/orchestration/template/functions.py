@@ -93,6 +93,9 @@ class Function:
             return self.result(ev)
         except _HasUnknown:
             return Unknown({self.fn: render(ev.partial(self.args))})
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            # arguments of a shape no check foresaw: still one line naming the function
+            raise self.err(f'"{self.fn}": {exc}') from None
 
     def deps(self) -> Iterator[str]:
         return iter_deps(self.args)

@@ -87,9 +87,18 @@ def parse_yaml(text: str, name: str) -> Any:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
         msg = " ".join(x for x in (exc.context, exc.problem) if x) or "invalid YAML"
-        raise TemplateError([problem(name, line, "", f"invalid YAML: {msg}")]) from None
+        raise TemplateError([problem(name, line, "", f"invalid YAML: {one_line(msg)}")]) from None
     except yaml.YAMLError as exc:
-        raise TemplateError([problem(name, 0, "", f"invalid YAML: {exc}")]) from None
+        raise TemplateError([problem(name, 0, "", f"invalid YAML: {one_line(str(exc))}")]) from None
+    except RecursionError:
+        raise TemplateError([problem(name, 0, "", TOO_DEEP)]) from None
+
+
+TOO_DEEP = "data nests too deeply to be processed"
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 # ---------------------------------------------------------------------------------------

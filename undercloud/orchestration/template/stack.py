@@ -21,6 +21,7 @@ from undercloud.orchestration.template.environment import (
 )
 from undercloud.orchestration.template.parameters import PSEUDO, Parameter, parse_schema
 from undercloud.orchestration.template.source import (
+    TOO_DEEP,
     FnError,
     TemplateError,
     dotted,
@@ -302,10 +303,11 @@ class StackTemplate:
                 self.add(p, "Parameters must be provided for each Parameter Group.")
                 continue
             for j, n in enumerate(names):
-                if n not in self.parameters:
+                if not isinstance(n, str) or n not in self.parameters:
                     self.add(p + ("parameters", j),
                              f"The Parameter name ({n}) does not reference an existing parameter.")
-                elif n in seen:
+                    continue
+                if n in seen:
                     self.add(p + ("parameters", j), f"The {n} parameter must be assigned to one parameter group only.")
                 seen.add(n)
 
@@ -794,6 +796,8 @@ class StackTemplate:
             value = Evaluation(self, resolver).eval(tree)
         except FnError as e:
             raise TemplateError([problem(self.file, line_of(self.doc, e.path), dotted(e.path), e.message)]) from None
+        except RecursionError:
+            raise TemplateError([problem(self.file, 0, "", TOO_DEEP)]) from None
         return None if value is fn.REMOVED else value
 
     def param_value(self, name: str) -> Any:
@@ -891,8 +895,11 @@ def load(bundle: Bundle, parameters: Mapping | None = None, *, stack_name: str =
         raise TemplateError(problems)
     given = dict(env.parameters)
     env_where = _env_param_where(bundle, parameters or {})
-    t = StackTemplate(bundle, bundle.template, doc, env, given, stack_name=stack_name,
-                      stack_id=stack_id, project_id=project_id, partial=partial, given_where=env_where)
+    try:
+        t = StackTemplate(bundle, bundle.template, doc, env, given, stack_name=stack_name,
+                          stack_id=stack_id, project_id=project_id, partial=partial, given_where=env_where)
+    except RecursionError:
+        raise TemplateError([problem(show(bundle.template), 0, "", TOO_DEEP)]) from None
     t.raise_problems()
     return t
 
