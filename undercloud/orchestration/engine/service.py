@@ -36,6 +36,21 @@ def _template_api():
     return Bundle, load
 
 
+def _mask(value: Any, secrets: set[str]) -> Any:
+    """Hidden parameter values never leave the service, wherever they were passed on to."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "******")
+        return value
+    if isinstance(value, list):
+        return [_mask(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _mask(v, secrets) for k, v in value.items()}
+    return value
+
+
 def iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else None
 
@@ -48,6 +63,7 @@ class StackService:
         self.ops: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self.walks: dict[str, Walk] = {}  # root id -> the walk under way
         self.prepared: dict[str, Any] = {}  # root id -> the template validated by the request
+        self.superseded: set[str] = set()  # root ids whose operation a delete stops
         self.last_walk: Walk | None = None  # for benchmarks and tests
 
     # -- loading ----------------------------------------------------------------------
@@ -157,11 +173,16 @@ class StackService:
         return self.show(root["id"])
 
     def _stop_running(self, root_id: str) -> None:
+        """Stop the operation under way (a delete supersedes it: no rollback)."""
         with self.lock:
             op = self.ops.get(root_id)
-        if op:
-            op[1].set()
-            op[0].join()
+            self.superseded.add(root_id)
+        try:
+            if op:
+                op[1].set()
+                op[0].join()
+        finally:
+            self.superseded.discard(root_id)
 
     def _start(self, root_id: str, wait: bool) -> None:
         cancel = threading.Event()
@@ -214,7 +235,7 @@ class StackService:
             return
         action = root["action"]
         self._finish(root, "FAILED", f"Stack {action} failed: {w.failure}", w)
-        if op.get("rollback") and not cancel.is_set() or op.get("rollback") and cancel.is_set():
+        if op.get("rollback") and root_id not in self.superseded:
             root = self._root(root_id)
             root.update(action="ROLLBACK", status="IN_PROGRESS", status_reason=f"rolling back: {w.failure}",
                         operation={**op, "kind": "rollback"})
@@ -458,11 +479,13 @@ class StackService:
                                  .where(RES.c.replaced_by.is_(None))).mappings().first()
         if x is None:
             raise NotFound(f"resource {path!r} not found in stack {r['name']}")
-        attrs = dict(x["attributes"] or {})
+        hidden = {str(v) for k, v in (r.get("parameters") or {}).items()
+                  if k in set((r.get("operation") or {}).get("hidden", [])) and v not in (None, "")}
+        attrs = _mask(dict(x["attributes"] or {}), hidden)
         return {"resource_name": x["name"], "path": path, "physical_resource_id": x["physical_id"] or "",
                 "resource_type": x["type"], "resource_status": f"{x['action']}_{x['status']}",
                 "resource_status_reason": x["status_reason"], "attributes": attrs,
-                "properties": x["properties"], "required_by_of": x["requires"], "creation_time": iso(x["created_at"]),
+                "properties": _mask(x["properties"], hidden), "requires": x["requires"], "creation_time": iso(x["created_at"]),
                 "updated_time": iso(x["updated_at"]), "nested_stack_id": x["nested_id"], "stack_id": st["id"]}
 
     def events(self, name_or_id: str, after: int = 0, limit: int = 1000, nested_depth: int | None = None) -> list[dict]:

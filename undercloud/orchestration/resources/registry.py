@@ -10,6 +10,7 @@ from undercloud.orchestration.resources.base import Plugin, Prop
 
 _lock = threading.Lock()
 _types: dict[str, type[Plugin]] | None = None
+_schemas: dict[type, dict] = {}  # plugin class -> its schema as dicts (asked once per resource)
 
 
 def _discover() -> dict[str, type[Plugin]]:
@@ -43,7 +44,12 @@ def properties_schema(type_name: str) -> dict[str, dict] | None:
     """The properties schema of a known type as plain dicts (None for unknown types):
     name -> {type, required, default, update_allowed, description[, schema][, allowed]}."""
     cls = get(type_name)
-    return None if cls is None else {k: _as_dict(p) for k, p in cls.properties_schema.items()}
+    if cls is None:
+        return None
+    cached = _schemas.get(cls)
+    if cached is None:
+        cached = _schemas[cls] = {k: _as_dict(p) for k, p in cls.properties_schema.items()}
+    return cached
 
 
 def _as_dict(p: Prop) -> dict:
