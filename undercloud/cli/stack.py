@@ -254,9 +254,14 @@ def event_list(name, follow, nested_depth, fmt):
         emit(events, fmt, EVENT_COLUMNS)
         return
     after = 0
+    sid = client.get(f"/v1/stacks/{name}")["id"]
     while True:
-        s = client.get(f"/v1/stacks/{name}")
-        page = client.get(f"/v1/stacks/{name}/events", params={**params, "after": after, "limit": 5000})
+        try:
+            s = client.get(f"/v1/stacks/{sid}")
+            page = client.get(f"/v1/stacks/{sid}/events", params={**params, "after": after, "limit": 5000})
+        except NotFound:  # a delete finished: the stack and its events are gone
+            note(f"stack {name} deleted")
+            return
         for e in page:
             if fmt == "json":
                 click.echo(json.dumps(e, sort_keys=True))

@@ -482,6 +482,8 @@ class StackService:
         hidden = {str(v) for k, v in (r.get("parameters") or {}).items()
                   if k in set((r.get("operation") or {}).get("hidden", [])) and v not in (None, "")}
         attrs = _mask(dict(x["attributes"] or {}), hidden)
+        for key in (registry.get(x["type"]) or Plugin).secret_attributes & set(attrs):
+            attrs[key] = "******"
         return {"resource_name": x["name"], "path": path, "physical_resource_id": x["physical_id"] or "",
                 "resource_type": x["type"], "resource_status": f"{x['action']}_{x['status']}",
                 "resource_status_reason": x["status_reason"], "attributes": attrs,

@@ -78,6 +78,9 @@ class Plugin:
     poll_interval: ClassVar[float] = 0.5
     # True for types without a schema whose every property change is an update in place.
     update_any: ClassVar[bool] = False
+    # Attributes that are secrets (tokens, generated passwords): masked in `resource show`.
+    # get_attr still hands them to whatever the template passes them to.
+    secret_attributes: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, *, name: str, uuid: str, stack: StackRef, properties: dict,
                  data: dict | None = None, physical_id: str | None = None,

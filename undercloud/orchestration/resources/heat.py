@@ -70,6 +70,7 @@ class RandomString(Plugin):
         "salt": Prop("string", description="Change it to generate a new string."),
     }
     attributes_schema = {"value": "The random string (also what get_resource returns)."}
+    secret_attributes = frozenset({"value"})
 
     def create(self) -> None:
         if "value" in self.data:  # made by an interrupted earlier call: keep it
@@ -222,6 +223,7 @@ class WaitConditionHandle(Plugin):
         "curl_cli": "A curl command line that sends a signal (append --data-binary '{...}').",
         "signal": "Same as curl_cli minus the command: the URL and token.",
     }
+    secret_attributes = frozenset({"token", "curl_cli", "signal"})
 
     def create(self) -> None:
         self.physical_id = self.uuid

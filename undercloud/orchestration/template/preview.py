@@ -9,7 +9,7 @@ from typing import Any
 
 from undercloud.orchestration.template.bundle import show
 from undercloud.orchestration.template.functions import Unknown, render
-from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate
+from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate, replace_index
 
 GROUP = "OS::Heat::ResourceGroup"
 
@@ -59,19 +59,9 @@ def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplat
         res: dict[str, Any] = {"type": rdef["type"]}
         for key in ("properties", "metadata"):
             if rdef.get(key) is not None:
-                res[key] = _replace(_opaque(rdef[key]), var, n)
+                res[key] = replace_index(_opaque(rdef[key]), var, n)
         resources[n] = res
     return tmpl.child_from_dict({"heat_template_version": "2015-04-30", "resources": resources}, {}, name)
-
-
-def _replace(value: Any, var: str, index: str) -> Any:
-    if isinstance(value, str):
-        return value.replace(var, index)
-    if isinstance(value, Mapping):
-        return {k: _replace(v, var, index) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace(v, var, index) for v in value]
-    return value
 
 
 def _opaque(value: Any) -> Any:
