@@ -29,7 +29,7 @@ from undercloud.images.store import sha256_file
 
 BUILDER_VERSION = 1
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
-AGENT_CMD = ["python3", "-m", "undercloud.agent"]
+AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
 HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",)}
 

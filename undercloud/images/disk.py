@@ -51,7 +51,7 @@ def oci_import(root: Path, ref: str, cmd: list[str]) -> None:
     import json
 
     _pipe(["tar", "-C", str(root), "--numeric-owner", "--xattrs", "-cf", "-", "."],
-          ["podman", "import", "--change", f"ENV=PATH={PATH}", "--change", f"CMD={json.dumps(cmd)}",
+          ["podman", "import", "--change", f"ENV=PATH={PATH}", "--change", f"CMD={json.dumps(cmd, separators=(',', ':'))}",
            "-", ref], env=hp.env(), what=f"podman import {ref}")
 
 
