@@ -20,11 +20,12 @@ from undercloud.orchestration.template.stack import (
     StackTemplate,
     known_types,
     load,
+    load_environment,
     select_path,
 )
 
 __all__ = [
     "Bundle", "Environment", "MAX_NESTING_DEPTH", "OutputDefinition", "Parameter",
     "PlaceholderResolver", "ResourceDefinition", "Resolver", "StackTemplate", "TemplateError",
-    "Unknown", "known_types", "load", "render", "select_path",
+    "Unknown", "known_types", "load", "load_environment", "render", "select_path",
 ]

@@ -64,19 +64,21 @@ class Bundle:
         return self._parsed[key]
 
     @classmethod
-    def from_paths(cls, template_path: str, env_paths: list[str] | tuple = ()) -> Bundle:
-        """Read the template, the environments and every file they name, transitively."""
-        tkey = os.path.normpath(os.path.abspath(template_path))
+    def from_paths(cls, template_path: str | None, env_paths: list[str] | tuple = ()) -> Bundle:
+        """Read the template, the environments and every file they name, transitively.
+
+        `template_path=None` reads environments alone (to check environment files)."""
+        tkey = os.path.normpath(os.path.abspath(template_path)) if template_path else ""
         ekeys = [os.path.normpath(os.path.abspath(p)) for p in env_paths]
         b = cls(tkey, ekeys)
         problems: list[str] = []
-        for key in [tkey, *ekeys]:
+        for key in [tkey, *ekeys] if tkey else ekeys:
             err = b._read(key)
             if err:
                 problems.append(problem(_show(key), 0, "", err))
         if problems:
             raise TemplateError(problems)
-        todo: list[str] = [tkey]
+        todo: list[str] = [tkey] if tkey else []
         for ekey in ekeys:
             doc = b._parse_or_collect(ekey, problems)
             for target, path in _registry_files(doc):

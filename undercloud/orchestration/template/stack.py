@@ -14,6 +14,9 @@ from typing import Any, Protocol
 from undercloud.orchestration.template import functions as fn
 from undercloud.orchestration.template.bundle import Bundle, ref_key, show
 from undercloud.orchestration.template.environment import (
+    SECTIONS as ENV_SECTIONS,
+)
+from undercloud.orchestration.template.environment import (
     Environment,
     FileRef,
     check_env,
@@ -209,6 +212,9 @@ class StackTemplate:
         if "heat_template_version" not in doc:
             if "AWSTemplateFormatVersion" in doc or "HeatTemplateFormatVersion" in doc:
                 self.add((), "CloudFormation-style templates are not supported; use HOT (heat_template_version)")
+            elif set(doc) <= set(ENV_SECTIONS):
+                self.add((), "Template format version not found: this looks like an environment file "
+                             "(give it with -e)")
             else:
                 self.add((), "Template format version not found: heat_template_version is missing")
             return
@@ -887,6 +893,20 @@ def load(bundle: Bundle, parameters: Mapping | None = None, *, stack_name: str =
     instead of being an error.
     """
     doc = bundle.parsed(bundle.template)
+    env = load_environment(bundle, parameters)
+    given = dict(env.parameters)
+    env_where = _env_param_where(bundle, parameters or {})
+    try:
+        t = StackTemplate(bundle, bundle.template, doc, env, given, stack_name=stack_name,
+                          stack_id=stack_id, project_id=project_id, partial=partial, given_where=env_where)
+    except RecursionError:
+        raise TemplateError([problem(show(bundle.template), 0, "", TOO_DEEP)]) from None
+    t.raise_problems()
+    return t
+
+
+def load_environment(bundle: Bundle, parameters: Mapping | None = None) -> Environment:
+    """Check and merge the bundle's environment files (in order) over `parameters`."""
     problems: list[str] = []
     envs: list[tuple[str, dict]] = []
     for key in bundle.environments:
@@ -907,15 +927,7 @@ def load(bundle: Bundle, parameters: Mapping | None = None, *, stack_name: str =
         problems.append(problem(show(key), line_of(bundle.parsed(key), path), dotted(path), message))
     if problems:
         raise TemplateError(problems)
-    given = dict(env.parameters)
-    env_where = _env_param_where(bundle, parameters or {})
-    try:
-        t = StackTemplate(bundle, bundle.template, doc, env, given, stack_name=stack_name,
-                          stack_id=stack_id, project_id=project_id, partial=partial, given_where=env_where)
-    except RecursionError:
-        raise TemplateError([problem(show(bundle.template), 0, "", TOO_DEEP)]) from None
-    t.raise_problems()
-    return t
+    return env
 
 
 def _env_param_where(bundle: Bundle, explicit: Mapping) -> Any:
