@@ -62,8 +62,6 @@ def test_resource_group(eng):
     assert updated == created  # a no-op update keeps the random strings
 
 
-@pytest.mark.xfail(strict=True, reason="template side refuses \"%index%\" for the member's number "
-                                       "parameter at validation; Heat accepts it (index is substituted first)")
 def test_resource_group_index_lookup(eng):
     path = HOT / "resource_group" / "resource_group_index_lookup.yaml"
     created, updated, res = cycle(eng, path, {}, {"random_lengths": "7,8,9"})
