@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 import threading
 
 from undercloud.orchestration.resources.base import Plugin, Prop
 
+log = logging.getLogger("undercloud.resources")
 _lock = threading.Lock()
 _types: dict[str, type[Plugin]] | None = None
 _schemas: dict[type, dict] = {}  # plugin class -> its schema as dicts (asked once per resource)
@@ -23,7 +25,11 @@ def _discover() -> dict[str, type[Plugin]]:
             for mod in pkgutil.iter_modules(pkg.__path__):
                 if mod.name in ("base", "registry"):
                     continue
-                module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+                try:
+                    module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
+                except Exception:  # one broken plugin module must not take every type down
+                    log.exception("resource plugin module %s failed to import; its types are unknown", mod.name)
+                    continue
                 for obj in vars(module).values():
                     if isinstance(obj, type) and issubclass(obj, Plugin) and obj.type_name:
                         found[obj.type_name] = obj
