@@ -98,6 +98,28 @@ def test_preview_shows_the_tree_resolved_as_far_as_possible(tmp_path, uc_home):
     assert rows["members.r"]["properties"] == {"value": {"list_join": ["/", [{"get_param": "name"}, "x"]]}}
 
 
+def test_preview_never_shows_hidden_values(tmp_path, uc_home):
+    write(tmp_path, **{"t.yaml": """\
+heat_template_version: 2021-04-16
+parameters:
+  password: {type: string, hidden: true}
+resources:
+  conf:
+    type: OS::Heat::Value
+    properties:
+      value: {str_replace: {template: "pw=$p", params: {$p: {get_param: password}}}}
+  member:
+    type: member.yaml
+    properties: {name: {get_param: password}}
+""", "member.yaml": MEMBER})
+    r = run_cli("stack", "preview", "-t", str(tmp_path / "t.yaml"), "-P", "password=hunter2hunter2", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert "hunter2hunter2" not in r.stdout + r.stderr
+    rows = {x["name"]: x for x in json.loads(r.stdout)}
+    assert rows["conf"]["properties"]["value"] == {
+        "str_replace": {"template": "pw=$p", "params": {"$p": {"get_param": "password"}}}}
+
+
 def test_validate_a_corpus_template(uc_home):
     hot = CORPUS / "hot" / "hello_world.yaml"
     if not hot.exists():

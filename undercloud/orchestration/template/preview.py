@@ -19,7 +19,7 @@ def preview(tmpl: StackTemplate, prefix: str = "") -> list[dict]:
     rows: list[dict] = []
     resolver = PlaceholderResolver()
     for name, rd in tmpl.resources.items():
-        props = tmpl.resolve(rd.properties, resolver) or {}
+        props = tmpl.resolve(rd.properties, resolver, mask_hidden=True) or {}
         row = {"name": prefix + name, "type": rd.type, "properties": render(props)}
         if rd.template_file:
             row["template"] = show(rd.template_file)

@@ -809,11 +809,14 @@ class StackTemplate:
         raise FnError(f'Invalid condition "{value}"', path)
 
     # -------------------------------------------------------------------- resolving
-    def resolve(self, snippet: Any, resolver: Resolver) -> Any:
-        """Resolve a snippet (properties, metadata, an output value) with runtime values."""
+    def resolve(self, snippet: Any, resolver: Resolver, *, mask_hidden: bool = False) -> Any:
+        """Resolve a snippet (properties, metadata, an output value) with runtime values.
+
+        `mask_hidden=True` (previews) leaves hidden parameters unresolved, so their values
+        cannot show in what is printed."""
         try:
             tree = self._tree(snippet)
-            value = Evaluation(self, resolver).eval(tree)
+            value = Evaluation(self, resolver, mask_hidden).eval(tree)
         except FnError as e:
             raise TemplateError([problem(self.file, line_of(self.doc, e.path), dotted(e.path), e.message)]) from None
         except RecursionError:
@@ -838,10 +841,10 @@ class _NullResolver:
 class Evaluation:
     """One resolution pass: a template, and the resolver for runtime values."""
 
-    __slots__ = ("t", "resolver")
+    __slots__ = ("t", "resolver", "mask_hidden")
 
-    def __init__(self, t: StackTemplate, resolver: Any):
-        self.t, self.resolver = t, resolver
+    def __init__(self, t: StackTemplate, resolver: Any, mask_hidden: bool = False):
+        self.t, self.resolver, self.mask_hidden = t, resolver, mask_hidden
 
     def eval(self, x: Any) -> Any:
         if isinstance(x, fn.Function):
@@ -862,6 +865,8 @@ class Evaluation:
     def param(self, name: str, path: tuple) -> Any:
         if name not in self.t._values:
             raise FnError(f"The Parameter ({name}) was not provided.", path)
+        if self.mask_hidden and name in self.t.parameters and self.t.parameters[name].hidden:
+            return fn.Unknown({"get_param": name})
         return self.t._values[name]
 
     def _check(self, name: Any, path: tuple) -> None:
