@@ -213,7 +213,8 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
         t = t.with_elements_path(elements_path)
         existing = client.get("/v1/images", params={"name": t.name})
         start = time.monotonic()
-        result = builder.build(t, no_cache=no_cache, registered=existing, progress=_progress)
+        result = builder.build(t, no_cache=no_cache, registered=existing, progress=_progress,
+                               log_dir=client.home.path / "images" / "logs")
         if result.up_to_date:
             note(f"{t.label}: up to date ({result.key[:12]}), nothing to do")
             done += result.current

@@ -1,0 +1,146 @@
+"""Elements: loading, dependencies, phase order, errors with file:line, content keys that
+change exactly for what depends on a change; and the uc-start service start script."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from undercloud.errors import InvalidInput
+from undercloud.images import catalog, elements
+from undercloud.images.build import Builder
+
+UC_START = elements.SHIPPED / "service-base" / "static" / "usr" / "local" / "bin" / "uc-start"
+
+
+def element(root: Path, name: str, files: dict[str, str]) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    for rel, text in files.items():
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        if ".d/" in rel:
+            p.chmod(0o755)
+    return d
+
+
+def keys(target, paths=()) -> dict[str, str]:
+    return Builder(target.with_elements_path(tuple(paths)), lambda _m: None, Path("/tmp"), False).keys
+
+
+def test_shipped_elements_resolve_with_deps_first():
+    names = [e.name for e in elements.resolve(["deploy-ramdisk", "agent", "base"])]
+    assert names.index("kernel") < names.index("deploy-ramdisk")
+    assert sorted(names) == ["agent", "base", "deploy-ramdisk", "kernel"] and len(set(names)) == len(names)
+    for t in catalog.default_targets():  # every shipped image resolves and plans
+        assert len(keys(t)["output"]) == 64
+
+
+def test_phase_scripts_interleave_across_elements_by_name(tmp_path):
+    element(tmp_path, "a", {"install.d/50-a": "#!/bin/sh\n", "install.d/10-a": "#!/bin/sh\n"})
+    element(tmp_path, "b", {"install.d/20-b": "#!/bin/sh\n", "element-deps": "a\n"})
+    els = elements.resolve(["b"], (tmp_path,))
+    assert [e.name for e in els] == ["a", "b"]
+    assert [(e.name, s.name) for e, s in elements.phase_scripts(els, "install.d")] == [
+        ("a", "10-a"), ("b", "20-b"), ("a", "50-a")]
+
+
+def test_errors_name_file_and_line(tmp_path):
+    element(tmp_path, "needs", {"element-deps": "# deps\nbase\nno-such-element\n"})
+    with pytest.raises(InvalidInput, match="element 'no-such-element' not found") as exc:
+        elements.resolve(["needs"], (tmp_path,))
+    assert exc.value.where == f"{tmp_path / 'needs' / 'element-deps'}:3"
+    element(tmp_path, "pkgs", {"package-installs": "curl\nNot A Package\n"})
+    with pytest.raises(InvalidInput, match="not a Debian package name") as exc:
+        elements.resolve(["pkgs"], (tmp_path,))
+    assert exc.value.where.endswith("pkgs/package-installs:2")
+    d = element(tmp_path, "noexec", {"install.d/10-x": "#!/bin/sh\n"})
+    (d / "install.d" / "10-x").chmod(0o644)
+    with pytest.raises(InvalidInput, match="not executable"):
+        elements.resolve(["noexec"], (tmp_path,))
+    with pytest.raises(InvalidInput) as exc:
+        elements.resolve(["nope"], (tmp_path,))
+    assert exc.value.where == "--element"
+
+
+def test_a_changed_element_changes_only_the_keys_that_depend_on_it(tmp_path):
+    oci, qcow2 = catalog.targets("overcloud-full")
+    svc = catalog.targets("service-memcached")[0]
+    before = {t.label: keys(t) for t in (oci, qcow2, svc)}
+    # an operator's copy of `agent` (found first on --elements-path) with one script changed
+    shutil.copytree(elements.SHIPPED / "agent", tmp_path / "agent", symlinks=True)
+    script = tmp_path / "agent" / "install.d" / "60-enable-agent"
+    script.write_text(script.read_text() + "# changed\n")
+    after = {t.label: keys(t, [tmp_path]) for t in (oci, qcow2, svc)}
+    for t in (oci, qcow2):
+        b, a = before[t.label], after[t.label]
+        assert a["debootstrap"] == b["debootstrap"] and a["packages"] == b["packages"]  # no apt again
+        assert a["image"] != b["image"] and a["output"] != b["output"]
+    assert after[svc.label] == before[svc.label]  # service images do not carry the agent
+    # a package list change rebuilds from the package stage
+    shutil.copytree(elements.SHIPPED / "kernel", tmp_path / "kernel", symlinks=True)
+    (tmp_path / "kernel" / "package-installs").write_text("linux-image-amd64\n")
+    k = keys(qcow2, [tmp_path])
+    assert k["packages"] != before[qcow2.label]["packages"]
+    assert keys(oci, [tmp_path])["packages"] == before[oci.label]["packages"]  # oci has no kernel
+
+
+def test_unchanged_inputs_give_the_same_key():
+    t = catalog.targets("deploy-ramdisk")[0]
+    assert keys(t) == keys(t)
+
+
+def _uc_start(tmp_path, conf: dict, env=None):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(conf))
+    return subprocess.run([sys.executable, str(UC_START)], capture_output=True, text=True,
+                          env={**os.environ, "UC_CONFIG": str(cfg), **(env or {})}, timeout=30)
+
+
+def test_uc_start_copies_config_with_owner_and_mode_then_execs(tmp_path):
+    me = pwd.getpwuid(os.getuid()).pw_name
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.conf").write_text("key = value\n")
+    (tmp_path / "src" / "dir").mkdir()
+    (tmp_path / "src" / "dir" / "inner.conf").write_text("x\n")
+    dest = tmp_path / "etc" / "app.conf"
+    r = _uc_start(tmp_path, {
+        "command": ["/bin/sh", "-c", f"echo started; cat {dest}"],
+        "config_files": [
+            {"source": str(tmp_path / "src" / "app.conf"), "dest": str(dest), "owner": me, "perm": "0600"},
+            {"source": str(tmp_path / "src" / "dir"), "dest": str(tmp_path / "etc" / "dir"), "owner": me,
+             "perm": "0640"},
+            {"source": str(tmp_path / "absent"), "dest": str(tmp_path / "x"), "optional": True},
+        ],
+    })
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "started\nkey = value\n"
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "etc" / "dir").stat().st_mode) == 0o750  # dirs get x where r
+    assert stat.S_IMODE((tmp_path / "etc" / "dir" / "inner.conf").stat().st_mode) == 0o640
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("conf,msg", [
+    ({"command": ["true"], "config_files": [{"source": "/no/such/file", "dest": "/tmp/x"}]},
+     "config_files[0]: source /no/such/file does not exist"),
+    ({"command": ["true"], "config_files": [{"source": "/etc/hostname", "dest": "/tmp/uc-x",
+                                             "owner": "no-such-user-here"}]},
+     "unknown user or group"),
+    ({"config_files": []}, "no command"),
+    ({"command": ["/no/such/binary"]}, "cannot execute /no/such/binary"),
+])
+def test_uc_start_errors_are_one_line_and_never_start_the_service(tmp_path, conf, msg):
+    r = _uc_start(tmp_path, conf)
+    assert r.returncode == 64
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("uc-start: ") and msg in lines[0], r.stderr
