@@ -5,6 +5,7 @@ side by side in the worker pool."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -59,14 +60,26 @@ class Slow(Plugin):
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 
 
+class Hung(Plugin):
+    type_name = "Test::Hung"
+    blocking = True
+    timeout = 0.5
+
+    def create(self) -> None:
+        time.sleep(3)  # a call that never answers in time
+
+    def waiting_for(self, action: str) -> str:
+        return "the hung call to answer"
+
+
 @pytest.fixture
 def eng(tmp_path):
-    for cls in (Thing, Fragile, Slow):
+    for cls in (Thing, Fragile, Slow, Hung):
         registry.register(cls)
     CLOUD.clear()
     CRASH.clear()
     yield Eng(tmp_path)
-    for cls in (Thing, Fragile, Slow):
+    for cls in (Thing, Fragile, Slow, Hung):
         registry._discover().pop(cls.type_name, None)
 
 
@@ -115,3 +128,11 @@ def test_blocking_plugins_run_side_by_side(eng):
     took = time.time() - t
     assert s["stack_status"] == "CREATE_COMPLETE"
     assert took < 6 * 0.5  # in the pool, not one after the other in the walk
+
+
+def test_a_hung_blocking_call_times_out(eng):
+    t = time.time()
+    s = eng.create("s", eng.bundle("t.yaml", template("Test::Hung", 1)))
+    assert time.time() - t < 2.5
+    assert s["stack_status"] == "CREATE_FAILED"
+    assert re.search(r"timed out after [01] s waiting for the hung call to answer", s["stack_status_reason"])

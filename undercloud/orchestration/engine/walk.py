@@ -549,7 +549,7 @@ class Walk:
         self.seq = itertools.count()
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.wake = threading.Event()
-        self.running = 0
+        self.inflight: dict[Any, None] = {}  # tasks with a blocking call in the pool
         self.failure: str | None = None
         self.stack_rows: dict[str, dict] = {}
         self.rows_by_stack: dict[str, list[dict]] = {}
@@ -701,7 +701,7 @@ class Walk:
         """Run a plugin call inline, or in the pool for blocking plugins; then route the result."""
         plugin = task.plugin
         if plugin is not None and plugin.blocking:
-            self.running += 1
+            self.inflight[task] = None
 
             def run():
                 try:
@@ -776,7 +776,7 @@ class Walk:
                 if item[0] == "signal":
                     self.apply_signal(*item[1:])
                     continue
-                self.running -= 1
+                self.inflight.pop(item[0], None)
                 self.result(*item)
             # 3. polls that are due
             now = time.monotonic()
@@ -786,12 +786,22 @@ class Walk:
                     task.state = "run"
                     task.poll()
                     got = True
+            # a blocking call that overran its deadline (or a failed walk) is not waited for:
+            # the task fails now, the call's late result is dropped
+            for task in list(self.inflight):
+                if task.state in ("done", "failed"):
+                    del self.inflight[task]
+                elif self.failure is not None or now > task.deadline:
+                    del self.inflight[task]
+                    task.fail(f"cancelled: {self.failure}" if self.failure else
+                              f"timed out after {now - task.started:.0f} s waiting for {task.waiting_for()}")
+                    got = True
             if self.failure is not None and self.polls:
                 self.cancel_running(f"cancelled: {self.failure}")
             if got or self.ready and self.failure is None:
                 self.maybe_flush()
                 continue
-            if not self.polls and not self.running:
+            if not self.polls and not self.inflight:
                 break
             self.maybe_flush()
             timeout = (self.polls[0][0] - time.monotonic()) if self.polls else 0.5
