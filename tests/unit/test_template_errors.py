@@ -95,9 +95,9 @@ resources:
 def test_reference_to_a_resource_whose_condition_is_false(tmp_path):
     msg = only(tmp_path, V + """\
 conditions:
-  off: false
+  disabled: false
 resources:
-  a: {type: OS::Heat::Value, properties: {value: 1}, condition: off}
+  a: {type: OS::Heat::Value, properties: {value: 1}, condition: disabled}
   b: {type: OS::Heat::Value, properties: {value: {get_resource: a}}}
 """)
     assert msg.endswith('resources.b.properties.value.get_resource: The specified reference "a" is a resource '
