@@ -129,3 +129,12 @@ def test_validate_a_corpus_template(uc_home):
     r = run_cli("template", "validate", "-t", str(hot), "-f", "json")
     assert r.returncode == 0, r.stderr
     assert {p["name"] for p in json.loads(r.stdout)["parameters"]} >= {"key_name", "image", "flavor"}
+
+
+def test_versions_lists_each_version_with_its_functions(uc_home):
+    r = run_cli("template", "versions", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {x["version"]: x for x in json.loads(r.stdout)}
+    assert len(rows) == 11 and rows["2021-04-16"]["name"] == "wallaby"
+    assert "str_split" not in rows["2015-04-30"]["functions"] and "str_split" in rows["2015-10-15"]["functions"]
+    assert "Fn::Select" in rows["2014-10-16"]["functions"] and "Fn::Select" not in rows["2015-10-15"]["functions"]

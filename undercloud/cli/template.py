@@ -98,3 +98,19 @@ def validate(template: str, environments: tuple[str, ...], parameters: tuple[str
                 f"{len(tmpl.resources)} resources, {len(tmpl.parameters)} parameters)")
     if rows:
         output.emit(rows, fmt, ["name", "type", "default", "description"])
+
+
+@template.command()
+@output.formatted(columns=["version", "name", "functions"])
+def versions() -> list[dict]:
+    """List the HOT versions and the intrinsic functions each one allows.
+
+    A template may only call the functions of its own `heat_template_version`; validate
+    names the first version that has a function when a template uses it too early.
+    """
+    from undercloud.orchestration.template.functions import Removed
+    from undercloud.orchestration.template.versions import ALL_VERSIONS
+
+    return [{"version": v.name, "name": v.alias,
+             "functions": ", ".join(sorted(n for n, c in v.functions.items() if c is not Removed))}
+            for v in ALL_VERSIONS]
