@@ -113,9 +113,11 @@ def known(ev: Evaluation, snippet: Any) -> Any:
 
 
 def iter_deps(snippet: Any) -> Iterator[str]:
+    if isinstance(snippet, str | int | float | bool) or snippet is None:
+        return
     if isinstance(snippet, Function):
         yield from snippet.deps()
-    elif isinstance(snippet, Mapping):
+    elif isinstance(snippet, dict):
         for v in snippet.values():
             yield from iter_deps(v)
     elif isinstance(snippet, list):

@@ -7,6 +7,7 @@ collected, not raised one by one, so a user sees every mistake at once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -183,7 +184,7 @@ class StackTemplate:
         self._build(params, given_where)
 
     # ------------------------------------------------------------------ problems
-    @property
+    @functools.cached_property
     def file(self) -> str:
         return show(self.key)
 
@@ -648,8 +649,10 @@ class StackTemplate:
     # ---------------------------------------------------------------------- parsing
     def parse(self, snippet: Any, path: tuple, table: Mapping | None = None) -> Any:
         """Raw YAML -> tree of Functions (only where the version allows them)."""
+        if isinstance(snippet, str | int | float | bool) or snippet is None:
+            return snippet
         table = self.version.functions if table is None else table
-        if isinstance(snippet, Mapping):
+        if isinstance(snippet, dict):
             if len(snippet) == 1:
                 (k, v), = snippet.items()
                 cls = table.get(k) if isinstance(k, str) else None
@@ -847,9 +850,11 @@ class Evaluation:
         self.t, self.resolver, self.mask_hidden = t, resolver, mask_hidden
 
     def eval(self, x: Any) -> Any:
+        if isinstance(x, str | int | float | bool) or x is None:
+            return x
         if isinstance(x, fn.Function):
             return x.value(self)
-        if isinstance(x, Mapping):
+        if isinstance(x, dict):
             out = {}
             for k, v in x.items():
                 r = self.eval(v)
