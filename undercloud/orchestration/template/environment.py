@@ -160,7 +160,8 @@ def check_env(doc: Any, resolve_file) -> dict:
     out: dict = {}
     for section, value in doc.items():
         if section not in SECTIONS:
-            raise FnError(f'environment has wrong section "{section}"', (section,))
+            hint = " (this looks like a template; give it with -t)" if section == "heat_template_version" else ""
+            raise FnError(f'environment has wrong section "{section}"{hint}', (section,))
         if value is None:
             raise FnError(f'environment has empty section "{section}"', (section,))
         if section in ("encrypted_param_names", "event_sinks"):
