@@ -177,3 +177,18 @@ resources:
     with pytest.raises(TemplateError) as info:
         t.resolve(t.resources["b"].properties, R())
     assert info.value.problems[0].endswith(':4: resources.b.properties.value.list_join: "list_join" must operate on a list')
+
+
+def test_runtime_errors_never_show_hidden_values(tmp_path):
+    # list_join of 2015-04-30 joins strings only, and its message shows the item
+    t = load(bundle(tmp_path, """\
+heat_template_version: 2015-04-30
+parameters:
+  token: {type: json, hidden: true}
+resources:
+  a: {type: OS::Heat::Value, properties: {value: {list_join: [',', [{get_param: token}]]}}}
+"""), {"token": '{"key": "sup3rsecret"}'})
+    with pytest.raises(TemplateError) as info:
+        t.resolve(t.resources["a"].properties, None)
+    assert "sup3rsecret" not in str(info.value)
+    assert "Items to join must be strings not ******" in str(info.value)

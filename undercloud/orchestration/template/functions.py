@@ -71,6 +71,13 @@ def _dumps(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def json_text(v: Any) -> str:
+    try:
+        return json.dumps(v, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(v)
+
+
 class Function:
     """One `{fn: args}` call. Subclasses override `check`, `result` and maybe `deps`."""
 

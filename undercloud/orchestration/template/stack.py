@@ -23,7 +23,7 @@ from undercloud.orchestration.template.environment import (
     check_env,
     merge,
 )
-from undercloud.orchestration.template.parameters import PSEUDO, Parameter, parse_schema
+from undercloud.orchestration.template.parameters import HIDDEN_TEXT, PSEUDO, Parameter, parse_schema
 from undercloud.orchestration.template.source import (
     TOO_DEEP,
     FnError,
@@ -821,10 +821,21 @@ class StackTemplate:
             tree = self._tree(snippet)
             value = Evaluation(self, resolver, mask_hidden).eval(tree)
         except FnError as e:
-            raise TemplateError([problem(self.file, line_of(self.doc, e.path), dotted(e.path), e.message)]) from None
+            message = self.scrub(e.message)
+            raise TemplateError([problem(self.file, line_of(self.doc, e.path), dotted(e.path), message)]) from None
         except RecursionError:
             raise TemplateError([problem(self.file, 0, "", TOO_DEEP)]) from None
         return None if value is fn.REMOVED else value
+
+    def scrub(self, message: str) -> str:
+        """Mask hidden parameters' values in a message (they may reach events and logs)."""
+        for p in self.parameters.values():
+            v = self._values.get(p.name)
+            if p.hidden and v is not None and not isinstance(v, fn.Unknown):
+                for text in {str(v), repr(v), fn.json_text(v)}:
+                    if len(text) >= 3:
+                        message = message.replace(text, HIDDEN_TEXT)
+        return message
 
     def param_value(self, name: str) -> Any:
         return self._values.get(name)
