@@ -19,7 +19,8 @@ class Version:
                                       "deletion_policy", "update_policy", "description")
     output_keys: tuple[str, ...] = ("description", "value")
     deletion_policies: tuple[str, ...] = ("Delete", "Retain", "Snapshot")
-    param_keys: tuple[str, ...] = ("type", "description", "default", "constraints", "hidden",
+    # "schema" is accepted (and ignored) by Heat's HOT parameter schema too
+    param_keys: tuple[str, ...] = ("type", "description", "default", "schema", "constraints", "hidden",
                                    "label", "immutable")
     constraints: tuple[str, ...] = ("length", "range", "allowed_values", "allowed_pattern",
                                     "custom_constraint")
