@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -159,25 +160,35 @@ def test_failing_element_names_element_and_phase_and_keeps_the_previous_image(uc
 
 
 def test_a_changed_element_rebuilds_only_what_depends_on_it(uc_home, tmp_path):
+    from undercloud.images import catalog, rootfs
+    from undercloud.images.build import Builder
     from undercloud.images.elements import SHIPPED
 
     r, first = build("overcloud-full", "--type", "oci")
     assert r.returncode == 0, r.stderr
     shutil.copytree(SHIPPED / "agent", tmp_path / "agent")
     script = tmp_path / "agent" / "install.d" / "60-enable-agent"
-    script.write_text(script.read_text() + "echo changed-by-the-operator > /etc/undercloud-agent-marker\n")
-    r, rows = build("overcloud-full", "--type", "oci", "--elements-path", str(tmp_path))
-    assert r.returncode == 0, r.stderr
-    assert "debootstrap: cached" in r.stderr and "packages: cached" in r.stderr
-    assert "image: cached" not in r.stderr and "install.d: agent/60-enable-agent" in r.stderr
-    assert rows[0]["properties"]["build_key"] != first[0]["properties"]["build_key"]
-    # the new image replaced the old one of that name and hypervisor type
-    assert [i["id"] for i in listing()] == [rows[0]["id"]]
-    ref = rows[0]["properties"]["podman_image"]
-    out = hp.podman("run", "--rm", ref, "cat", "/etc/undercloud-agent-marker").stdout
-    assert out.strip() == "changed-by-the-operator"
-    r, again = build("overcloud-full", "--type", "oci", "--elements-path", str(tmp_path))
-    assert "up to date" in r.stderr and again[0]["id"] == rows[0]["id"]
+    marker = uuid.uuid4().hex  # a change never built before, so nothing of it is cached
+    script.write_text(script.read_text() + f"echo {marker} > /etc/undercloud-agent-marker\n")
+    target = catalog.targets("overcloud-full", ("oci",))[0].with_elements_path((tmp_path,))
+    keys = Builder(target, lambda _m: None, tmp_path, False).keys
+    try:
+        r, rows = build("overcloud-full", "--type", "oci", "--elements-path", str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        assert "debootstrap: cached" in r.stderr and "packages: cached" in r.stderr
+        assert "image: cached" not in r.stderr and "install.d: agent/60-enable-agent" in r.stderr
+        assert rows[0]["properties"]["build_key"] == keys["output"] != first[0]["properties"]["build_key"]
+        # the new image replaced the old one of that name and hypervisor type
+        assert [i["id"] for i in listing()] == [rows[0]["id"]]
+        ref = rows[0]["properties"]["podman_image"]
+        out = hp.podman("run", "--rm", ref, "cat", "/etc/undercloud-agent-marker").stdout
+        assert out.strip() == marker
+        r, again = build("overcloud-full", "--type", "oci", "--elements-path", str(tmp_path))
+        assert "up to date" in r.stderr and again[0]["id"] == rows[0]["id"]
+    finally:  # this one-off variant would only fill the shared cache
+        rootfs.drop_layer(keys["image"])
+        shutil.rmtree(rootfs.cache_dir() / "outputs" / keys["output"], ignore_errors=True)
+        hp.podman("rmi", f"localhost/undercloud/overcloud-full:{keys['output'][:16]}", check=False)
 
 
 def test_service_image_is_base_layer_plus_service_layer_and_applies_config(uc_home, tmp_path):

@@ -13,6 +13,7 @@ layer (its packages and scripts) on top; the podman image has exactly those two 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -117,6 +118,7 @@ class Builder:
         else:
             self.base_elements, self.own_elements = self.all_elements, []
         self.keys = self._plan()
+        self.held = contextlib.ExitStack()  # shared use-locks on the layers this build reads
 
     # ---- keys ----------------------------------------------------------------------
     def _plan(self) -> dict[str, str]:
@@ -166,26 +168,30 @@ class Builder:
         with rootfs.locked(key):
             if rootfs.layer_ready(key) and not self.no_cache:
                 self.say(f"{stage}: cached ({key[:12]})")
+                self.held.enter_context(rootfs.locked(f"{key}.use", shared=True))
                 return rootfs.layer_dir(key)
             start = time.monotonic()
-            rootfs.drop_layer(key)
-            if stage == "debootstrap":
-                self.say(f"{stage}: debootstrap {rootfs.SUITE} minbase from {rootfs.MIRROR}")
-                path = rootfs.make_debootstrap(key, self.log)
-            else:
-                base = rootfs.layer_dir(key).parent
-                tmp = base / f"{key}.tmp-{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                try:
-                    with rootfs.overlay(lowers, tmp / "upper", tmp / "work") as merged:
-                        make(merged)
-                    os.rename(tmp / "upper", rootfs.layer_dir(key))
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                rootfs.mark_ready(key)
-                path = rootfs.layer_dir(key)
+            with rootfs.locked(f"{key}.use"):  # waits for builds still using the old one
+                rootfs.drop_layer(key)
+                path = self._make_layer(stage, key, lowers, make)
+            self.held.enter_context(rootfs.locked(f"{key}.use", shared=True))
             self.say(f"{stage}: done in {time.monotonic() - start:.1f} s ({key[:12]})")
             return path
+
+    def _make_layer(self, stage: str, key: str, lowers: list[Path], make: Callable[[Path], None]) -> Path:
+        if stage == "debootstrap":
+            self.say(f"{stage}: debootstrap {rootfs.SUITE} minbase from {rootfs.MIRROR}")
+            return rootfs.make_debootstrap(key, self.log)
+        tmp = rootfs.layer_dir(key).parent / f"{key}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            with rootfs.overlay(lowers, tmp / "upper", tmp / "work") as merged:
+                make(merged)
+            os.rename(tmp / "upper", rootfs.layer_dir(key))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        rootfs.mark_ready(key)
+        return rootfs.layer_dir(key)
 
     def run_phase(self, root: Path, els: list[elements.Element], phase: str) -> None:
         for el, script in elements.phase_scripts(els, phase):
@@ -370,6 +376,7 @@ def build(target: Target, *, no_cache: bool = False, registered: list[dict] | No
             props["podman_image"] = b.podman_ref
         return Result(target, key, artifacts=arts, properties=props)
     finally:
+        b.held.close()
         b.log_file.close()
 
 

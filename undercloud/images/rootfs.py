@@ -49,12 +49,14 @@ def debootstrap_key() -> str:
 
 
 @contextlib.contextmanager
-def locked(name: str) -> Iterator[None]:
-    """A cross-process lock in the cache, so two builds never make the same layer twice."""
+def locked(name: str, shared: bool = False) -> Iterator[None]:
+    """A cross-process lock in the cache. `KEY`: held while making a layer, so two builds
+    never make the same one twice. `KEY.use`: shared by every build using the layer,
+    exclusive to replace it (--no-cache), so no layer is removed under a running build."""
     d = cache_dir() / "locks"
     d.mkdir(exist_ok=True)
     with open(d / name, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
 
 
