@@ -99,7 +99,7 @@ class Function:
         try:
             return self.result(ev)
         except _HasUnknown:
-            return Unknown({self.fn: render(ev.partial(self.args))})
+            return Unknown({self.fn: render(ev.eval(self.args))})
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # arguments of a shape no check foresaw: still one line naming the function
             raise self.err(f'"{self.fn}": {exc}') from None

@@ -178,7 +178,6 @@ class StackTemplate:
         self._cond_busy: list[str] = []
         self._trees: dict[int, tuple[Any, Any]] = {}
         self._deps: dict[str, set[str]] | None = None
-        self._children: dict[str, StackTemplate] = {}
         self._collecting = False
         self._collected = 0
         self._build(params, given_where)
@@ -192,9 +191,6 @@ class StackTemplate:
         if message is _REPORTED:
             return
         self.problems.append(problem(self.file, line_of(self.doc, path), dotted(path), message))
-
-    def where(self, path: tuple) -> str:
-        return f"{self.file}:{line_of(self.doc, path)}"
 
     def raise_problems(self) -> None:
         if self.problems:
@@ -553,7 +549,7 @@ class StackTemplate:
         if rd is None or not rd.template_file:
             raise TemplateError([problem(self.file, 0, f"resources.{resource_name}",
                                          "not a template resource of this stack")])
-        facade = {"metadata": metadata if metadata is not None else self._safe_meta(rd),
+        facade = {"metadata": metadata if metadata is not None else self._safe_resolve(rd.metadata),
                   "deletion_policy": rd.deletion_policy,
                   "update_policy": self._safe_resolve(rd.update_policy)}
         return self._child(rd.template_file, rd.registry_key, resource_name, properties,
@@ -589,9 +585,6 @@ class StackTemplate:
             return fn.render(self.resolve(snippet, PlaceholderResolver()))
         except TemplateError:
             return {}
-
-    def _safe_meta(self, rd: ResourceDefinition) -> Any:
-        return self._safe_resolve(rd.metadata)
 
     def child_from_dict(self, template: Mapping, parameters: Mapping, name: str) -> StackTemplate:
         """An in-memory child template (ResourceGroup members), sharing environment and files."""
@@ -838,10 +831,8 @@ class StackTemplate:
         return message
 
     def param_value(self, name: str) -> Any:
+        """A parameter's value in its type (Unknown when validate/preview had none)."""
         return self._values.get(name)
-
-    def parameters_public(self) -> list[dict]:
-        return [p.to_dict() for p in self.parameters.values()]
 
 
 class _NullResolver:
@@ -876,7 +867,6 @@ class Evaluation:
             return [r for r in (self.eval(v) for v in x) if r is not fn.REMOVED]
         return x
 
-    partial = eval
 
     def param(self, name: str, path: tuple) -> Any:
         if name not in self.t._values:
