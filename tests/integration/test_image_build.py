@@ -100,10 +100,15 @@ def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home):
     assert len({i["checksum"] for i in rows}) == 1 and rows[0]["disk_format"] == "qcow2"
     assert os.listdir(uc_home.path / "images" / "blobs") == [rows[0]["checksum"]]  # stored once
     disk = uc_home.path / "images" / "blobs" / rows[0]["checksum"]
-    # -snapshot: the stored image is never written; systemd starts the agent unit
-    console = boot_until(["-snapshot", "-drive", f"file={disk},format=qcow2,if=virtio"],
+    # a 3 GB copy-on-write disk over the stored image (never written), as a VM node gets
+    node_disk = uc_home.path / "node.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(disk), "-F", "qcow2", str(node_disk), "3G"],
+                   check=True)
+    console = boot_until(["-drive", f"file={node_disk},format=qcow2,if=virtio"],
                          r"python3\[\d+\]: undercloud-agent \d")
     assert "Linux version" in console
+    grown = re.search(r"undercloud-growroot: / is (\d+) MB", console)
+    assert grown and int(grown.group(1)) > 2500, "the root file system did not grow to the disk"
 
 
 def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home):
