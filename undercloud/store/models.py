@@ -4,4 +4,10 @@ Each domain keeps its tables in its own module of this package (`store/stacks.py
 `store/nodes.py`, `store/images.py`, ...), listed here once.
 """
 
-from undercloud.store import agent, images, nodes, stacks  # noqa: F401
+from undercloud.store import (  # noqa: F401
+    agent,
+    images,
+    nodes,
+    servers,
+    stacks,
+)

@@ -121,6 +121,10 @@ class Realiser:
     def console(self, spec: Spec, lines: int = 100) -> str:
         return ""
 
+    def startup(self) -> None:
+        """The service started and servers of this type exist: re-establish what they need
+        from the undercloud (e.g. its listener on their network)."""
+
     def cleanup(self) -> list[str]:
         """Remove shared host objects (networks...) no server uses any more; returns their names."""
         return []

@@ -1,0 +1,330 @@
+"""Container servers: the node image (`oci`) runs as a system container in podman.
+
+- Container `<instance>-<server name>` (hostname: the server name), labelled with the
+  instance and the server id, so a resumed create finds it and two undercloud homes never
+  collide; the agent is its main process (SIGINT stops it cleanly: it is PID 1).
+- Its own address on the lab network `<instance>-lab`: an *internal* podman network (no
+  NAT, no default route, nothing leaves the machine) with a subnet derived from the
+  instance and kept in `servers/container-network.json`, so it is the same after restarts
+  and after the network was removed and made again.
+- How the agent reaches the undercloud: netavark gives internal networks no host address,
+  so the undercloud puts the subnet's gateway address (.1) on the network's bridge
+  `<instance>-br` (made before netavark, which then uses it) and serves its API there on
+  its own port (`Env.listen`, bound with IP_FREEBIND so it survives the bridge coming and
+  going with the containers). Address and port are derived from the home: they stay the
+  same across restarts, which is what the agents hold. Containers can reach nothing else
+  on the host: the address is on their own bridge only.
+- cpu/memory limits from the flavor (`--cpus`, `--memory`); where this host's cgroups
+  refuse them the server runs without and says so in its notes.
+- First-boot data mounted read-only at /etc/undercloud-agent; declared persistent volumes
+  are named podman volumes, kept by rebuild, removed by delete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+
+from undercloud.host import podman as hp
+from undercloud.host.run import CommandFailed, run
+from undercloud.provisioning.servers.base import (
+    ACTIVE,
+    BUILD,
+    DELETED,
+    ERROR,
+    SHUTOFF,
+    Realiser,
+    RealiserError,
+    Spec,
+    Status,
+)
+
+log = logging.getLogger("undercloud.servers.container")
+
+CONFIG_DIR = "/etc/undercloud-agent"
+AGENT = ["python3", "-m", "undercloud.agent", "run", "--config", f"{CONFIG_DIR}/config.json"]
+NETWORKS_DIR = Path("/etc/containers/networks")  # netavark network configs (root podman)
+HOST_SOCKET = Path("/run/podman/podman.sock")      # the host's podman API, when its service runs
+LIMIT_ERRORS = ("cgroup", "cpu", "memory", "quota")
+
+
+def _label(spec: Spec) -> str:
+    return f"undercloud.server={spec.id}"
+
+
+class ContainerRealiser(Realiser):
+    hypervisor_type = "container"
+    disk_formats = ("oci",)
+    can_rebuild = True
+    build_timeout = 120.0
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.instance = env.home.instance
+        self.network = f"{self.instance}-lab"
+        self.bridge = f"{self.instance}-br"  # at most 15 characters (IFNAMSIZ)
+        self._lock = threading.Lock()
+        self._creating = 0  # creates in flight: the network must not be removed under them
+
+    def available(self) -> str | None:
+        if os.geteuid() != 0:
+            return "container servers need root (a bridge with the undercloud's address)"
+        return hp.available()
+
+    # ---- the lab network -----------------------------------------------------------
+    @property
+    def _net_file(self) -> Path:
+        return Path(self.env.home.path) / "servers" / "container-network.json"
+
+    def _subnet_choices(self):
+        saved = None
+        try:
+            saved = json.loads(self._net_file.read_text())["subnet"]
+        except (OSError, ValueError, KeyError):
+            pass
+        if saved:
+            yield saved
+        h = hashlib.sha256(self.instance.encode()).digest()
+        for i in range(64):  # 10.128.0.0/9 space, a /24 per instance
+            yield f"10.{128 + (h[0] + i) % 128}.{(h[1] + 7 * i) % 256}.0/24"
+
+    def _network(self) -> dict:
+        """Make the lab network, its bridge and address, and the listener (idempotent)."""
+        net = self._inspect_network()
+        if net is None:
+            last = ""
+            for subnet in self._subnet_choices():
+                proc = hp.podman("network", "create", "--internal", "--disable-dns", "--subnet", subnet,
+                                 "--label", f"undercloud.instance={self.instance}", self.network, check=False)
+                if proc.returncode == 0:
+                    break
+                last = proc.stderr.strip().splitlines()[-1:] or [""]
+                last = last[0]
+                if "already" not in last:
+                    raise RealiserError(f"podman network create {self.network}: {last}")
+            else:
+                raise RealiserError(f"no free /24 subnet for {self.network}: {last}")
+            self._name_bridge()
+            net = self._inspect_network()
+            if net is None:
+                raise RealiserError(f"podman network {self.network} vanished after create")
+        subnet = net["subnets"][0]
+        info = {"subnet": subnet["subnet"], "gateway": subnet["gateway"]}
+        self._net_file.parent.mkdir(parents=True, exist_ok=True)
+        if not self._net_file.exists() or json.loads(self._net_file.read_text()) != info:
+            self._net_file.write_text(json.dumps(info))
+        self._bridge_address(info)
+        self.env.listen(info["gateway"])
+        return info
+
+    def _inspect_network(self) -> dict | None:
+        proc = hp.podman("network", "inspect", self.network, check=False)
+        if proc.returncode != 0:
+            return None
+        data = json.loads(proc.stdout)
+        return data[0] if data else None
+
+    def _name_bridge(self) -> None:
+        """Give the network our bridge name (podman 4.3's CLI cannot): netavark reads it here."""
+        path = NETWORKS_DIR / f"{self.network}.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RealiserError(f"cannot read the network config {path}: {exc}") from None
+        if data.get("network_interface") != self.bridge:
+            data["network_interface"] = self.bridge
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=5))
+            tmp.replace(path)
+
+    def _bridge_address(self, info: dict) -> None:
+        prefix = ipaddress.ip_network(info["subnet"]).prefixlen
+        if run(["ip", "link", "show", self.bridge], check=False).returncode != 0:
+            run(["ip", "link", "add", self.bridge, "type", "bridge"], check=False)
+        run(["ip", "addr", "replace", f"{info['gateway']}/{prefix}", "dev", self.bridge])
+        run(["ip", "link", "set", self.bridge, "up"])
+
+    def agent_url(self, spec: Spec) -> str:
+        with self._lock:
+            info = self._network()
+        return f"http://{info['gateway']}:{self.env.api_port}"
+
+    def startup(self) -> None:
+        with self._lock:
+            if self._inspect_network() is not None:
+                self._network()
+
+    def cleanup(self) -> list[str]:
+        """Remove the lab network and bridge when no container of this instance is left."""
+        with self._lock:
+            if self._creating:
+                return []
+            left = hp.podman("ps", "-a", "-q", "--filter", f"label=undercloud.instance={self.instance}").stdout
+            if left.strip():
+                return []
+            removed = []
+            if self._inspect_network() is not None:
+                hp.podman("network", "rm", "-f", self.network, check=False)
+                removed.append(self.network)
+            if run(["ip", "link", "show", self.bridge], check=False).returncode == 0:
+                run(["ip", "link", "del", self.bridge], check=False)
+                removed.append(self.bridge)
+            return removed
+
+    # ---- containers ----------------------------------------------------------------
+    def _find(self, spec: Spec) -> dict | None:
+        out = hp.podman("ps", "-a", "--format", "json", "--filter", f"label={_label(spec)}").stdout
+        rows = json.loads(out or "[]")
+        return rows[0] if rows else None
+
+    def _name(self, spec: Spec) -> str:
+        if spec.state.get("container"):
+            return spec.state["container"]
+        name = f"{self.instance}-{spec.name}"
+        other = hp.podman("container", "inspect", "--format", "{{index .Config.Labels \"undercloud.server\"}}",
+                          name, check=False)
+        if other.returncode == 0 and other.stdout.strip() != spec.id:
+            name = f"{name}-{spec.id[:8]}"  # two servers of one name in one undercloud
+        return name
+
+    def _image(self, spec: Spec) -> str:
+        ref = (spec.image.get("properties") or {}).get("podman_image")
+        if not ref:
+            raise RealiserError(f"image {spec.image.get('name')} ({spec.image.get('id')}) has no podman_image "
+                                f"property: build it with `undercloud image build {spec.image.get('name')} --type oci`")
+        if not hp.image_exists(ref):
+            if not spec.image_path or not Path(spec.image_path).exists():
+                raise RealiserError(f"{ref} is not in podman and the image store has no content for it")
+            out = hp.podman("load", "-q", "-i", str(spec.image_path), timeout=900).stdout
+            loaded = out.strip().rsplit(" ", 1)[-1]
+            if loaded and loaded != ref and not hp.image_exists(ref):
+                hp.podman("tag", loaded, ref)
+        return ref
+
+    def _volume(self, spec: Spec, vol: dict) -> str:
+        return f"{self.instance}-{spec.id[:8]}-{vol['name']}"
+
+    def _run_args(self, spec: Spec, name: str, image: str, limits: bool) -> list[str]:
+        args = ["run", "-d", "--name", name, "--hostname", spec.name,
+                "--label", f"undercloud.instance={self.instance}", "--label", _label(spec),
+                "--label", f"undercloud.server_name={spec.name}",
+                "--network", self.network, "--stop-signal", "SIGINT", "--stop-timeout", "5",
+                "-v", f"{spec.state['first_boot']}:{CONFIG_DIR}:ro",
+                "-e", f"UNDERCLOUD_AGENT_CONFIG={CONFIG_DIR}/config.json",
+                "-e", f"UNDERCLOUD_NODE_NETNS=container:{name}"]
+        fixed = next((n.get("fixed_ip") for n in spec.networks if n.get("fixed_ip")), None)
+        if fixed:
+            args += ["--ip", fixed]
+        if limits:
+            args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
+        for vol in spec.volumes:
+            args += ["-v", f"{self._volume(spec, vol)}:{vol['path']}"]
+        if HOST_SOCKET.exists():  # the kube hook drives the host's podman through it
+            args += ["-v", f"{HOST_SOCKET}:/run/podman/podman.sock",
+                     "-e", "CONTAINER_HOST=unix:///run/podman/podman.sock"]
+        return [*args, image, *AGENT]
+
+    def create(self, spec: Spec) -> None:
+        with self._lock:
+            self._creating += 1
+        try:
+            self._create(spec)
+        finally:
+            with self._lock:
+                self._creating -= 1
+
+    def _create(self, spec: Spec) -> None:
+        found = self._find(spec)
+        if found is not None:  # a resumed create: it exists already
+            spec.state["container"] = found["Names"][0]
+            if found.get("State") != "running" and not spec.state.get("powered_off"):
+                hp.podman("start", spec.state["container"], check=False)
+            return
+        image = self._image(spec)
+        with self._lock:
+            self._network()
+        name = self._name(spec)
+        spec.state["container"] = name
+        spec.state["first_boot"] = str(Path(self.env.home.path) / "servers" / spec.id / "first-boot")
+        for vol in spec.volumes:
+            vname = self._volume(spec, vol)
+            if hp.podman("volume", "exists", vname, check=False).returncode != 0:
+                hp.podman("volume", "create", "--label", f"undercloud.instance={self.instance}",
+                          "--label", _label(spec), vname)
+        try:
+            hp.podman(*self._run_args(spec, name, image, limits=True), timeout=120)
+            spec.state.pop("limits_note", None)
+        except CommandFailed as exc:
+            if not any(w in exc.message.lower() for w in LIMIT_ERRORS):
+                hp.podman("rm", "-f", "-t", "0", name, check=False)
+                raise RealiserError(exc.message) from None
+            # This host's cgroups refuse the limits: run without, and say so.
+            hp.podman("rm", "-f", "-t", "0", name, check=False)
+            hp.podman(*self._run_args(spec, name, image, limits=False), timeout=120)
+            spec.state["limits_note"] = ("cpu/memory limits of the flavor are not enforced: this host's "
+                                         f"cgroups refused them ({exc.message})")
+        with self._lock:
+            self._network()  # netavark may have made the bridge afresh: keep our address on it
+
+    def status(self, spec: Spec) -> Status:
+        found = self._find(spec)
+        if found is None:
+            return Status(DELETED)
+        name = found["Names"][0]
+        notes = [spec.state["limits_note"]] if spec.state.get("limits_note") else []
+        state = found.get("State")
+        if state == "running":
+            proc = hp.podman("inspect", "--format", "{{json .NetworkSettings.Networks}}", name, check=False)
+            nets = json.loads(proc.stdout or "{}") if proc.returncode == 0 else {}
+            ip = (nets.get(self.network) or {}).get("IPAddress")
+            return Status(ACTIVE, addresses={"ctlplane": [ip]} if ip else {}, notes=notes)
+        if state in ("created", "configured", "initialized"):
+            return Status(BUILD, reason=f"container {name} to start", notes=notes)
+        if spec.state.get("powered_off"):
+            return Status(SHUTOFF, notes=notes)
+        tail = hp.podman("logs", "--tail", "3", name, check=False)
+        last = (tail.stdout + tail.stderr).strip().splitlines()[-1:] or ["no output"]
+        return Status(ERROR, reason=f"container {name} exited (code {found.get('ExitCode')}): {last[0]}",
+                      notes=notes)
+
+    def power(self, spec: Spec, on: bool) -> None:
+        name = spec.state.get("container") or self._name(spec)
+        if on:
+            spec.state["powered_off"] = False
+            with self._lock:
+                self._network()
+            hp.podman("start", name)
+            with self._lock:
+                self._network()
+        else:
+            spec.state["powered_off"] = True
+            hp.podman("stop", "-t", "5", name)
+
+    def delete(self, spec: Spec) -> None:
+        found = self._find(spec)
+        if found is not None:
+            hp.podman("rm", "-f", "-t", "0", found["Names"][0], timeout=60)
+        vols = hp.podman("volume", "ls", "-q", "--filter", f"label={_label(spec)}").stdout.split()
+        for v in vols:
+            hp.podman("volume", "rm", "-f", v, check=False)
+
+    def rebuild(self, spec: Spec) -> None:
+        """Recreate from `spec.image`: the container goes, its named volumes stay."""
+        found = self._find(spec)
+        self._image(spec)  # fail before removing anything when the new image is not usable
+        if found is not None:
+            hp.podman("rm", "-f", "-t", "0", found["Names"][0], timeout=60)
+        spec.state["powered_off"] = False
+        self.create(spec)
+
+    def console(self, spec: Spec, lines: int = 100) -> str:
+        found = self._find(spec)
+        if found is None:
+            raise RealiserError(f"server {spec.name} has no container")
+        proc = hp.podman("logs", "--tail", str(lines), found["Names"][0], check=False)
+        return proc.stdout + proc.stderr

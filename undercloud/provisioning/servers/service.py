@@ -1,0 +1,484 @@
+"""The servers service: flavors, placement, image choice, first-boot data, and the realisers.
+
+    servers = ServersService(store, env)           # env: realiser Env (home, api port, ...)
+    servers.create(id=..., name=..., flavor="container", image="overcloud-full",
+                   first_boot={server_id, token, url, ...})  # BUILD; the realiser starts it
+    servers.refresh(id)                            # live status from the realiser (ACTIVE...)
+    servers.delete(id); servers.gone(id)           # start removing; True once removed
+
+Every check a request can fail (flavor, image for the flavor's hypervisor type, networks,
+capacity, a free node) runs before anything is written, so a refused request leaves
+nothing behind. The first-boot data (with the server's token) lives in
+`$UNDERCLOUD_HOME/servers/<id>/first-boot/` (mode 700), which realisers hand to the
+machine read-only (container mount, config-drive ISO, ...).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.provisioning.servers import base
+from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, REBUILD, Env, Realiser, Spec
+from undercloud.provisioning.servers.flavors import Flavors, hypervisor_type
+from undercloud.store import Store
+from undercloud.store.servers import HypervisorHost, Server
+
+log = logging.getLogger("undercloud.servers")
+
+NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostname label (dots allowed)
+# Nova's default allocation ratios: container and VM hosts may overcommit CPUs and memory.
+CPU_RATIO, RAM_RATIO = 16.0, 1.5
+LAB_NETWORK = "ctlplane"
+
+
+def view(row: Server) -> dict:
+    return {
+        "id": row.id, "name": row.name, "status": row.status, "task": row.task, "fault": row.fault,
+        "hypervisor_type": row.hypervisor_type, "flavor": row.flavor.get("name"),
+        "flavor_detail": row.flavor, "image": row.image_name, "image_id": row.image_id,
+        "host": row.host, "node": row.node_id, "addresses": row.addresses or {},
+        "networks": row.networks or [], "volumes": row.volumes or [], "notes": row.notes or [],
+        "metadata": row.metadata_ or {}, "owner": row.owner,
+        "created_at": row.created_at, "updated_at": row.updated_at,
+    }
+
+
+def host_capacity() -> tuple[int, int, int]:
+    """(vcpus, memory MB, disk GB) this machine offers to container and VM servers."""
+    cpus = os.cpu_count() or 1
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        mem = pages * size // (1 << 20)
+    except (ValueError, OSError):
+        mem = 4096
+    disk = shutil.disk_usage("/").total // (1 << 30)
+    return int(cpus * CPU_RATIO), int(mem * RAM_RATIO), int(disk)
+
+
+class ServersService:
+    def __init__(self, store: Store, env: Env, realisers: dict[str, Realiser] | None = None):
+        self.store = store
+        self.env = env
+        self.flavors = Flavors(store)
+        self.root = Path(env.home.path) / "servers"
+        self._realisers: dict[str, Realiser] = dict(realisers or {})
+        self._lock = threading.Lock()  # placement: capacity check + insert are one step
+
+    # ---- realisers -----------------------------------------------------------------
+    def realiser(self, ht: str) -> Realiser:
+        with self._lock:
+            r = self._realisers.get(ht)
+            if r is None:
+                cls = base.realisers().get(ht)
+                if cls is None:
+                    raise UndercloudError(f"servers of hypervisor_type {ht!r} cannot be realised by this "
+                                          f"undercloud (realisers: {', '.join(sorted(base.realisers())) or 'none'})",
+                                          "flavor")
+                r = self._realisers[ht] = cls(self.env)
+        return r
+
+    def startup(self) -> None:
+        """First start: default flavors and this machine as a hypervisor host; then let the
+        realisers of existing servers re-establish what they need (listeners...)."""
+        made = self.flavors.ensure_defaults()
+        if made:
+            log.info("created the default flavors: %s", ", ".join(made))
+        self.ensure_local_hosts()
+        with self.store.session() as s:
+            types = set(s.scalars(select(Server.hypervisor_type).distinct()))
+        for ht in types:
+            try:
+                r = self.realiser(ht)
+                if hasattr(r, "startup"):
+                    r.startup()
+            except Exception as exc:  # noqa: BLE001 - one type's trouble must not stop the service
+                log.warning("servers: %s realiser start-up: %s", ht, exc)
+
+    # ---- hypervisor hosts ----------------------------------------------------------
+    def ensure_local_hosts(self) -> None:
+        vcpus, mem, disk = host_capacity()
+        name = socket.gethostname() or "localhost"
+        with self.store.session() as s:
+            for ht in ("container", "vm"):
+                if s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)).first() is None:
+                    s.add(HypervisorHost(name=name, hypervisor_type=ht, vcpus=vcpus, memory_mb=mem, disk_gb=disk))
+
+    def hosts(self) -> list[dict]:
+        with self.store.session() as s:
+            out = []
+            for h in s.scalars(select(HypervisorHost).order_by(HypervisorHost.hypervisor_type, HypervisorHost.name)):
+                used = self._used(s, h.name, h.hypervisor_type)
+                out.append({"name": h.name, "hypervisor_type": h.hypervisor_type, "vcpus": h.vcpus,
+                            "memory_mb": h.memory_mb, "disk_gb": h.disk_gb, "vcpus_used": used[0],
+                            "memory_mb_used": used[1], "disk_gb_used": used[2], "servers": used[3]})
+            return out
+
+    def _used(self, s, host: str, ht: str) -> tuple[int, int, int, int]:
+        rows = s.scalars(select(Server.flavor).where(Server.host == host, Server.hypervisor_type == ht)).all()
+        return (sum(int(f.get("vcpus", 0)) for f in rows), sum(int(f.get("ram", 0)) for f in rows),
+                sum(int(f.get("disk", 0)) for f in rows), len(rows))
+
+    def _place(self, s, flavor: dict, ht: str) -> str:
+        hosts = s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
+                          .order_by(HypervisorHost.name)).all()
+        if not hosts:
+            raise Conflict(f"no {ht} hypervisor host is registered", "flavor")
+        why = []
+        for h in hosts:
+            vcpus, ram, disk, _n = self._used(s, h.name, ht)
+            if vcpus + flavor["vcpus"] > h.vcpus:
+                why.append(f"{h.name} has {h.vcpus - vcpus} free vCPUs < {flavor['vcpus']}")
+            elif ram + flavor["ram"] > h.memory_mb:
+                why.append(f"{h.name} has {h.memory_mb - ram} MB free < {flavor['ram']} MB")
+            elif disk + flavor["disk"] > h.disk_gb:
+                why.append(f"{h.name} has {h.disk_gb - disk} GB free < {flavor['disk']} GB")
+            else:
+                return h.name
+        raise Conflict(f"no {ht} host has room for flavor {flavor['name']}: " + "; ".join(why), "flavor")
+
+    # ---- images --------------------------------------------------------------------
+    def choose_image(self, ref: str, ht: str, flavor_name: str, formats: tuple[str, ...]) -> dict:
+        """The image named (or with id) `ref` for hypervisor type `ht`; the newest if several."""
+        images = self.env.images
+        if images is None:
+            raise UndercloudError("no image store in this undercloud", "image")
+        try:
+            one = images.get(ref)  # by id: must suit the flavor too
+            candidates = [one] if one["id"] == ref else images.list(name=ref)
+        except (NotFound, Conflict):
+            candidates = images.list(name=ref)
+        if not candidates:
+            raise NotFound(f"no image named {ref!r} (see `undercloud image list`)", "image")
+        fits = [i for i in candidates if i.get("hypervisor_type") == ht
+                and (not formats or i["disk_format"] in formats) and i.get("status") == "active"]
+        if not fits:
+            have = ", ".join(sorted({f"{i.get('hypervisor_type') or 'no hypervisor_type'} ({i['disk_format']})"
+                                     for i in candidates}))
+            raise Conflict(f"image {ref!r} has no active {ht} image (flavor {flavor_name!r} is {ht}; "
+                           f"{ref!r} exists for: {have})", "image")
+        return sorted(fits, key=lambda i: i.get("created_at") or "")[-1]
+
+    # ---- requests ------------------------------------------------------------------
+    @staticmethod
+    def check_networks(networks: list | None) -> list[dict]:
+        out = []
+        for i, n in enumerate(networks or []):
+            where = f"networks[{i}]"
+            if not isinstance(n, dict):
+                raise InvalidInput("each network must be a mapping (network, fixed_ip)", where)
+            net = n.get("network") or LAB_NETWORK
+            if net not in (LAB_NETWORK, "lab"):
+                raise InvalidInput(f"unknown network {net!r}: servers join the lab network {LAB_NETWORK!r}",
+                                   f"{where}.network")
+            ip = n.get("fixed_ip")
+            if ip:
+                try:
+                    ipaddress.IPv4Address(ip)
+                except ValueError:
+                    raise InvalidInput(f"not an IPv4 address: {ip!r}", f"{where}.fixed_ip") from None
+            out.append({"network": LAB_NETWORK, "fixed_ip": ip or None})
+        if len(out) > 1:
+            raise InvalidInput("one network per server (the lab network)", "networks")
+        return out or [{"network": LAB_NETWORK, "fixed_ip": None}]
+
+    @staticmethod
+    def check_volumes(volumes: list | None) -> list[dict]:
+        out = []
+        for i, path in enumerate(volumes or []):
+            if not isinstance(path, str) or not path.startswith("/") or ".." in path.split("/"):
+                raise InvalidInput(f"not an absolute path: {path!r}", f"persistent_volumes[{i}]")
+            slug = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") or "root"
+            out.append({"name": slug, "path": path})
+        return out
+
+    def create(self, *, id: str, name: str, flavor: str, image: str, first_boot: dict,
+               networks: list | None = None, metadata: dict | None = None, volumes: list | None = None,
+               owner: str | None = None, scheduler_hints: dict | None = None) -> dict:
+        """Start a server; repeating the call for the same id returns what exists."""
+        existing = self._row(id)
+        if existing is not None:
+            return existing
+        if not name or not NAME.match(name):
+            raise InvalidInput(f"{name!r} is not a valid host name (letters, digits, '-', '.'; at most 63)",
+                               "name")
+        fl = self.flavors.get(flavor)
+        ht = hypervisor_type(fl["properties"])
+        realiser = self.realiser(ht)
+        why = realiser.available()
+        if why:
+            raise UndercloudError(f"cannot realise {ht} servers here: {why}", "flavor")
+        img = self.choose_image(image, ht, fl["name"], realiser.disk_formats)
+        nets = self.check_networks(networks)
+        vols = self.check_volumes(volumes)
+        node = None
+        if realiser.uses_nodes:
+            node = self._claim(id, fl, img, scheduler_hints or {})
+        with self._lock:
+            try:
+                with self.store.session() as s:
+                    host = None if realiser.uses_nodes else self._place(s, fl, ht)
+                    row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, image_id=img["id"],
+                                 image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
+                                 status=BUILD, task="spawning", networks=nets, addresses={}, volumes=vols,
+                                 notes=[], metadata_=dict(metadata or {}), owner=owner, state={})
+                    s.add(row)
+            except BaseException:
+                if node is not None:
+                    self.env.scheduler.release(id)
+                raise
+        spec = self.spec(row, first_boot=first_boot)
+        self._write_first_boot(spec, realiser)
+        self._call(row.id, realiser.create, spec, "spawning")
+        return self.get(id)
+
+    def _claim(self, id: str, fl: dict, img: dict, hints: dict) -> dict:
+        from undercloud.provisioning.scheduler import Request
+
+        props = fl["properties"]
+        caps = {k.split(":", 1)[1]: v for k, v in props.items()
+                if k.startswith("capabilities:") and k != "capabilities:profile"}
+        caps.update({k.split(":", 1)[1]: str(v) for k, v in hints.items() if k.startswith("capabilities:")})
+        rc = next((k.split(":", 1)[1][len("CUSTOM_"):].lower() for k, v in props.items()
+                   if k.startswith("resources:CUSTOM_") and str(v) != "0"), None)
+
+        def size(key: str, value: int) -> int:
+            return 0 if str(props.get(f"resources:{key}", "")) == "0" else value
+
+        req = Request(instance_uuid=id, resource_class=rc, profile=props.get("capabilities:profile"),
+                      capabilities=caps, cpus=size("VCPU", fl["vcpus"]), memory_mb=size("MEMORY_MB", fl["ram"]),
+                      local_gb=size("DISK_GB", fl["disk"]), hypervisor_type="baremetal",
+                      instance_info={"image_source": img["id"], "image_checksum": img["checksum"],
+                                     "flavor": fl["name"]})
+        if self.env.scheduler is None:
+            raise UndercloudError("no scheduler in this undercloud", "flavor")
+        try:
+            return self.env.scheduler.claim(req)
+        except Conflict as exc:
+            raise Conflict(f"no valid node for flavor {fl['name']!r}: {exc.message}", "flavor") from None
+
+    def _write_first_boot(self, spec: Spec, realiser: Realiser) -> None:
+        d = self.first_boot_dir(spec.id)
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d.parent, 0o700)
+        spec.first_boot["url"] = realiser.agent_url(spec)
+        data = dict(spec.first_boot, hostname=spec.name, server_id=spec.id, networks=spec.networks)
+        tmp = d / ".config.json.tmp"
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+        tmp.replace(d / "config.json")
+        spec.first_boot = data
+
+    def first_boot_dir(self, server_id: str) -> Path:
+        return self.root / server_id / "first-boot"
+
+    def read_first_boot(self, server_id: str) -> dict:
+        try:
+            return json.loads((self.first_boot_dir(server_id) / "config.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def spec(self, row: Server, first_boot: dict | None = None, image: dict | None = None) -> Spec:
+        img = image
+        if img is None:
+            try:
+                img = self.env.images.get(row.image_id) if self.env.images is not None else None
+            except NotFound:
+                img = None
+        img = img or {"id": row.image_id, "name": row.image_name, "disk_format": None, "checksum": None,
+                      "properties": {}}
+        path = None
+        if self.env.images is not None and img.get("checksum"):
+            path = self.env.images.blob_path(img["checksum"])
+        node = None
+        if row.node_id and self.env.nodes is not None:
+            try:
+                node = self.env.nodes.get(row.node_id)
+            except NotFound:
+                node = None
+        return Spec(id=row.id, name=row.name, hypervisor_type=row.hypervisor_type, flavor=row.flavor,
+                    image=img, image_path=path,
+                    first_boot=first_boot if first_boot is not None else self.read_first_boot(row.id),
+                    networks=list(row.networks or []), volumes=list(row.volumes or []),
+                    host=self._host(row), node=node, state=dict(row.state or {}))
+
+    def _host(self, row: Server) -> dict | None:
+        if not row.host:
+            return None
+        with self.store.session() as s:
+            h = s.get(HypervisorHost, (row.host, row.hypervisor_type))
+            return None if h is None else {"name": h.name, "hypervisor_type": h.hypervisor_type}
+
+    def _call(self, server_id: str, fn, spec: Spec, task: str):
+        """Run a realiser call, then persist its state; a failure becomes the server's fault."""
+        try:
+            result = fn(spec)
+        except Exception as exc:  # noqa: BLE001 - any failure is the server's fault, in one line
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._save(server_id, spec, status=ERROR, task=None, fault=f"{task}: {msg}")
+            raise UndercloudError(f"server {spec.name}: {task} failed: {msg}", "server") from None
+        self._save(server_id, spec)
+        return result
+
+    def _save(self, server_id: str, spec: Spec | None = None, **fields) -> None:
+        with self.store.session() as s:
+            row = s.get(Server, server_id)
+            if row is None:
+                return
+            if spec is not None:
+                row.state = dict(spec.state)
+            for k, v in fields.items():
+                setattr(row, k, v)
+
+    # ---- queries -------------------------------------------------------------------
+    def _row(self, server_id: str) -> dict | None:
+        with self.store.session() as s:
+            row = s.get(Server, server_id)
+            return None if row is None else view(row)
+
+    def _find(self, s, ref: str) -> Server:
+        row = s.get(Server, ref)
+        if row is not None:
+            return row
+        rows = s.scalars(select(Server).where(Server.name == ref)).all()
+        if len(rows) == 1:
+            return rows[0]
+        if rows:
+            raise Conflict(f"{len(rows)} servers are named {ref!r}: use the id", "server")
+        raise NotFound(f"no server named or with id {ref!r}", "server")
+
+    def get(self, ref: str) -> dict:
+        with self.store.session() as s:
+            return view(self._find(s, ref))
+
+    def list(self) -> list[dict]:
+        with self.store.session() as s:
+            return [view(r) for r in s.scalars(select(Server).order_by(Server.name, Server.created_at))]
+
+    def count(self) -> int:
+        with self.store.session() as s:
+            return s.scalar(select(func.count()).select_from(Server)) or 0
+
+    # ---- life cycle ----------------------------------------------------------------
+    def refresh(self, ref: str) -> dict:
+        """Ask the realiser how the server is; store status, addresses and fault."""
+        with self.store.session() as s:
+            row = self._find(s, ref)
+        if row.task == "deleting":
+            return view(row)
+        realiser = self.realiser(row.hypervisor_type)
+        spec = self.spec(row)
+        try:
+            st = realiser.status(spec)
+        except Exception as exc:  # noqa: BLE001
+            st = base.Status(ERROR, reason=f"status: {exc}")
+        fields: dict = {"addresses": st.addresses or row.addresses, "notes": st.notes or row.notes}
+        if row.status == ERROR and st.status == BUILD:
+            pass  # a failed create stays failed
+        elif st.status in (ACTIVE, "SHUTOFF"):
+            fields.update(status=st.status, task=None, fault=None)
+        elif st.status == ERROR:
+            fields.update(status=ERROR, task=None, fault=st.reason or "failed")
+        elif st.status == BUILD:
+            built = time.time() - (row.task_at or row.created_at)
+            if built > realiser.build_timeout:
+                fields.update(status=ERROR, task=None,
+                              fault=f"not ACTIVE after {realiser.build_timeout:.0f} s"
+                                    + (f" (waiting for {st.reason})" if st.reason else ""))
+        elif st.status == DELETED and row.status != BUILD:
+            fields.update(status=ERROR, task=None, fault="the machine is gone (removed outside the undercloud?)")
+        self._save(row.id, spec, **fields)
+        return self.get(row.id)
+
+    def power(self, ref: str, on: bool) -> dict:
+        with self.store.session() as s:
+            row = self._find(s, ref)
+        if row.status not in (ACTIVE, "SHUTOFF"):
+            raise Conflict(f"server {row.name} is {row.status}; power on/off needs ACTIVE or SHUTOFF", "server")
+        realiser = self.realiser(row.hypervisor_type)
+        spec = self.spec(row)
+        self._call(row.id, lambda sp: realiser.power(sp, on), spec, "powering-on" if on else "powering-off")
+        return self.refresh(row.id)
+
+    def rebuild(self, ref: str, image: str | None = None) -> dict:
+        with self.store.session() as s:
+            row = self._find(s, ref)
+        realiser = self.realiser(row.hypervisor_type)
+        if not realiser.can_rebuild:
+            raise Conflict(f"{row.hypervisor_type} servers cannot be rebuilt in place", "server")
+        img = self.choose_image(image or row.image_name, row.hypervisor_type, row.flavor.get("name", "?"),
+                                realiser.disk_formats)
+        self._save(row.id, image_id=img["id"], image_name=img["name"], status=REBUILD, task="rebuilding",
+                   fault=None, task_at=time.time())
+        with self.store.session() as s:
+            row = s.get(Server, row.id)
+        spec = self.spec(row, image=img)
+        self._call(row.id, realiser.rebuild, spec, "rebuilding")
+        return self.get(row.id)
+
+    def console(self, ref: str, lines: int = 100) -> str:
+        with self.store.session() as s:
+            row = self._find(s, ref)
+        return self.realiser(row.hypervisor_type).console(self.spec(row), lines)
+
+    def delete(self, ref: str) -> dict:
+        """Start removing the server (repeatable); `gone(id)` says when it is done."""
+        with self.store.session() as s:
+            row = self._find(s, ref)
+        self._save(row.id, task="deleting")
+        realiser = self.realiser(row.hypervisor_type)
+        spec = self.spec(row)
+        try:
+            realiser.delete(spec)
+        except Exception as exc:  # noqa: BLE001
+            self._save(row.id, spec, status=ERROR, task=None, fault=f"deleting: {exc}")
+            raise UndercloudError(f"server {row.name}: deleting failed: {exc}", "server") from None
+        self._save(row.id, spec)
+        self.gone(row.id)
+        return view(row)
+
+    def gone(self, server_id: str) -> bool:
+        """True once the realiser has removed everything; the record goes then."""
+        with self.store.session() as s:
+            row = s.get(Server, server_id)
+        if row is None:
+            return True
+        realiser = self.realiser(row.hypervisor_type)
+        spec = self.spec(row)
+        st = realiser.status(spec)
+        if st.status != DELETED:
+            return False
+        if row.node_id and self.env.scheduler is not None:
+            self.env.scheduler.release(row.id)
+        shutil.rmtree(self.root / row.id, ignore_errors=True)
+        with self.store.session() as s:
+            r = s.get(Server, server_id)
+            if r is not None:
+                s.delete(r)
+        try:
+            realiser.cleanup()
+        except Exception as exc:  # noqa: BLE001 - shared objects are removed on a later delete
+            log.warning("servers: %s clean-up: %s", row.hypervisor_type, exc)
+        return True
+
+    def wait(self, ref: str, until: set[str], timeout: float, interval: float = 0.2) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            srv = self.refresh(ref)
+            if srv["status"] in until or srv["status"] == ERROR:
+                return srv
+            if time.monotonic() > deadline:
+                raise UndercloudError(f"server {srv['name']} still {srv['status']} after {timeout:.0f} s", "server")
+            time.sleep(interval)

@@ -1,0 +1,61 @@
+"""Servers (Nova-like instances), flavors, and the hypervisor hosts containers and VMs run on."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import Float, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from undercloud.store.db import Base
+
+
+class Flavor(Base):
+    __tablename__ = "flavors"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    ram: Mapped[int] = mapped_column(Integer)   # MB
+    disk: Mapped[int] = mapped_column(Integer)  # GB
+    # capabilities:profile, hypervisor_type, resources:... (Nova's extra specs).
+    properties: Mapped[dict] = mapped_column(default=dict)
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class HypervisorHost(Base):
+    """A machine that runs container or VM servers (the undercloud's own, by default)."""
+
+    __tablename__ = "hypervisor_hosts"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    hypervisor_type: Mapped[str] = mapped_column(String(32), primary_key=True)
+    vcpus: Mapped[int] = mapped_column(Integer)      # schedulable (overcommit included)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    disk_gb: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
+class Server(Base):
+    __tablename__ = "servers"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), index=True)
+    hypervisor_type: Mapped[str] = mapped_column(String(32))
+    flavor: Mapped[dict] = mapped_column()  # the flavor as it was at create (Nova keeps a copy too)
+    image_id: Mapped[str] = mapped_column(String(36))
+    image_name: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str | None] = mapped_column(String(255))      # hypervisor host (container, vm)
+    node_id: Mapped[str | None] = mapped_column(String(36))    # claimed node (bare metal)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # BUILD ACTIVE SHUTOFF REBUILD ERROR
+    task: Mapped[str | None] = mapped_column(String(32))        # deleting, powering-off, ...
+    fault: Mapped[str | None] = mapped_column(Text)
+    task_at: Mapped[float] = mapped_column(Float, default=time.time)  # when BUILD / REBUILD began
+    networks: Mapped[list] = mapped_column(default=list)    # requested
+    addresses: Mapped[dict] = mapped_column(default=dict)   # network -> [ip]
+    volumes: Mapped[list] = mapped_column(default=list)     # persistent volumes kept by rebuild
+    notes: Mapped[list] = mapped_column(default=list)
+    metadata_: Mapped[dict] = mapped_column("metadata", default=dict)
+    owner: Mapped[str | None] = mapped_column(String(64))   # stack resource that made it
+    state: Mapped[dict] = mapped_column(default=dict)       # the realiser's own state
+    created_at: Mapped[float] = mapped_column(Float, default=time.time)
+    updated_at: Mapped[float] = mapped_column(Float, default=time.time, onupdate=time.time)
