@@ -87,6 +87,15 @@ class Function:
     def __init__(self, t: StackTemplate, fn: str, args: Any, path: tuple):
         self.t, self.fn, self.args, self.path = t, fn, args, path
         self.check()
+        sink = t._dep_sink  # the resources a snippet needs are noted while it is parsed
+        if sink is not None:
+            dep = self.own_dep()
+            if dep is not None:
+                sink.add(dep)
+
+    def own_dep(self) -> str | None:
+        """The resource this call itself names (get_resource, get_attr), if known now."""
+        return None
 
     def check(self) -> None:
         """Refuse argument shapes that are wrong whatever the values (raise FnError)."""
@@ -207,6 +216,9 @@ class Ref(GetParam):
         if isinstance(self.args, str) and not self.t.is_param(self.args):
             yield self.args
 
+    def own_dep(self) -> str | None:
+        return self.args if isinstance(self.args, str) and not self.t.is_param(self.args) else None
+
 
 # ---------------------------------------------------------------------------- resources
 
@@ -227,9 +239,13 @@ class GetResource(Function):
 
     def deps(self) -> Iterator[str]:
         yield from iter_deps(self.args)
-        name = self.t.static_value(self.args)
-        if isinstance(name, str):
+        name = self.own_dep()
+        if name is not None:
             yield name
+
+    def own_dep(self) -> str | None:
+        name = self.t.static_value(self.args)
+        return name if isinstance(name, str) else None
 
 
 class GetAttThenSelect(Function):
@@ -264,10 +280,15 @@ class GetAttThenSelect(Function):
 
     def deps(self) -> Iterator[str]:
         yield from iter_deps(self.args)
+        name = self.own_dep()
+        if name is not None:
+            yield name
+
+    def own_dep(self) -> str | None:
         if isinstance(self.args, list) and self.args:
             name = self.t.static_value(self.args[0])
-            if isinstance(name, str):
-                yield name
+            return name if isinstance(name, str) else None
+        return None
 
 
 class GetAtt(GetAttThenSelect):

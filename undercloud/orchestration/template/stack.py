@@ -180,6 +180,8 @@ class StackTemplate:
         self._deps: dict[str, set[str]] | None = None
         self._collecting = False
         self._collected = 0
+        self._dep_sink: set[str] | None = None
+        self._rdeps: dict[str, set[str]] = {}
         self._build(params, given_where)
 
     # ------------------------------------------------------------------ problems
@@ -384,6 +386,7 @@ class StackTemplate:
         rd = ResourceDefinition(name=name, type=rtype, declared_type=rtype, file=self.file,
                                 line=line_of(self.doc, p))
         ok = True
+        needs: set[str] = set()
         try:
             target, used = self.environment.registry.lookup(rtype, name, known_types())
             rd.registry_key = used
@@ -401,12 +404,15 @@ class StackTemplate:
                                  ("update_policy", (Mapping,), "object")):
             if key not in body or body[key] is None:
                 continue
+            self._dep_sink = needs if key != "update_policy" else None
             try:
                 tree = self.parse_all(body[key], p + (key,))
             except FnError as e:
                 self.add(e.path, e.message)
                 ok = False
                 continue
+            finally:
+                self._dep_sink = None
             if not isinstance(tree, kinds + (fn.Function,)):
                 self.add(p + (key,), f"Resource {name} {key} type must be {what}")
                 ok = False
@@ -444,6 +450,7 @@ class StackTemplate:
                 rd.external_id = self.static_value(self.parse(body["external_id"], p + ("external_id",)))
             except FnError as e:
                 self.add(e.path, e.message)
+        self._rdeps[name] = needs
         rd.condition = body.get("condition")
         desc = body.get("description")
         if desc is not None and not isinstance(desc, str):
@@ -606,9 +613,11 @@ class StackTemplate:
             deps: dict[str, set[str]] = {}
             for name, rd in self.resources.items():
                 d = set(rd.depends_on)
-                for key in ("properties", "metadata"):
-                    tree = self._tree(getattr(rd, key))
-                    d.update(fn.iter_deps(tree))
+                if name in self._rdeps:  # noted while parsing
+                    d.update(self._rdeps[name])
+                else:
+                    for key in ("properties", "metadata"):
+                        d.update(fn.iter_deps(self._tree(getattr(rd, key))))
                 deps[name] = {x for x in d if x in self.resources and x != name}
             self._deps = deps
         return {k: set(v) for k, v in self._deps.items()}
@@ -659,6 +668,9 @@ class StackTemplate:
             out = {}
             changed = False
             for k, v in snippet.items():
+                if v is None or isinstance(v, str | int | float):
+                    out[k] = v
+                    continue
                 try:
                     pv = self.parse(v, path + (k,), table)
                 except FnError as e:
@@ -676,6 +688,9 @@ class StackTemplate:
         if isinstance(snippet, list):
             items = []
             for i, v in enumerate(snippet):
+                if v is None or isinstance(v, str | int | float):
+                    items.append(v)
+                    continue
                 try:
                     items.append(self.parse(v, path + (i,), table))
                 except FnError as e:
