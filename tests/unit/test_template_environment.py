@@ -225,3 +225,12 @@ def test_missing_registry_file(tmp_path):
                                         + ": file not found") or "nested/nope.yaml: file not found" in exc.problems[0]
     else:
         raise AssertionError("a missing registry file was accepted")
+
+
+def test_per_resource_overrides_name_resources_exactly(tmp_path):
+    # Heat (oracle): "web*" under `resources:` does not apply to web1
+    files = {"env.yaml": 'resource_registry:\n  resources:\n    "web*": {OS::Heat::RandomString: OS::Heat::None}\n'
+                         "    db: {OS::Heat::RandomString: OS::Heat::None}\n"}
+    t = load(bundle(tmp_path, "heat_template_version: 2021-04-16\nresources:\n  web1: {type: OS::Heat::RandomString}\n"
+                    "  db: {type: OS::Heat::RandomString}\n", ["env.yaml"], files))
+    assert {n: rd.type for n, rd in t.resources.items()} == {"web1": "OS::Heat::RandomString", "db": "OS::Heat::None"}

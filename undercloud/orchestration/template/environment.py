@@ -55,6 +55,9 @@ class Registry:
         for pattern, entry in self.resources.items():
             if isinstance(entry, Mapping) and fnmatch.fnmatchcase(resource_name, pattern):
                 resources.update({k: v for k, v in entry.items() if isinstance(v, Mapping)})
+        exact = self.resources.get(resource_name)
+        if isinstance(exact, Mapping):
+            resources.update({k: v for k, v in exact.items() if isinstance(v, Mapping)})
         return Registry(types, resources)
 
     def lookup(self, rtype: str, resource_name: str | None, builtin: frozenset[str]) -> tuple[Any, str | None]:
@@ -65,16 +68,12 @@ class Registry:
         seen: list[str] = []
         used: str | None = None
         current: Any = rtype
-        if resource_name:
-            for pattern, entry in self.resources.items():
-                if (isinstance(entry, Mapping) and fnmatch.fnmatchcase(resource_name, pattern)
-                        and rtype in entry and not isinstance(entry[rtype], Mapping)):
-                    target = entry[rtype]
-                    if target is None:
-                        break
-                    current = target
-                    seen.append(rtype)
-                    break
+        entry = self.resources.get(resource_name) if resource_name else None
+        # per-resource entries match the exact name (Heat); wildcards only pick the entries a
+        # nested stack inherits (see child)
+        if isinstance(entry, Mapping) and isinstance(entry.get(rtype), str | FileRef):
+            current = entry[rtype]
+            seen.append(rtype)
         while isinstance(current, str):
             if current in seen[:-1] or len(seen) > 20:
                 raise ValueError(f"resource_registry mappings loop: {' -> '.join(seen + [current])}")
