@@ -20,6 +20,7 @@ log = logging.getLogger("undercloud.api")
 ROUTERS: list[str] = [
     "undercloud.api.images",
     "undercloud.api.nodes",
+    "undercloud.api.servers",
     "undercloud.api.agent",
     "undercloud.api.agent_admin",
 ]
@@ -28,6 +29,7 @@ ROUTERS: list[str] = [
 STARTUP: list[str] = [
     "undercloud.images.store:startup",
     "undercloud.provisioning.periodic:startup",
+    "undercloud.api.servers:startup",
 ]
 
 STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503}

@@ -60,6 +60,20 @@ class Context:
         return NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
 
     @cached_property
+    def servers(self):
+        """Servers (container / VM / bare metal), flavors and hypervisor hosts."""
+        from undercloud.api.servers import make_service
+
+        return make_service(self)
+
+    @cached_property
+    def listeners(self):
+        """Extra addresses the API is served on, for guests on lab networks."""
+        from undercloud.api.servers import Listeners
+
+        return Listeners(self)
+
+    @cached_property
     def scheduler(self):
         from undercloud.provisioning.scheduler import Scheduler
 

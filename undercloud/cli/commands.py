@@ -12,6 +12,8 @@ MODULES = [
     ("undercloud.cli.service", "serve"),
     ("undercloud.cli.image", "image"),
     ("undercloud.cli.node", "node"),
+    ("undercloud.cli.server", "server"),
+    ("undercloud.cli.flavor", "flavor"),
     ("undercloud.cli.lab", "lab"),
     ("undercloud.cli.template", "template"),
     ("undercloud.cli.agent", "agent"),

@@ -72,7 +72,9 @@ class Spec:
     volumes: list[dict] = field(default_factory=list)  # persistent: [{"name", "path"}]
     host: dict | None = None       # hypervisor host (container, vm); None for bare metal
     node: dict | None = None       # the claimed node (bare metal)
-    state: dict = field(default_factory=dict)  # the realiser's own state, persisted by the service
+    # The realiser's own state, persisted by the service; `instance_name` (the container,
+    # domain or node name on the host) is shown to users.
+    state: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -99,7 +99,9 @@ class ContainerRealiser(Realiser):
         if net is None:
             last = ""
             for subnet in self._subnet_choices():
+                gateway = str(next(ipaddress.ip_network(subnet).hosts()))  # reserved from podman's IPAM
                 proc = hp.podman("network", "create", "--internal", "--disable-dns", "--subnet", subnet,
+                                 "--gateway", gateway,
                                  "--label", f"undercloud.instance={self.instance}", self.network, check=False)
                 if proc.returncode == 0:
                     break
@@ -114,7 +116,9 @@ class ContainerRealiser(Realiser):
             if net is None:
                 raise RealiserError(f"podman network {self.network} vanished after create")
         subnet = net["subnets"][0]
-        info = {"subnet": subnet["subnet"], "gateway": subnet["gateway"]}
+        # Internal networks have no gateway in their config: the undercloud takes the first address.
+        gateway = subnet.get("gateway") or str(next(ipaddress.ip_network(subnet["subnet"]).hosts()))
+        info = {"subnet": subnet["subnet"], "gateway": gateway}
         self._net_file.parent.mkdir(parents=True, exist_ok=True)
         if not self._net_file.exists() or json.loads(self._net_file.read_text()) != info:
             self._net_file.write_text(json.dumps(info))
@@ -241,7 +245,7 @@ class ContainerRealiser(Realiser):
     def _create(self, spec: Spec) -> None:
         found = self._find(spec)
         if found is not None:  # a resumed create: it exists already
-            spec.state["container"] = found["Names"][0]
+            spec.state["container"] = spec.state["instance_name"] = found["Names"][0]
             if found.get("State") != "running" and not spec.state.get("powered_off"):
                 hp.podman("start", spec.state["container"], check=False)
             return
@@ -249,7 +253,7 @@ class ContainerRealiser(Realiser):
         with self._lock:
             self._network()
         name = self._name(spec)
-        spec.state["container"] = name
+        spec.state["container"] = spec.state["instance_name"] = name
         spec.state["first_boot"] = str(Path(self.env.home.path) / "servers" / spec.id / "first-boot")
         for vol in spec.volumes:
             vname = self._volume(spec, vol)

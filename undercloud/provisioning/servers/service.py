@@ -48,7 +48,7 @@ def view(row: Server) -> dict:
         "id": row.id, "name": row.name, "status": row.status, "task": row.task, "fault": row.fault,
         "hypervisor_type": row.hypervisor_type, "flavor": row.flavor.get("name"),
         "flavor_detail": row.flavor, "image": row.image_name, "image_id": row.image_id,
-        "host": row.host, "node": row.node_id, "addresses": row.addresses or {},
+        "host": row.host, "node": row.node_id, "instance_name": (row.state or {}).get("instance_name"), "addresses": row.addresses or {},
         "networks": row.networks or [], "volumes": row.volumes or [], "notes": row.notes or [],
         "metadata": row.metadata_ or {}, "owner": row.owner,
         "created_at": row.created_at, "updated_at": row.updated_at,
@@ -239,8 +239,12 @@ class ServersService:
                     self.env.scheduler.release(id)
                 raise
         spec = self.spec(row, first_boot=first_boot)
-        self._write_first_boot(spec, realiser)
-        self._call(row.id, realiser.create, spec, "spawning")
+
+        def spawn(sp: Spec) -> None:
+            self._write_first_boot(sp, realiser)
+            realiser.create(sp)
+
+        self._call(row.id, spawn, spec, "spawning")
         return self.get(id)
 
     def _claim(self, id: str, fl: dict, img: dict, hints: dict) -> dict:
@@ -326,7 +330,9 @@ class ServersService:
         try:
             result = fn(spec)
         except Exception as exc:  # noqa: BLE001 - any failure is the server's fault, in one line
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            if not isinstance(exc, (UndercloudError, base.RealiserError)) or not msg:
+                msg = f"{type(exc).__name__}: {msg}"  # a bug, not a user error: say what kind
             self._save(server_id, spec, status=ERROR, task=None, fault=f"{task}: {msg}")
             raise UndercloudError(f"server {spec.name}: {task} failed: {msg}", "server") from None
         self._save(server_id, spec)
@@ -366,6 +372,12 @@ class ServersService:
     def list(self) -> list[dict]:
         with self.store.session() as s:
             return [view(r) for r in s.scalars(select(Server).order_by(Server.name, Server.created_at))]
+
+    def exists(self, server_id: str) -> bool:
+        return self._row(server_id) is not None
+
+    def set_metadata(self, server_id: str, metadata: dict) -> None:
+        self._save(server_id, metadata_=dict(metadata or {}))
 
     def count(self) -> int:
         with self.store.session() as s:

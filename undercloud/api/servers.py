@@ -1,0 +1,173 @@
+"""/v1/servers, /v1/flavors, /v1/hypervisors; and the API listeners on guest networks.
+
+Guests on a lab network cannot reach the service's loopback address, so realisers ask it
+to also listen on an address of theirs (`Env.listen`, e.g. the container network's
+gateway). Each such listener is one more uvicorn server over the same app and Context,
+bound with IP_FREEBIND so it may be opened before its address exists (a bridge that
+netavark makes and removes with the containers) and keeps working when it comes back.
+Admin routes still need the admin token there; agents use their own server tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from undercloud.api.app import get_context
+from undercloud.api.context import Context, api_port
+from undercloud.errors import InvalidInput
+
+log = logging.getLogger("undercloud.api.servers")
+router = APIRouter()
+_ctx = get_context
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)
+
+
+class Listeners:
+    """Extra addresses the API is served on (same port as on loopback)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self._lock = threading.Lock()
+        self._servers: dict[str, object] = {}
+
+    def listen(self, host: str) -> None:
+        with self._lock:
+            if host in self._servers or host in ("127.0.0.1", "localhost"):
+                return
+            import uvicorn
+
+            from undercloud.api.app import create_app
+
+            port = api_port(self.ctx.home)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                sock.close()
+                raise InvalidInput(f"cannot serve the API on {host}:{port}: {exc.strerror}", "listen") from None
+            sock.listen(256)
+            server = uvicorn.Server(uvicorn.Config(create_app(self.ctx), log_level="warning", access_log=False))
+            threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
+                             name=f"api-{host}").start()
+            self._servers[host] = server
+            log.info("serving the API on %s:%s for guests", host, port)
+
+    def addresses(self) -> list[str]:
+        return sorted(self._servers)
+
+    def stop(self) -> None:
+        with self._lock:
+            for server in self._servers.values():
+                server.should_exit = True  # type: ignore[attr-defined]
+            self._servers.clear()
+
+
+def make_service(ctx: Context):
+    """The servers service of this undercloud (Context.servers)."""
+    from undercloud.provisioning.servers.base import Env
+    from undercloud.provisioning.servers.service import ServersService
+
+    env = Env(home=ctx.home, api_port=api_port(ctx.home), listen=ctx.listeners.listen,
+              nodes=ctx.nodes, scheduler=ctx.scheduler, images=ctx.images)
+    return ServersService(ctx.store, env)
+
+
+def startup(ctx: Context):
+    """First start: default flavors, this host as hypervisor host; listeners for existing servers."""
+    ctx.servers.startup()
+    return ctx.listeners.stop
+
+
+def with_agent(ctx: Context, srv: dict) -> dict:
+    """A server with what its agent did: checked in, and when last seen."""
+    meta = ctx.server_metadata
+    seen = None
+    if meta.exists(srv["id"]):
+        seen = next((s["last_seen"] for s in meta.servers() if s["id"] == srv["id"]), None)
+    return {**srv, "agent_checked_in": seen is not None, "agent_last_seen": seen}
+
+
+# ---- flavors -------------------------------------------------------------------------
+class FlavorBody(BaseModel):
+    name: str
+    vcpus: int = Field(ge=1)
+    ram: int = Field(ge=1)
+    disk: int = Field(ge=0)
+    properties: dict[str, str] = {}
+
+
+@router.get("/v1/flavors")
+def list_flavors(ctx: Context = Depends(_ctx)):
+    return ctx.servers.flavors.list()
+
+
+@router.post("/v1/flavors", status_code=201)
+def create_flavor(body: FlavorBody, ctx: Context = Depends(_ctx)):
+    return ctx.servers.flavors.create(body.name, body.vcpus, body.ram, body.disk, body.properties)
+
+
+@router.get("/v1/flavors/{name}")
+def show_flavor(name: str, ctx: Context = Depends(_ctx)):
+    return ctx.servers.flavors.get(name)
+
+
+@router.delete("/v1/flavors/{name}")
+def delete_flavor(name: str, ctx: Context = Depends(_ctx)):
+    return ctx.servers.flavors.delete(name)
+
+
+@router.get("/v1/hypervisors")
+def list_hypervisors(ctx: Context = Depends(_ctx)):
+    return ctx.servers.hosts()
+
+
+# ---- servers -------------------------------------------------------------------------
+class ActionBody(BaseModel):
+    action: str  # power-on | power-off | rebuild
+    image: str | None = None
+
+
+@router.get("/v1/servers")
+def list_servers(ctx: Context = Depends(_ctx)):
+    return [with_agent(ctx, s) for s in ctx.servers.list()]
+
+
+@router.get("/v1/servers/{ref}")
+def show_server(ref: str, ctx: Context = Depends(_ctx)):
+    return with_agent(ctx, ctx.servers.refresh(ref))
+
+
+@router.delete("/v1/servers/{ref}")
+def delete_server(ref: str, wait: float = 60.0, ctx: Context = Depends(_ctx)):
+    import time
+
+    srv = ctx.servers.delete(ref)
+    deadline = time.monotonic() + min(max(wait, 0.0), 600.0)
+    gone = ctx.servers.gone(srv["id"])
+    while not gone and time.monotonic() < deadline:
+        time.sleep(0.5)
+        gone = ctx.servers.gone(srv["id"])
+    if gone:
+        ctx.server_metadata.forget(srv["id"])
+    return {**srv, "deleted": gone}
+
+
+@router.post("/v1/servers/{ref}/action")
+def server_action(ref: str, body: ActionBody, ctx: Context = Depends(_ctx)):
+    if body.action in ("power-on", "power-off"):
+        return ctx.servers.power(ref, body.action == "power-on")
+    if body.action == "rebuild":
+        return ctx.servers.rebuild(ref, body.image)
+    raise InvalidInput(f"unknown action {body.action!r}; one of power-on, power-off, rebuild", "action")
+
+
+@router.get("/v1/servers/{ref}/console")
+def server_console(ref: str, lines: int = 100, ctx: Context = Depends(_ctx)):
+    return {"console": ctx.servers.console(ref, max(1, min(lines, 10000)))}

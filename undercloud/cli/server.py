@@ -1,0 +1,86 @@
+"""`undercloud server ...`: the machines stacks made (bare metal, VMs, containers)."""
+
+from __future__ import annotations
+
+import click
+
+from undercloud.cli.client import Client
+from undercloud.cli.output import formatted, note
+
+COLUMNS = ["id", "name", "status", "hypervisor_type", "flavor", "image", "addresses", "agent_checked_in"]
+
+
+@click.group()
+def server() -> None:
+    """Servers: what an OS::Nova::Server resource of a stack becomes.
+
+    A server's flavor decides how it is realised (its hypervisor_type): a bare-metal node
+    through its BMC, a libvirt VM, or a podman system container; the image is the one of
+    the requested name for that hypervisor type. Every server gets first-boot data with its
+    own token, and its agent polls the undercloud. Statuses as Nova names them: BUILD,
+    ACTIVE, SHUTOFF, REBUILD, ERROR.
+    """
+
+
+@server.command("list")
+@formatted(COLUMNS)
+def list_():
+    """List servers with their status, addresses and whether their agent checked in."""
+    return Client().get("/v1/servers")
+
+
+@server.command()
+@click.argument("ref", metavar="SERVER")
+@formatted()
+def show(ref: str):
+    """Show one server (SERVER: id or name), its status asked live from its hypervisor."""
+    return Client().get(f"/v1/servers/{ref}")
+
+
+@server.command()
+@click.argument("refs", metavar="SERVER...", nargs=-1, required=True)
+@click.option("--wait", "wait", type=float, default=120.0, show_default=True,
+              help="Seconds to wait for the removal to finish.")
+def delete(refs: tuple[str, ...], wait: float):
+    """Delete servers: remove the container / domain / deployment and their addresses.
+
+    A server that belongs to a stack is better removed with the stack (`stack update` or
+    `stack delete`); deleting it here leaves the stack's resource pointing at nothing.
+    """
+    client = Client(timeout=wait + 30)
+    for ref in refs:
+        out = client.delete(f"/v1/servers/{ref}", params={"wait": wait})
+        note(f"{out['name']}: {'deleted' if out.get('deleted') else 'deleting (still in progress)'}")
+
+
+@server.command()
+@click.argument("ref", metavar="SERVER")
+@click.option("--lines", type=int, default=100, show_default=True, help="How many last lines.")
+def console(ref: str, lines: int):
+    """Print the server's console: the serial console of a VM or node, a container's log."""
+    click.echo(Client().get(f"/v1/servers/{ref}/console", params={"lines": lines})["console"], nl=False)
+
+
+@server.command()
+@click.argument("state", type=click.Choice(["on", "off"]))
+@click.argument("ref", metavar="SERVER")
+@formatted()
+def power(state: str, ref: str):
+    """Power a server on or off (start / stop for containers)."""
+    return Client().post(f"/v1/servers/{ref}/action", json={"action": f"power-{state}"})
+
+
+@server.command()
+@click.argument("ref", metavar="SERVER")
+@click.option("--image", help="Image name or id (default: the server's current image name).")
+@formatted()
+def rebuild(ref: str, image: str | None):
+    """Rebuild a server in place from an image, keeping its declared persistent volumes."""
+    return Client(timeout=300).post(f"/v1/servers/{ref}/action", json={"action": "rebuild", "image": image})
+
+
+@server.command("hypervisors")
+@formatted(["name", "hypervisor_type", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers"])
+def hypervisors():
+    """Hypervisor hosts for container and VM servers, with their capacity and use."""
+    return Client().get("/v1/hypervisors")
