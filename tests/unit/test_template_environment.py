@@ -168,11 +168,30 @@ outputs:
     assert child.resources["real"].type == "OS::Heat::RandomString" and not child.resources["real"].template_file
 
 
-def test_null_removes_a_mapping_or_a_type(tmp_path):
-    files = {"a.yaml": "resource_registry:\n  OS::Heat::RandomString: null\n"}
-    msgs = problems(tmp_path, "heat_template_version: 2021-04-16\nresources:\n  r: {type: OS::Heat::RandomString}\n",
-                    envs=["a.yaml"], files=files)
-    assert "OS::Heat::RandomString is not a supported resource type (removed by the environment's " in msgs[0]
+def test_null_removes_an_earlier_mapping(tmp_path):
+    files = {"a.yaml": "resource_registry:\n  My::T: OS::Heat::None\n  My::U: OS::Heat::None\n  Glob::A: OS::Heat::None\n",
+             "b.yaml": "resource_registry:\n  My::T: null\n  Glob::*: null\n  OS::Heat::RandomString: null\n"}
+    tmpl = ("heat_template_version: 2021-04-16\nresources:\n  t: {type: My::T}\n  u: {type: My::U}\n"
+            "  g: {type: Glob::A}\n  r: {type: OS::Heat::RandomString}\n")
+    msgs = problems(tmp_path, tmpl, envs=["a.yaml", "b.yaml"], files=files)
+    assert [m.split(": ", 2)[1:] for m in msgs] == [
+        ["resources.t.type", "My::T is not a supported resource type"],
+        ["resources.g.type", "Glob::A is not a supported resource type"],
+    ]  # My::U keeps its mapping; a built-in type stays built in
+
+
+def test_candidates_are_tried_in_heats_order(tmp_path):
+    # Heat (oracle) tries the registry entries sorted by name: "My::Foo::*" sorts before
+    # "My::Foo::Bar", so the wildcard wins when it leads to a known type ...
+    files = {"e.yaml": "resource_registry:\n  My::Foo::*: OS::Heat::RandomString\n  My::Foo::Bar: OS::Heat::Value\n"}
+    t = load(bundle(tmp_path, "heat_template_version: 2021-04-16\nresources:\n  a: {type: My::Foo::Bar}\n",
+                    ["e.yaml"], files))
+    assert t.resources["a"].type == "OS::Heat::RandomString"
+    # ... and the next entry is tried when it does not (Glob::* -> OS::Heat::* has no OS::Heat::Thing)
+    files = {"e.yaml": "resource_registry:\n  Glob::*: OS::Heat::*\n  Glob::Thing: OS::Heat::Value\n"}
+    t = load(bundle(tmp_path, "heat_template_version: 2021-04-16\nresources:\n  a: {type: Glob::Thing, properties: {value: 1}}\n",
+                    ["e.yaml"], files))
+    assert t.resources["a"].type == "OS::Heat::Value"
 
 
 def test_registry_loop(tmp_path):

@@ -31,9 +31,11 @@ def is_template_ref(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class FileRef:
-    """A registry target that is a template file: `key` in the bundle."""
+    """A template file: `key` in the bundle; `raw` when it is a name as written in a template
+    (`type: x.yaml`), still to be read relative to that template."""
 
     key: str
+    raw: bool = False
 
     def __str__(self) -> str:
         return self.key
@@ -61,65 +63,54 @@ class Registry:
         return Registry(types, resources)
 
     def lookup(self, rtype: str, resource_name: str | None, builtin: frozenset[str]) -> tuple[Any, str | None]:
-        """Follow mappings from `rtype`: (final type str | FileRef, registry key used or None).
+        """Resolve `rtype` through the mappings: (built-in type | FileRef, registry key of the
+        entry that named the file, or None).
 
-        Raises ValueError when the type is removed, unknown, or the mappings loop.
+        As in Heat, the candidates are tried in order (this resource's own entry first, then
+        the exact and wildcard entries sorted by name) and the first that leads to a known
+        type wins. ValueError when nothing does, or when mappings loop.
         """
-        seen: list[str] = []
-        used: str | None = None
-        current: Any = rtype
-        entry = self.resources.get(resource_name) if resource_name else None
-        # per-resource entries match the exact name (Heat); wildcards only pick the entries a
-        # nested stack inherits (see child)
-        if isinstance(entry, Mapping) and isinstance(entry.get(rtype), str | FileRef):
-            current = entry[rtype]
-            seen.append(rtype)
-        while isinstance(current, str):
-            if current in seen[:-1] or len(seen) > 20:
-                raise ValueError(f"resource_registry mappings loop: {' -> '.join(seen + [current])}")
-            if current in self.types:
-                target = self.types[current]
-                if target is None:
-                    raise ValueError(f"{rtype} is not a supported resource type "
-                                     f"(removed by the environment's resource_registry)")
-                if target == current:
-                    break
-                used = current
-                seen.append(current)
-                current = target
-                continue
-            glob = self._glob(current)
-            if glob is not None:
-                pattern, target = glob
-                if target is None:
-                    raise ValueError(f"{rtype} is not a supported resource type "
-                                     f"(removed by the environment's resource_registry)")
-                if isinstance(target, str) and target.endswith("*"):
-                    mapped = target[:-1] + current[len(pattern) - 1:]
-                else:
-                    mapped = target
-                if mapped == current:
-                    break
-                used = pattern
-                seen.append(current)
-                current = mapped
-                continue
-            break
-        if isinstance(current, FileRef):
-            return current, used
-        if current in builtin:
-            return current, used
-        if is_template_ref(current):
-            return FileRef(current), used
-        raise ValueError(f"{current} is not a supported resource type")
+        try:
+            return self._find(rtype, resource_name, builtin, (rtype,))
+        except _NotFound:
+            raise ValueError(f"{rtype} is not a supported resource type") from None
 
-    def _glob(self, rtype: str) -> tuple[str, Any] | None:
-        best = None
-        for pattern, target in self.types.items():
-            if pattern.endswith("*") and rtype.startswith(pattern[:-1]):
-                if best is None or len(pattern) > len(best[0]):
-                    best = (pattern, target)
-        return best
+    def _candidates(self, rtype: str, resource_name: str | None) -> list[tuple[str, Any, bool]]:
+        out: list[tuple[str, Any, bool]] = []
+        own = self.resources.get(resource_name) if resource_name else None
+        # per-resource entries match the exact name (Heat); wildcards only choose the entries
+        # a nested stack inherits (see child)
+        if isinstance(own, Mapping) and isinstance(own.get(rtype), str | FileRef):
+            out.append(("", own[rtype], False))
+        for key in sorted(self.types):
+            glob = key.endswith("*")
+            if key == rtype or (glob and rtype.startswith(key[:-1]) and self.types[key] != rtype):
+                out.append((key, self.types[key], glob))
+        return out
+
+    def _find(self, rtype: str, resource_name: str | None, builtin: frozenset[str],
+              chain: tuple[str, ...]) -> tuple[Any, str | None]:
+        for key, target, glob in self._candidates(rtype, resource_name):
+            if isinstance(target, FileRef):
+                return target, key or None
+            mapped = target[:-1] + rtype[len(key) - 1:] if glob and target.endswith("*") else target
+            if mapped == rtype:
+                break  # maps to itself: the built-in type
+            if mapped in chain:
+                raise ValueError(f"resource_registry mappings loop: {' -> '.join(chain + (mapped,))}")
+            try:
+                return self._find(mapped, resource_name, builtin, chain + (mapped,))
+            except _NotFound:
+                continue
+        if rtype in builtin:
+            return rtype, None
+        if is_template_ref(rtype):
+            return FileRef(rtype, raw=True), None
+        raise _NotFound(rtype)
+
+
+class _NotFound(Exception):
+    pass
 
 
 @dataclass
@@ -230,6 +221,21 @@ def _merge_map(old: Any, new: Mapping, deep: bool = False) -> Any:
     return old
 
 
+def _merge_registry(old: dict, new: Mapping) -> dict:
+    """Key by key, as Heat's server merges (a later `resources:` block replaces an earlier
+    one whole); `null` removes the earlier mapping (`Prefix::*: null` every one under it)."""
+    out = dict(old)
+    for k, v in new.items():
+        if v is not None:
+            out[k] = v
+        elif isinstance(k, str) and k.endswith("*"):
+            for name in [n for n in out if isinstance(n, str) and n.startswith(k[:-1])]:
+                del out[name]
+        else:
+            out.pop(k, None)
+    return out
+
+
 def _merge_list(old: Any, new: Any) -> Any:
     if not old:
         return new
@@ -256,7 +262,7 @@ def merge(envs: list[tuple[str, dict]], schemata: Mapping[str, str], base_params
                 merged[section] = _merge_params(merged[section], value, schemata, strategies, chosen,
                                                 key, section, problems)
             elif section == "resource_registry":
-                merged[section] = _merge_map(merged[section], value)
+                merged[section] = _merge_registry(merged[section], value)
             else:
                 merged[section] = list(merged[section]) + list(value)
     reg = merged["resource_registry"]

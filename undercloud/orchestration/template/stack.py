@@ -391,7 +391,7 @@ class StackTemplate:
             target, used = self.environment.registry.lookup(rtype, name, known_types())
             rd.registry_key = used
             if isinstance(target, FileRef):
-                rd.template_file = target.key if used else ref_key(self.key, target.key)
+                rd.template_file = ref_key(self.key, target.key) if target.raw else target.key
                 if rd.template_file not in self.bundle.files:
                     self.add(p + ("type",), f"{show(rd.template_file)}: file not found")
                     ok = False
@@ -523,7 +523,7 @@ class StackTemplate:
             self.add(path + ("type",), str(exc))
             return
         if isinstance(target, FileRef):
-            key = target.key if used else ref_key(self.key, target.key)
+            key = ref_key(self.key, target.key) if target.raw else target.key
             if key not in self.bundle.files:
                 self.add(path + ("type",), f"{show(key)}: file not found")
                 return
@@ -539,8 +539,8 @@ class StackTemplate:
 
     def _validate_properties(self, rd: ResourceDefinition) -> None:
         schema = _properties_schema(rd.type)
-        if not schema or not isinstance(rd.properties, Mapping):
-            return
+        if not schema or not isinstance(rd.properties, Mapping) or rd.external_id is not None:
+            return  # an external resource is adopted as it is: Heat checks no properties
         p = ("resources", rd.name, "properties")
         for k in rd.properties:
             if k not in schema:
