@@ -14,6 +14,19 @@ How the Pod runs, in order of preference (options.kube_mode forces one):
   node's own file system (restarted on exit, logs under the agent's state directory).
 A Pod whose rendered config hash is unchanged and still running is left alone; a changed
 one is replaced.
+
+The config may also be a `kind: List` of ConfigMaps and Pods (what an overcloud deploy
+step hands a node: every service of the step): each Pod is played with the ConfigMaps it
+names, unchanged Pods are left alone, and the first Pod not ready fails the deployment
+naming the Pod, its probe and the last lines of its container's log.
+
+- `netns` (container nodes; podman 4.3's `kube play` cannot join another container's
+  network namespace): with CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=
+  container:NODE, each container of the Pod is created through the host's podman API
+  (libpod REST, standard library only) as `NODE-<pod>-<container>` joined to NODE's
+  network namespace, with runc and explicit ulimits; ConfigMap volumes are copied into
+  the container before it starts (the archive API); probes run from the agent, which
+  shares that namespace.
 """
 
 from __future__ import annotations
@@ -74,10 +87,20 @@ def validate(pod: dict) -> str:
     return name
 
 
+def node_target() -> tuple[str, str] | None:
+    """(podman API socket, node container) on a container node, else None."""
+    host, netns = os.environ.get("CONTAINER_HOST", ""), os.environ.get("UNDERCLOUD_NODE_NETNS", "")
+    if host.startswith("unix://") and netns.startswith("container:"):
+        return host[len("unix://"):], netns[len("container:"):]
+    return None
+
+
 def choose_mode(options: dict) -> str:
     forced = options.get("kube_mode")
-    if forced in ("podman", "process"):
+    if forced in ("podman", "process", "netns"):
         return forced
+    if node_target():
+        return "netns"
     return "podman" if shutil.which("podman") else "process"
 
 
@@ -190,8 +213,9 @@ def probe(spec: dict, timeout: float = 2.0) -> bool:
     return True
 
 
-def wait_ready(pod: dict, timeout: float) -> str | None:
-    """None when every readiness probe passes within `timeout`, else what did not."""
+def wait_ready(pod: dict, timeout: float) -> tuple[str, dict] | None:
+    """None when every readiness probe passes within `timeout`, else (container, probe)
+    of the first that did not."""
     pending = {c["name"]: c["readinessProbe"] for c in pod["spec"]["containers"] if c.get("readinessProbe")}
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
@@ -200,39 +224,259 @@ def wait_ready(pod: dict, timeout: float) -> str | None:
                 pending.pop(n)
         if pending:
             time.sleep(0.5)
-    return f"readiness probe of {sorted(pending)[0]} did not pass within {timeout:g} s" if pending else None
+    if not pending:
+        return None
+    first = sorted(pending)[0]
+    return first, pending[first]
 
 
-def hook_kube(c: dict) -> dict:
-    config = c.get("config")
+# --- netns mode: the host's podman API, containers in the node's network namespace -------
+
+class PodmanAPI:
+    """The libpod REST API over a Unix socket (standard library only)."""
+
+    def __init__(self, socket_path: str):
+        self.socket_path = socket_path
+
+    def call(self, method: str, path: str, body=None, raw: bytes | None = None,
+             timeout: float = 120) -> tuple[int, bytes]:
+        import http.client
+
+        class Conn(http.client.HTTPConnection):
+            def connect(conn):  # noqa: N805 - the connection, not this API object
+                conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn.sock.settimeout(timeout)
+                conn.sock.connect(self.socket_path)
+
+        conn = Conn("localhost", timeout=timeout)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        headers = {"Content-Type": "application/x-tar" if raw is not None else "application/json"}
+        try:
+            conn.request(method, "/v4.0.0/libpod" + path, body=data, headers=headers)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def ok(self, method: str, path: str, body=None, raw: bytes | None = None, what: str = "") -> bytes:
+        status, data = self.call(method, path, body, raw)
+        if status >= 300:
+            try:
+                msg = json.loads(data).get("message") or data.decode()
+            except ValueError:
+                msg = data.decode(errors="replace")
+            raise PodError(f"podman API {what or path}: HTTP {status}: {msg.strip()[:300]}")
+        return data
+
+    def containers(self, label: str) -> list[dict]:
+        from urllib.parse import quote
+        filters = quote(json.dumps({"label": [label]}))
+        return json.loads(self.ok("GET", f"/containers/json?all=true&filters={filters}") or b"[]")
+
+    def logs_tail(self, name: str, lines: int = 20) -> str:
+        status, data = self.call("GET", f"/containers/{name}/logs?stdout=true&stderr=true&tail={lines}")
+        if status >= 300:
+            return ""
+        out, i = [], 0  # multiplexed frames: 1 byte stream, 3 zero, 4 bytes big-endian size
+        while i + 8 <= len(data) and data[i] in (0, 1, 2) and data[i + 1:i + 4] == b"\0\0\0":
+            size = int.from_bytes(data[i + 4:i + 8], "big")
+            out.append(data[i + 8:i + 8 + size])
+            i += 8 + size
+        return (b"".join(out) if out else data).decode(errors="replace")
+
+
+def _config_tar(mounts: list[tuple[str, dict]]) -> bytes:
+    """A tar of the ConfigMap files at their mount paths (directories made, readable)."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        made = set()
+        for mount_path, data in mounts:
+            parts = [x for x in mount_path.strip("/").split("/") if x]
+            for n in range(1, len(parts) + 1):
+                d = "/".join(parts[:n])
+                if d not in made:
+                    info = tarfile.TarInfo(d)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+                    made.add(d)
+            for key, value in (data or {}).items():
+                blob = str(value).encode()
+                info = tarfile.TarInfo("/".join([*parts, key]))
+                info.size, info.mode = len(blob), 0o644
+                tar.addfile(info, io.BytesIO(blob))
+    return buf.getvalue()
+
+
+def netns_prefix(name: str) -> str:
+    target = node_target()
+    return f"{target[1]}-{name}" if target else name
+
+
+def netns_running(name: str) -> bool:
+    target = node_target()
+    if not target:
+        return False
     try:
-        pod = json.loads(config) if isinstance(config, str) else config
-        name = validate(pod)
-    except (ValueError, PodError) as exc:
-        return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 2}
-    options = c.get("options") or {}
-    mode = choose_mode(options)
-    digest = hashlib.sha256(json.dumps(pod, sort_keys=True).encode()).hexdigest()
+        found = PodmanAPI(target[0]).containers(f"undercloud.pod={netns_prefix(name)}")
+    except (OSError, PodError):
+        return False
+    return bool(found) and all(c.get("State") == "running" for c in found)
+
+
+def play_netns(name: str, pod: dict, configmaps: dict) -> str:
+    target = node_target()
+    if not target:
+        raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
+    api, node = PodmanAPI(target[0]), target[1]
+    prefix = netns_prefix(name)
+    for old in api.containers(f"undercloud.pod={prefix}"):
+        api.call("DELETE", f"/containers/{old['Id']}?force=true&timeout=5")
+    spec = pod.get("spec") or {}
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    started = []
+    for c in spec["containers"]:
+        cname = f"{prefix}-{c['name']}"
+        mounts, binds = [], []
+        for m in c.get("volumeMounts") or []:
+            v = volumes.get(m.get("name")) or {}
+            if "configMap" in v:
+                cm = v["configMap"].get("name")
+                if cm not in configmaps:
+                    raise PodError(f"pod {name}: container {c['name']}: ConfigMap {cm!r} is not in the config")
+                mounts.append((m["mountPath"], configmaps[cm]))
+            elif "hostPath" in v:
+                binds.append({"destination": m["mountPath"], "source": v["hostPath"]["path"], "type": "bind",
+                              "options": ["ro"] if m.get("readOnly") else []})
+        create = {
+            "name": cname, "image": c["image"],
+            "netns": {"nsmode": "container", "value": node},
+            "labels": {"undercloud.pod": prefix, "undercloud.node": node, "undercloud.container": c["name"]},
+            "env": {e["name"]: str(e.get("value", "")) for e in c.get("env") or []},
+            "oci_runtime": "runc",
+            "r_limits": [{"type": "nofile", "soft": 20000, "hard": 20000},
+                         {"type": "nproc", "soft": 4096, "hard": 4096}],
+            "restart_policy": "always",
+            "mounts": binds,
+        }
+        if c.get("command"):
+            create["entrypoint"] = [str(a) for a in c["command"]]
+        if c.get("args") is not None:
+            create["command"] = [str(a) for a in c["args"]]
+        elif c.get("command"):
+            create["command"] = []
+        api.ok("POST", "/containers/create", create, what=f"create {cname}")
+        if mounts:
+            api.ok("PUT", f"/containers/{cname}/archive?path=/", raw=_config_tar(mounts), what=f"copy config into {cname}")
+        api.ok("POST", f"/containers/{cname}/start", what=f"start {cname}")
+        started.append(cname)
+    return f"pod {name}: containers {', '.join(started)} in the network namespace of {node}\n"
+
+
+def log_tail(mode: str, name: str, container: str, lines: int = 20) -> str:
+    """The last lines of a Pod container's log, for failure messages."""
+    try:
+        if mode == "netns":
+            target = node_target()
+            return PodmanAPI(target[0]).logs_tail(f"{netns_prefix(name)}-{container}", lines) if target else ""
+        if mode == "podman":
+            p = _run(["podman", "logs", "--tail", str(lines), f"{name}-{container}"], timeout=30)
+            return p.stdout + p.stderr
+        return "".join((state_dir() / name / f"{container}.log").read_text(errors="replace")
+                       .splitlines(keepends=True)[-lines:])
+    except (OSError, PodError, subprocess.SubprocessError):
+        return ""
+
+
+def _probe_text(spec: dict) -> str:
+    if "httpGet" in spec:
+        h = spec["httpGet"]
+        return f"HTTP GET :{h.get('port')}{h.get('path', '/')}"
+    if "tcpSocket" in spec:
+        return f"TCP :{spec['tcpSocket'].get('port')}"
+    if "exec" in spec:
+        return "exec " + " ".join(map(str, spec["exec"].get("command") or []))
+    return "probe"
+
+
+def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
+    name = validate(pod)
+    digest = hashlib.sha256(json.dumps([pod, {k: configmaps.get(k) for k in _configmap_names(pod)}],
+                                       sort_keys=True).encode()).hexdigest()
     spec_file = state_dir() / f"{name}.json"
     hash_file = state_dir() / f"{name}.sha256"
     existed = hash_file.exists()
     same = existed and hash_file.read_text() == f"{mode}:{digest}"
-    running = _pod_running(name) if mode == "podman" else _processes_running(name)
+    running = {"podman": _pod_running, "netns": netns_running}.get(mode, _processes_running)(name)
     if same and running:
-        return {"deploy_stdout": f"pod {name}: unchanged ({digest[:12]}), left running", "deploy_stderr": "",
+        return {"deploy_stdout": f"pod {name}: unchanged ({digest[:12]}), left running\n", "deploy_stderr": "",
                 "deploy_status_code": 0, "config_hash": digest, "pod_action": "unchanged"}
     spec_file.write_text(json.dumps(pod, indent=2))
     if mode == "podman":
-        code, out, err = play_podman(name, pod, spec_file)
+        docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
+                for n in _configmap_names(pod) if n in configmaps]
+        play_file = state_dir() / f"{name}.play.yaml"
+        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, pod]))
+        code, out, err = play_podman(name, pod, play_file)
         if code != 0:
             return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}
+    elif mode == "netns":
+        try:
+            out, err = play_netns(name, pod, configmaps), ""
+        except (OSError, PodError) as exc:
+            return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
     else:
         start_processes(name, pod, spec_file)
         out, err = f"pod {name}: started as supervised processes\n", ""
     not_ready = wait_ready(pod, float(options.get("ready_timeout", 60)))
     if not_ready:
-        return {"deploy_stdout": out, "deploy_stderr": err + f"kube: {not_ready}", "deploy_status_code": 1}
+        container, spec = not_ready
+        tail = log_tail(mode, name, container)
+        msg = (f"kube: pod {name}: container {container}: readiness probe ({_probe_text(spec)}) did not pass "
+               f"within {float(options.get('ready_timeout', 60)):g} s")
+        if tail.strip():
+            msg += f"; last lines of its log:\n{tail.rstrip()}"
+        return {"deploy_stdout": out, "deploy_stderr": err + msg, "deploy_status_code": 1,
+                "failed_pod": name, "failed_container": container}
     hash_file.write_text(f"{mode}:{digest}")
     action = "replaced" if existed or running else "created"
-    return {"deploy_stdout": out + f"pod {name}: {action} ({mode}, {digest[:12]})", "deploy_stderr": err,
+    return {"deploy_stdout": out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", "deploy_stderr": err,
             "deploy_status_code": 0, "config_hash": digest, "pod_action": action}
+
+
+def _configmap_names(pod: dict) -> list[str]:
+    return sorted({v["configMap"].get("name") for v in (pod.get("spec") or {}).get("volumes") or []
+                   if isinstance(v, dict) and isinstance(v.get("configMap"), dict)})
+
+
+def hook_kube(c: dict) -> dict:
+    config = c.get("config")
+    try:
+        doc = json.loads(config) if isinstance(config, str) else config
+        if isinstance(doc, dict) and doc.get("kind") == "List":
+            items = doc.get("items") or []
+            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                raise PodError("items: a list of ConfigMaps and Pods")
+            configmaps = {(i.get("metadata") or {}).get("name"): i.get("data") or {}
+                          for i in items if i.get("kind") == "ConfigMap"}
+            pods = [i for i in items if i.get("kind", "Pod") == "Pod"]
+        else:
+            configmaps, pods = {}, [doc]
+        for pod in pods:
+            validate(pod)
+    except (ValueError, PodError) as exc:
+        return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 2}
+    options = c.get("options") or {}
+    mode = choose_mode(options)
+    if not pods:
+        return {"deploy_stdout": "no pods in this config\n", "deploy_stderr": "", "deploy_status_code": 0}
+    outs, errs, result = [], [], {}
+    for pod in pods:
+        result = play_one(pod, configmaps, mode, options)
+        outs.append(result.get("deploy_stdout") or "")
+        errs.append(result.get("deploy_stderr") or "")
+        if result.get("deploy_status_code"):
+            break
+    result = dict(result, deploy_stdout="".join(outs), deploy_stderr="".join(errs))
+    return result

@@ -53,3 +53,37 @@ def image_exists(ref: str) -> bool:
 
 def argv(*args: str) -> Sequence[str]:
     return ["podman", *args]
+
+
+API_SOCKET = Path("/run/podman/podman.sock")
+
+
+def api_service(socket_path: Path = API_SOCKET, timeout: float = 30) -> Path:
+    """Make sure podman's API service answers on `socket_path` (started with this module's
+    containers.conf, detached, when it does not); container nodes drive it (kube hook)."""
+    import socket
+    import time
+
+    def answers() -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(2)
+                s.connect(str(socket_path))
+                s.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+                return b" 200 " in s.recv(64)
+        except OSError:
+            return False
+
+    if answers():
+        return socket_path
+    require("podman", "podman")
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"], env=env(),
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not answers():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"podman system service did not answer on {socket_path} within {timeout:g} s")
+        time.sleep(0.2)
+    return socket_path

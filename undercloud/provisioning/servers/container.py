@@ -228,9 +228,13 @@ class ContainerRealiser(Realiser):
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
         for vol in spec.volumes:
             args += ["-v", f"{self._volume(spec, vol)}:{vol['path']}"]
-        if HOST_SOCKET.exists():  # the kube hook drives the host's podman through it
-            args += ["-v", f"{HOST_SOCKET}:/run/podman/podman.sock",
-                     "-e", "CONTAINER_HOST=unix:///run/podman/podman.sock"]
+        # The kube hook drives the host's podman through its API; the directory is mounted
+        # (not the socket file) so a restarted API service is still reached.
+        try:
+            sock = hp.api_service(HOST_SOCKET)
+            args += ["-v", f"{sock.parent}:/run/podman", "-e", f"CONTAINER_HOST=unix:///run/podman/{sock.name}"]
+        except (RuntimeError, CommandFailed) as exc:
+            log.warning("no podman API for the kube hook on %s: %s", name, exc)
         return [*args, image, *AGENT]
 
     def create(self, spec: Spec) -> None:
@@ -311,8 +315,8 @@ class ContainerRealiser(Realiser):
 
     def delete(self, spec: Spec) -> None:
         found = self._find(spec)
-        if found is not None:
-            hp.podman("rm", "-f", "-t", "0", found["Names"][0], timeout=60)
+        if found is not None:  # --depend: with the service containers joined to its netns
+            hp.podman("rm", "-f", "--depend", "-t", "0", found["Names"][0], timeout=120)
         vols = hp.podman("volume", "ls", "-q", "--filter", f"label={_label(spec)}").stdout.split()
         for v in vols:
             hp.podman("volume", "rm", "-f", v, check=False)
@@ -322,7 +326,7 @@ class ContainerRealiser(Realiser):
         found = self._find(spec)
         self._image(spec)  # fail before removing anything when the new image is not usable
         if found is not None:
-            hp.podman("rm", "-f", "-t", "0", found["Names"][0], timeout=60)
+            hp.podman("rm", "-f", "--depend", "-t", "0", found["Names"][0], timeout=120)
         spec.state["powered_off"] = False
         self.create(spec)
 
