@@ -176,12 +176,12 @@ def test_a_changed_element_rebuilds_only_what_depends_on_it(uc_home, tmp_path):
     marker = uuid.uuid4().hex  # a change never built before, so nothing of it is cached
     script.write_text(script.read_text() + f"echo {marker} > /etc/undercloud-agent-marker\n")
     target = catalog.targets("overcloud-full", ("oci",))[0].with_elements_path((tmp_path,))
-    keys = Builder(target, lambda _m: None, tmp_path, False).keys
     try:
         r, rows = build("overcloud-full", "--type", "oci", "--elements-path", str(tmp_path))
         assert r.returncode == 0, r.stderr
         assert "debootstrap: cached" in r.stderr and "packages: cached" in r.stderr
         assert "image: cached" not in r.stderr and "install.d: agent/60-enable-agent" in r.stderr
+        keys = Builder(target, lambda _m: None, tmp_path, False).keys  # now that its layers exist
         assert rows[0]["properties"]["build_key"] == keys["output"] != first[0]["properties"]["build_key"]
         # the new image replaced the old one of that name and hypervisor type
         assert [i["id"] for i in listing()] == [rows[0]["id"]]
@@ -191,6 +191,7 @@ def test_a_changed_element_rebuilds_only_what_depends_on_it(uc_home, tmp_path):
         r, again = build("overcloud-full", "--type", "oci", "--elements-path", str(tmp_path))
         assert "up to date" in r.stderr and again[0]["id"] == rows[0]["id"]
     finally:  # this one-off variant would only fill the shared cache
+        keys = Builder(target, lambda _m: None, tmp_path, False).keys
         rootfs.drop_layer(keys["image"])
         shutil.rmtree(rootfs.cache_dir() / "outputs" / keys["output"], ignore_errors=True)
         hp.podman("rmi", f"localhost/undercloud/overcloud-full:{keys['output'][:16]}", check=False)

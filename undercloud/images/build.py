@@ -122,19 +122,23 @@ class Builder:
 
     # ---- keys ----------------------------------------------------------------------
     def _plan(self) -> dict[str, str]:
+        """Each layer's key: what made it + the build of the layer below (see rootfs.build_id)."""
         d = rootfs.debootstrap_key()
-        p = rootfs.digest("packages", d, rootfs.SECURITY_MIRROR, sorted(elements.packages(self.base_elements)),
+        p = rootfs.digest("packages", d, rootfs.build_id(d), rootfs.SECURITY_MIRROR,
+                          sorted(elements.packages(self.base_elements)),
                           [(e.name, e.digest(elements.PACKAGE_PHASES)) for e in self.base_elements
                            if any(e.scripts(ph) for ph in elements.PACKAGE_PHASES)])
         uses_agent = any(e.name == "agent" for e in self.all_elements)
-        i = rootfs.digest("image", p, BUILDER_VERSION, [(e.name, e.digest()) for e in self.base_elements],
+        i = rootfs.digest("image", p, rootfs.build_id(p), BUILDER_VERSION,
+                          [(e.name, e.digest()) for e in self.base_elements],
                           agent_digest() if uses_agent else None)
         keys = {"debootstrap": d, "packages": p, "image": i}
+        top = i
         if self.own_elements:
-            keys["service"] = rootfs.digest("service", i, [(e.name, e.digest()) for e in self.own_elements],
-                                            agent_digest() if uses_agent else None)
-        top = keys.get("service", i)
-        keys["output"] = rootfs.digest("output", top, self.t.type, BUILDER_VERSION)
+            top = keys["service"] = rootfs.digest("service", i, rootfs.build_id(i),
+                                                  [(e.name, e.digest()) for e in self.own_elements],
+                                                  agent_digest() if uses_agent else None)
+        keys["output"] = rootfs.digest("output", top, rootfs.build_id(top), self.t.type, BUILDER_VERSION)
         return keys
 
     @property
@@ -276,28 +280,41 @@ class Builder:
         return make
 
     def stack(self) -> list[Path]:
-        """Build (or reuse) every layer; returns the stack, top first."""
+        """Build (or reuse) every layer; returns the stack, top first. Keys are re-planned
+        after each layer, as a rebuilt layer changes the keys of those above it."""
         d = self.layer("debootstrap", [], lambda _root: None)
+        self.keys = self._plan()
         p = self.layer("packages", [d], self.make_packages(self.base_elements))
+        self.keys = self._plan()
         i = self.layer("image", [p, d], self.make_image(self.base_elements))
+        self.keys = self._plan()
         if not self.own_elements:
             return [i, p, d]
         s = self.layer("service", [i, p, d], self.make_image(self.own_elements, with_packages=True))
+        self.keys = self._plan()
         return [s, i, p, d]
 
     # ---- outputs -------------------------------------------------------------------
-    def outputs(self) -> list[Artifact]:
+    def cached_outputs(self) -> list[Artifact] | None:
         out = rootfs.cache_dir() / "outputs" / self.key
         manifest = out / "manifest.json"
+        if self.no_cache or not manifest.exists():
+            return None
+        self.say(f"outputs: cached ({self.key[:12]})")
+        arts = [Artifact(a["role"], out / a["file"], a["sha256"], a["size"], a["disk_format"])
+                for a in json.loads(manifest.read_text())]
+        if self.t.type == "oci":
+            disk.ensure_podman_image(self.podman_ref, arts[0].path, self.say)
+        return arts
+
+    def outputs(self) -> list[Artifact]:
+        arts = self.cached_outputs()  # every layer built and the outputs made: a new home only uploads
+        if arts is not None:
+            return arts
+        layers = self.stack()
         with rootfs.locked(self.key):
-            if manifest.exists() and not self.no_cache:
-                self.say(f"outputs: cached ({self.key[:12]})")
-                arts = [Artifact(a["role"], out / a["file"], a["sha256"], a["size"], a["disk_format"])
-                        for a in json.loads(manifest.read_text())]
-                if self.t.type == "oci":
-                    disk.ensure_podman_image(self.podman_ref, arts[0].path, self.say)
-                return arts
-            layers = self.stack()
+            out = rootfs.cache_dir() / "outputs" / self.key
+            manifest = out / "manifest.json"
             shutil.rmtree(out, ignore_errors=True)
             tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -369,12 +386,12 @@ def build(target: Target, *, no_cache: bool = False, registered: list[dict] | No
                    and r.get("status") == "active"]
         if not no_cache and _covers(current, target):
             return Result(target, key, up_to_date=True, current=current)
-        b.say(f"building, key {key[:12]}, elements {' '.join(e.name for e in b.all_elements)}")
+        b.say(f"building from elements {' '.join(e.name for e in b.all_elements)}")
         arts = b.outputs()
         props = b.properties()
         if target.type == "oci":
             props["podman_image"] = b.podman_ref
-        return Result(target, key, artifacts=arts, properties=props)
+        return Result(target, b.key, artifacts=arts, properties=props)
     finally:
         b.held.close()
         b.log_file.close()

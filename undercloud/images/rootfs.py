@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -69,7 +70,17 @@ def layer_ready(key: str) -> bool:
 
 
 def mark_ready(key: str) -> None:
-    (layer_dir(key).parent / f"{key}.done").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    """Record the layer as complete, with a fresh build id: layers above it are keyed by
+    that id too, since an overlay upper is only valid over the very tree it was made on."""
+    (layer_dir(key).parent / f"{key}.done").write_text(f"{uuid.uuid4().hex} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+
+
+def build_id(key: str) -> str:
+    """The id of the current build of a layer, or "unbuilt" (keys above it are provisional)."""
+    try:
+        return (layer_dir(key).parent / f"{key}.done").read_text().split()[0]
+    except (FileNotFoundError, IndexError):
+        return "unbuilt"
 
 
 def drop_layer(key: str) -> None:
