@@ -121,6 +121,8 @@ class Server(Plugin):
                 if not servers.exists(sid):
                     meta.forget(sid)  # nothing was made: no credentials left behind either
                 raise ResourceFailure(str(exc)) from None
+        ht = servers.get(sid)["hypervisor_type"]
+        self.data["can_rebuild"] = servers.realiser(ht).can_rebuild
 
     def check_complete(self, action: str) -> bool:
         servers, meta = self._svc()
@@ -138,14 +140,8 @@ class Server(Plugin):
         if "flavor" in changed:
             return True
         if "image" in changed:
-            if self.properties.get("image_update_policy") == "REPLACE":
-                return True
-            servers, _meta = self._svc()
-            try:
-                ht = servers.get(self.server_id)["hypervisor_type"]
-                return not servers.realiser(ht).can_rebuild
-            except UndercloudError:
-                return True
+            # Decided from what create stored: the engine asks before it hands out services.
+            return self.properties.get("image_update_policy") == "REPLACE" or not self.data.get("can_rebuild")
         return False
 
     def update(self, old_properties: dict) -> None:

@@ -166,8 +166,10 @@ class ServersService:
         if not fits:
             have = ", ".join(sorted({f"{i.get('hypervisor_type') or 'no hypervisor_type'} ({i['disk_format']})"
                                      for i in candidates}))
-            raise Conflict(f"image {ref!r} has no active {ht} image (flavor {flavor_name!r} is {ht}; "
-                           f"{ref!r} exists for: {have})", "image")
+            kind = "oci" if ht == "container" else "qcow2"
+            raise Conflict(f"no {ht} image named {ref!r}: flavor {flavor_name!r} asks for hypervisor_type {ht}, "
+                           f"{ref!r} exists for: {have} (build one: undercloud image build {ref} --type {kind})",
+                           "image")
         return sorted(fits, key=lambda i: i.get("created_at") or "")[-1]
 
     # ---- requests ------------------------------------------------------------------

@@ -1,0 +1,353 @@
+"""Servers in-process: flavors, image choice by name + hypervisor type, placement, the
+OS::Nova::Server plugin through the real stack engine, and per-server token scope.
+
+Machines come from FakeRealiser (no podman here); the stack engine, the store, the image
+store, the scheduler with `fake`-driver nodes and the agent metadata API are the real ones.
+tests/integration/test_server_container.py runs the same paths with real containers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import textwrap
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from undercloud.api.app import create_app
+from undercloud.api.context import Context
+from undercloud.config import Home
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.orchestration.template import Bundle
+from undercloud.provisioning.servers.base import Env
+from undercloud.provisioning.servers.fake import FakeRealiser
+from undercloud.provisioning.servers.service import ServersService
+from undercloud.store.nodes import Node
+from undercloud.store.servers import Server
+
+ONE = """\
+heat_template_version: wallaby
+parameters:
+  flavor: {type: string, default: container}
+  image: {type: string, default: overcloud-full}
+  name: {type: string, default: ctl0}
+resources:
+  node:
+    type: OS::Nova::Server
+    properties:
+      name: {get_param: name}
+      image: {get_param: image}
+      flavor: {get_param: flavor}
+      metadata: {role: controller}
+      networks: [{network: ctlplane, fixed_ip: 10.254.9.9}]
+outputs:
+  first: {value: {get_attr: [node, first_address]}}
+  net0: {value: {get_attr: [node, networks, ctlplane, 0]}}
+  addr: {value: {get_attr: [node, addresses, ctlplane, 0, addr]}}
+  v4: {value: {get_attr: [node, accessIPv4]}}
+  name: {value: {get_attr: [node, name]}}
+"""
+
+
+class UC:
+    """One undercloud in-process with fake machines behind the container and bare-metal types."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        self.ctx = Context(Home(tmp_path / "home"))
+        env = Env(home=self.ctx.home, api_port=8, nodes=self.ctx.nodes, scheduler=self.ctx.scheduler,
+                  images=self.ctx.images)
+        self.fake = FakeRealiser(env, "container")
+        self.bm = FakeRealiser(env, "baremetal", uses_nodes=True)
+        self.servers = ServersService(self.ctx.store, env, realisers={"container": self.fake, "baremetal": self.bm})
+        self.ctx.__dict__["servers"] = self.servers  # what Context.servers would build, with fakes
+        self.servers.startup()
+
+    def image(self, name: str, ht: str, fmt: str, content: bytes = b"x") -> dict:
+        sha = hashlib.sha256(content).hexdigest()
+        self.ctx.images.put_blob([content], sha, len(content))
+        return self.ctx.images.register([{"name": name, "disk_format": fmt, "sha256": sha,
+                                          "properties": {"hypervisor_type": ht}}])[0]
+
+    def stack(self, name: str, text: str = ONE, **params):
+        path = self.dir / f"{name}.yaml"
+        path.write_text(textwrap.dedent(text))
+        self.ctx.stacks.create(name, Bundle.from_paths(str(path)).to_json(), params, wait=True)
+        return self.ctx.stacks.show(name)
+
+    def outputs(self, name: str) -> dict:
+        return {o["output_key"]: o["output_value"] for o in self.ctx.stacks.show(name)["outputs"]}
+
+
+@pytest.fixture
+def uc(tmp_path):
+    u = UC(tmp_path)
+    yield u
+    u.ctx.stacks.stop()
+
+
+# ---- flavors --------------------------------------------------------------------------
+def test_first_start_creates_default_flavors_once(uc):
+    names = {f["name"]: f for f in uc.servers.flavors.list()}
+    assert set(names) == {"baremetal", "control", "compute", "container", "vm"}
+    assert names["control"]["properties"]["capabilities:profile"] == "control"
+    assert names["container"]["hypervisor_type"] == "container"
+    assert names["compute"]["hypervisor_type"] == "baremetal"
+    uc.servers.flavors.delete("vm")
+    uc.servers.startup()  # a restart does not bring back what the operator deleted
+    assert "vm" not in {f["name"] for f in uc.servers.flavors.list()}
+
+
+def test_flavor_create_and_its_bad_input(uc):
+    f = uc.servers.flavors.create("ct-small", 2, 256, 5, {"hypervisor_type": "container",
+                                                          "capabilities:profile": "control"})
+    assert (f["vcpus"], f["ram"], f["disk"], f["hypervisor_type"]) == (2, 256, 5, "container")
+    with pytest.raises(Conflict, match="exists"):
+        uc.servers.flavors.create("ct-small", 1, 1, 1)
+    with pytest.raises(InvalidInput, match="unknown hypervisor_type 'xen'") as e:
+        uc.servers.flavors.create("x", 1, 1, 1, {"hypervisor_type": "xen"})
+    assert e.value.where == "--property hypervisor_type"
+    with pytest.raises(InvalidInput, match=">= 1") as e:
+        uc.servers.flavors.create("x", 0, 1, 1)
+    assert e.value.where == "--vcpus"
+    assert "x" not in {f["name"] for f in uc.servers.flavors.list()}
+
+
+def test_local_machine_is_a_hypervisor_host_for_containers_and_vms(uc):
+    types = {h["hypervisor_type"] for h in uc.servers.hosts()}
+    assert types == {"container", "vm"}
+
+
+# ---- image choice ---------------------------------------------------------------------
+def test_image_is_chosen_by_name_and_the_flavors_hypervisor_type(uc):
+    oci = uc.image("overcloud-full", "container", "oci", b"oci")
+    qcow = uc.image("overcloud-full", "vm", "qcow2", b"qcow")
+    assert uc.servers.choose_image("overcloud-full", "container", "container", ("oci",))["id"] == oci["id"]
+    assert uc.servers.choose_image("overcloud-full", "vm", "vm", ("qcow2",))["id"] == qcow["id"]
+    newer = uc.image("overcloud-full", "container", "oci", b"oci2")
+    assert uc.servers.choose_image("overcloud-full", "container", "container", ("oci",))["id"] == newer["id"]
+
+
+def test_image_hypervisor_mismatch_fails_saying_why_and_leaves_nothing(uc):
+    uc.image("overcloud-full", "vm", "qcow2")
+    st = uc.stack("s1")
+    assert st["stack_status"] == "CREATE_FAILED"
+    reason = st["stack_status_reason"]
+    assert "no container image named 'overcloud-full'" in reason
+    assert "exists for: vm (qcow2)" in reason
+    assert uc.servers.list() == []
+    assert uc.ctx.server_metadata.servers() == []  # no credentials left behind either
+    assert uc.fake.calls == []
+
+
+def test_unknown_image_and_flavor_are_named(uc):
+    uc.image("overcloud-full", "container", "oci")
+    st = uc.stack("s1", image="nope")
+    assert "no image named 'nope'" in st["stack_status_reason"]
+    st = uc.stack("s2", flavor="huge")
+    assert "no flavor 'huge' (flavors: baremetal, compute, container, control, vm)" in st["stack_status_reason"]
+    assert uc.servers.list() == []
+
+
+# ---- the plugin through the engine ----------------------------------------------------
+def test_stack_with_a_server_create_attributes_delete(uc):
+    uc.image("overcloud-full", "container", "oci")
+    st = uc.stack("s1")
+    assert st["stack_status"] == "CREATE_COMPLETE", st["stack_status_reason"]
+    out = uc.outputs("s1")
+    assert out == {"first": "10.254.9.9", "net0": "10.254.9.9", "addr": "10.254.9.9", "v4": "10.254.9.9",
+                   "name": "ctl0"}
+    (srv,) = uc.servers.list()
+    assert (srv["status"], srv["hypervisor_type"], srv["metadata"]) == ("ACTIVE", "container", {"role": "controller"})
+    # First-boot data: the agent's config with its own token, written owner-only.
+    fb_dir = uc.servers.first_boot_dir(srv["id"])
+    fb = json.loads((fb_dir / "config.json").read_text())
+    assert fb["server_id"] == srv["id"] and fb["hostname"] == "ctl0" and fb["token"]
+    assert (fb_dir / "config.json").stat().st_mode & 0o077 == 0
+    assert uc.ctx.server_metadata.authenticate(srv["id"], fb["token"]) is not None
+    uc.ctx.stacks.delete("s1", wait=True)
+    assert uc.servers.list() == [] and uc.fake.machines == {}
+    assert not fb_dir.exists()
+    assert not uc.ctx.server_metadata.exists(srv["id"])
+
+
+def test_image_change_rebuilds_in_place_and_flavor_change_replaces(uc):
+    uc.image("overcloud-full", "container", "oci", b"a")
+    new = uc.image("other", "container", "oci", b"b")
+    uc.servers.flavors.create("ct2", 1, 256, 1, {"hypervisor_type": "container"})
+    uc.stack("s1")
+    (before,) = uc.servers.list()
+    path = uc.dir / "s1.yaml"
+    uc.ctx.stacks.update("s1", Bundle.from_paths(str(path)).to_json(), {"image": "other"}, wait=True)
+    (after,) = uc.servers.list()
+    assert after["id"] == before["id"] and after["image_id"] == new["id"]
+    assert ("rebuild", before["id"]) in uc.fake.calls
+    uc.ctx.stacks.update("s1", Bundle.from_paths(str(path)).to_json(), {"image": "other", "flavor": "ct2"},
+                         wait=True)
+    assert uc.ctx.stacks.show("s1")["stack_status"] == "UPDATE_COMPLETE"
+    (replaced,) = uc.servers.list()
+    assert replaced["id"] != before["id"] and replaced["flavor"] == "ct2"
+    assert ("delete", before["id"]) in uc.fake.calls
+
+
+def test_server_that_fails_to_boot_fails_the_resource_with_the_reason(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.fake.fail = "boot"
+    st = uc.stack("s1")
+    assert st["stack_status"] == "CREATE_FAILED"
+    assert "went to ERROR" in st["stack_status_reason"] and "crashed at boot" in st["stack_status_reason"]
+    uc.fake.fail = None
+    uc.ctx.stacks.delete("s1", wait=True)  # a failed server is still removable
+    assert uc.servers.list() == [] and uc.fake.machines == {}
+
+
+def test_software_config_user_data_is_resolved(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.stack("s1", textwrap.dedent("""\
+        heat_template_version: wallaby
+        resources:
+          ud:
+            type: OS::Heat::SoftwareConfig
+            properties: {group: ungrouped, config: "#!/bin/sh\\necho first boot\\n"}
+          node:
+            type: OS::Nova::Server
+            properties:
+              image: overcloud-full
+              flavor: container
+              user_data_format: SOFTWARE_CONFIG
+              user_data: {get_resource: ud}
+        """))
+    (srv,) = uc.servers.list()
+    assert srv["name"] == "s1-node"
+    fb = uc.fake.machines[srv["id"]]["first_boot"]
+    assert fb["user_data"] == "#!/bin/sh\necho first boot\n" and fb["user_data_format"] == "SOFTWARE_CONFIG"
+
+
+# ---- bare metal placement (fake-driver nodes, the real scheduler) -----------------------
+def _node(uc, name: str, profile: str | None, memory: int = 8192):
+    caps = {"profile": profile} if profile else {}
+    with uc.ctx.store.session() as s:
+        s.add(Node(id=f"00000000-0000-0000-0000-{len(name):04d}{name[-8:]:0>8}", name=name, driver="fake",
+                   driver_info={}, bmc_key=f"fake:{name}", resource_class="baremetal",
+                   properties={"cpus": 2, "memory_mb": memory, "local_gb": 20, "capabilities": caps},
+                   provision_state="available"))
+
+
+def test_no_valid_node_names_the_reason_and_claims_nothing(uc):
+    uc.image("overcloud-full", "baremetal", "qcow2")
+    _node(uc, "n-compute", "compute")
+    _node(uc, "n-none", None)
+    st = uc.stack("s1", flavor="control")
+    reason = st["stack_status_reason"]
+    assert st["stack_status"] == "CREATE_FAILED"
+    assert "no valid node for flavor 'control'" in reason and "2 available nodes" in reason
+    assert "lack profile:control" in reason
+    assert uc.servers.list() == [] and uc.bm.calls == []
+    with uc.ctx.store.session() as s:
+        assert all(n.instance_uuid is None for n in s.scalars(select(Node)))
+
+
+def test_bare_metal_server_claims_a_matching_node_and_releases_it(uc):
+    uc.image("overcloud-full", "baremetal", "qcow2")
+    _node(uc, "n-compute", "compute")
+    _node(uc, "n-control", "control")
+    st = uc.stack("s1", flavor="control")
+    assert st["stack_status"] == "CREATE_COMPLETE", st["stack_status_reason"]
+    (srv,) = uc.servers.list()
+    node = uc.ctx.nodes.get("n-control")
+    assert srv["node"] == node["uuid"] and node["instance_uuid"] == srv["id"]
+    assert uc.bm.machines[srv["id"]]["node"] == node["uuid"]
+    uc.ctx.stacks.delete("s1", wait=True)
+    assert uc.ctx.nodes.get("n-control")["instance_uuid"] is None
+
+
+# ---- the service's own checks -----------------------------------------------------------
+def test_bad_requests_are_refused_before_anything_is_written(uc):
+    uc.image("overcloud-full", "container", "oci")
+    base = dict(flavor="container", image="overcloud-full", first_boot={})
+    with pytest.raises(InvalidInput, match="valid host name"):
+        uc.servers.create(id="a", name="bad_name!", **base)
+    with pytest.raises(InvalidInput, match="not an IPv4 address") as e:
+        uc.servers.create(id="a", name="ok", networks=[{"network": "ctlplane", "fixed_ip": "10.0.0.300"}], **base)
+    assert e.value.where == "networks[0].fixed_ip"
+    with pytest.raises(InvalidInput, match="unknown network 'tenant'"):
+        uc.servers.create(id="a", name="ok", networks=[{"network": "tenant"}], **base)
+    with pytest.raises(InvalidInput, match="not an absolute path"):
+        uc.servers.create(id="a", name="ok", volumes=["relative/path"], **base)
+    with uc.ctx.store.session() as s:
+        assert s.scalars(select(Server)).all() == []
+    assert uc.fake.calls == []
+
+
+def test_a_full_host_says_so(uc):
+    uc.image("overcloud-full", "container", "oci")
+    (host,) = [h for h in uc.servers.hosts() if h["hypervisor_type"] == "container"]
+    uc.servers.flavors.create("fat", 1, host["memory_mb"] + 1, 1, {"hypervisor_type": "container"})
+    with pytest.raises(Conflict, match=r"no container host has room for flavor fat: .* MB free <"):
+        uc.servers.create(id="a", name="ok", flavor="fat", image="overcloud-full", first_boot={})
+    assert uc.servers.list() == []
+
+
+def test_power_rebuild_console_show_and_not_found(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-1", name="box", flavor="container", image="overcloud-full", first_boot={})
+    assert uc.servers.wait("box", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    assert uc.servers.power("box", False)["status"] == "SHUTOFF"
+    with pytest.raises(Conflict, match="power on/off needs"):
+        uc.servers._save("s-1", status="BUILD")
+        uc.servers.power("box", True)
+    uc.servers._save("s-1", status="SHUTOFF")
+    assert uc.servers.power("box", True)["status"] == "ACTIVE"
+    assert uc.servers.console("box") == "fake console of box\n"
+    with pytest.raises(NotFound, match="no server named or with id 'nope'"):
+        uc.servers.get("nope")
+    uc.servers.delete("box")
+    assert uc.servers.list() == []
+
+
+# ---- token scope ------------------------------------------------------------------------
+TWO = """\
+heat_template_version: wallaby
+resources:
+  a:
+    type: OS::Nova::Server
+    properties: {name: a, image: overcloud-full, flavor: container, metadata: {secret_of: a}}
+  b:
+    type: OS::Nova::Server
+    properties: {name: b, image: overcloud-full, flavor: container, metadata: {secret_of: b}}
+"""
+
+
+def test_a_server_token_reads_only_its_own_metadata(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.stack("s1", TWO)
+    ids = {s["name"]: s["id"] for s in uc.servers.list()}
+    tok = {n: json.loads((uc.servers.first_boot_dir(i) / "config.json").read_text())["token"] for n, i in ids.items()}
+    api = TestClient(create_app(uc.ctx))
+    own = api.get(f"/v1/agent/servers/{ids['a']}/metadata", headers={"X-Server-Token": tok["a"]})
+    assert own.status_code == 200 and own.json()["secret_of"] == "a"
+    other = api.get(f"/v1/agent/servers/{ids['b']}/metadata", headers={"X-Server-Token": tok["a"]})
+    assert other.status_code == 401 and "secret_of" not in other.text
+    assert api.get(f"/v1/agent/servers/{ids['b']}/metadata").status_code == 401
+    # nor can it use the admin API
+    assert api.get("/v1/servers", headers={"X-Undercloud-Token": tok["a"]}).status_code == 401
+
+
+def test_errors_are_one_line_undercloud_errors(uc):
+    with pytest.raises(UndercloudError) as e:
+        uc.servers.create(id="a", name="ok", flavor="nope", image="x", first_boot={})
+    assert "\n" not in str(e.value)
+
+
+def test_build_timeout_ends_in_error_naming_what_it_waited_for(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.fake.delay = 3600
+    uc.fake.build_timeout = 0.2
+    uc.servers.create(id="s-1", name="slow", flavor="container", image="overcloud-full", first_boot={})
+    time.sleep(0.3)
+    srv = uc.servers.refresh("slow")
+    assert srv["status"] == "ERROR" and "not ACTIVE after 0 s" in srv["fault"]
+    assert "the fake machine to boot" in srv["fault"]
