@@ -17,6 +17,8 @@ MODULES = [
     ("undercloud.cli.lab", "lab"),
     ("undercloud.cli.template", "template"),
     ("undercloud.cli.agent", "agent"),
+    ("undercloud.cli.deploy", "deploy"),
+    ("undercloud.cli.overcloud", "overcloud"),
 ]
 
 

@@ -201,16 +201,20 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
     changed element rebuilds only what uses it. Progress goes to stderr; on failure the
     message names the element and phase, and the build log is kept.
     """
-    from undercloud.images import build as builder
     from undercloud.images import catalog
 
     if all_ == bool(name):
         raise InvalidInput("give an image NAME or --all (not both)", "image build")
     targets = catalog.default_targets() if all_ else catalog.targets(name, types, elements)
-    client = Client(timeout=600)
+    return build_targets(Client(timeout=600), [t.with_elements_path(elements_path) for t in targets], no_cache)
+
+
+def build_targets(client: Client, targets: list, no_cache: bool = False) -> list[dict]:
+    """Build (or find up to date) and register each target; returns the image records."""
+    from undercloud.images import build as builder
+
     done = []
     for t in targets:
-        t = t.with_elements_path(elements_path)
         existing = client.get("/v1/images", params={"name": t.name})
         start = time.monotonic()
         result = builder.build(t, no_cache=no_cache, registered=existing, progress=_progress,

@@ -16,7 +16,7 @@ IMAGES = {
     "deploy-ramdisk": ("ramdisk",),
 }
 SERVICE_BASE = ("base", "service-base")
-SERVICES = ("memcached", "haproxy")  # service-NAME images shipped; the element is NAME
+SERVICES = ("memcached", "haproxy", "mariadb", "rabbitmq", "keystone", "placement")  # service-NAME; element NAME
 
 
 def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> list[Target]:

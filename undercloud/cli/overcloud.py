@@ -1,0 +1,121 @@
+"""`undercloud overcloud ...`: the deployed overcloud (credentials, health, removal)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import click
+
+from undercloud.cli.client import Client
+from undercloud.cli.output import formatted, note
+from undercloud.errors import NotFound, UndercloudError
+
+STACK_OPTION = click.option("--stack", default="overcloud", show_default=True, help="The overcloud's stack name.")
+
+
+@click.group()
+def overcloud() -> None:
+    """The overcloud that `undercloud deploy` made: credentials, status, delete.
+
+    \b
+    Example:
+      undercloud overcloud clouds-yaml > clouds.yaml
+      OS_CLIENT_CONFIG_FILE=clouds.yaml openstack --os-cloud overcloud token issue
+      undercloud overcloud status
+      undercloud overcloud delete
+    """
+
+
+def _outputs(client: Client, stack: str) -> dict:
+    try:
+        rows = client.get(f"/v1/stacks/{stack}/outputs")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    return {o["output_key"]: o.get("output_value") for o in rows}
+
+
+@overcloud.command("clouds-yaml")
+@STACK_OPTION
+def clouds_yaml(stack):
+    """Print a clouds.yaml with the overcloud's admin credentials (cloud named after the stack).
+
+    This is the one command that reveals them (as TripleO's overcloudrc did). The
+    endpoint is the virtual IP in front of the APIs, which this host reaches directly.
+    """
+    from undercloud.orchestration import overcloud as oc
+
+    client = Client()
+    endpoints = _outputs(client, stack).get("EndpointMap") or {}
+    if not endpoints.get("keystone"):
+        raise UndercloudError(f"stack {stack} has no keystone endpoint yet (not deployed?)", "--stack")
+    secrets = oc.load_secrets(client.home.path, stack)
+    click.echo(oc.clouds_yaml(stack, endpoints["keystone"], secrets["AdminPassword"]), nl=False)
+
+
+def probe(address: str, check: str, timeout: float = 2.0) -> str:
+    """Run a health check ("HTTP GET :PORT/PATH" or "TCP :PORT") against `address`."""
+    m = re.match(r"^HTTP GET :(\d+)(\S*)$", check)
+    try:
+        if m:
+            with urllib.request.urlopen(f"http://{address}:{m.group(1)}{m.group(2) or '/'}", timeout=timeout) as r:
+                return "healthy" if 200 <= r.status < 400 else f"HTTP {r.status}"
+        m = re.match(r"^TCP :(\d+)$", check)
+        if m:
+            with socket.create_connection((address, int(m.group(1))), timeout=timeout):
+                return "healthy"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except OSError as exc:
+        return f"failing ({getattr(exc, 'reason', None) or exc.strerror or exc})"
+    return "unknown check"
+
+
+@overcloud.command()
+@STACK_OPTION
+@formatted(["role", "node", "address", "service", "step", "health_check", "health"])
+def status(stack):
+    """Every node, its services and their health checks, checked now from this host."""
+    client = Client()
+    try:
+        s = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    note(f"stack {stack}: {s['stack_status']}" + (f" ({s['stack_status_reason']})"
+                                                  if s["stack_status"].endswith("FAILED") else ""))
+    out = _outputs(client, stack)
+    nodes, services = out.get("RoleNodes") or {}, out.get("RoleServices") or {}
+    rows = []
+    for role, members in sorted(nodes.items()):
+        for node, address in sorted((members or {}).items()):
+            for name, step, check in services.get(role) or []:
+                rows.append({"role": role, "node": node, "address": address, "service": name, "step": step,
+                             "health_check": check, "health": probe(address, check) if address else "no address"})
+    return rows
+
+
+@overcloud.command()
+@STACK_OPTION
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete(stack, yes):
+    """Delete the overcloud: its stack (servers and the services on them) and its plan,
+    secrets and clouds.yaml in the home. Nothing of it is left on the host."""
+    from undercloud.cli.stack import wait_for
+    from undercloud.orchestration import overcloud as oc
+
+    client = Client()
+    try:
+        client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}", "--stack") from None
+    if not yes and not click.confirm(f"Delete the overcloud {stack} and everything on its nodes?", err=True):
+        raise UndercloudError("not confirmed", "overcloud delete")
+    start = time.monotonic()
+    s = client.delete(f"/v1/stacks/{stack}")
+    wait_for(client, s["id"], deleting=True)
+    shutil.rmtree(oc.stack_dir(client.home.path, stack), ignore_errors=True)
+    note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
