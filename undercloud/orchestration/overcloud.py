@@ -126,7 +126,7 @@ def load_roles(path: Path) -> list[Role]:
         if not isinstance(fmt, str) or "%index%" not in fmt:
             raise bad([i, "HostnameFormatDefault"], "expected a string with %index% (e.g. %stackname%-ctl-%index%)")
         services = r.get("ServicesDefault") or []
-        if not isinstance(services, Seq):
+        if not isinstance(services, list):
             raise bad([i, "ServicesDefault"], "expected a list of OS::TripleO::Services::NAME")
         for j, s in enumerate(services):
             if not isinstance(s, str) or not s.startswith(SERVICE_PREFIX) or len(s) == len(SERVICE_PREFIX):

@@ -1,0 +1,144 @@
+"""The overcloud plan: roles_data.yaml checks, rendering, validation, secrets, deploy's bad input."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from undercloud.errors import InvalidInput
+from undercloud.orchestration import overcloud as oc
+from undercloud.orchestration.template import Bundle, TemplateError, load
+
+IMAGES = {k: f"localhost/undercloud/{v}:0123456789abcdef" for k, v in oc.SERVICE_IMAGES.items()}
+
+
+def roles_file(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "roles_data.yaml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, where, message", [
+    ("- name: controller\n  ServicesDefault: [OS::TripleO::Services::HAproxy]\n", ":1: 0.name:", "CamelCase"),
+    ("- name: Controller\n  CountDefault: -1\n", ":2: 0.CountDefault:", ">= 0"),
+    ("- name: Controller\n  ServicesDefault:\n    - OS::TripleO::Services::HAproxy\n    - Keystone\n",
+     ":4: 0.ServicesDefault.1:", "OS::TripleO::Services::NAME"),
+    ("- name: Controller\n  HostnameFormatDefault: ctl\n", ":2: 0.HostnameFormatDefault:", "%index%"),
+    ("- name: Controller\n  ServicesDefault: [OS::TripleO::Services::HAproxy]\n- name: Controller\n",
+     ":3: 1.name:", "defined twice"),
+    ("- name: Controller\n  Colour: blue\n", ":2: 0.Colour:", "unknown role key"),
+    ("- name: Controller\n  ServicesDefault: [OS::TripleO::Services::Keystone]\n", "roles:", "HAproxy"),
+    ("name: Controller\n", "roles:", "list of roles"),
+    ("- name: [\n", ":2:", "invalid YAML"),
+])
+def test_bad_roles_are_one_line_with_file_and_line(tmp_path, text, where, message):
+    path = roles_file(tmp_path, text)
+    with pytest.raises(TemplateError) as exc:
+        oc.load_roles(path)
+    assert len(exc.value.problems) == 1
+    line = exc.value.problems[0]
+    assert line.startswith(str(path)) and where in line and message in line, line
+
+
+def test_shipped_roles():
+    default = oc.load_roles(oc.roles_file_for("minimal", None))
+    assert [(r.name, r.count) for r in default] == [("Controller", 1)]
+    assert default[0].service_names == ["haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement"]
+    ha = oc.load_roles(oc.roles_file_for("ha", None))
+    assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Database", 1)]
+    with pytest.raises(InvalidInput, match="unknown example"):
+        oc.roles_file_for("huge", None)
+
+
+def plan_for(tmp_path: Path, example: str, envs: list[Path] = ()):  # noqa: B006 - read only
+    roles = oc.load_roles(oc.roles_file_for(example, None))
+    return oc.render(tmp_path / "home", "overcloud", roles, IMAGES, "container", example, list(envs))
+
+
+def loaded(plan, parameters=None):
+    bundle = Bundle.from_paths(str(plan.template), env_paths=[str(e) for e in plan.environments])
+    return load(bundle, parameters or {}, stack_name="overcloud", partial=True)
+
+
+@pytest.mark.parametrize("example, roles, nodes", [("minimal", ["Controller"], 1),
+                                                    ("ha", ["Controller", "Database"], 4)])
+def test_rendered_plan_validates_with_steps_in_order(tmp_path, example, roles, nodes):
+    plan = plan_for(tmp_path, example)
+    tmpl = loaded(plan)
+    res = tmpl.resources
+    for r in roles:
+        assert res[f"{r}Servers"].type == "OS::Heat::ResourceGroup"
+        for step in oc.STEPS:
+            assert res[f"{r}Deployment_Step{step}"].type == "OS::Heat::SoftwareDeploymentGroup"
+    deps = tmpl.dependencies()
+    # A step waits for the previous step of every role.
+    for r in roles:
+        for step in oc.STEPS[1:]:
+            assert {f"{x}Deployment_Step{step - 1}" for x in roles} <= deps[f"{r}Deployment_Step{step}"]
+    counts = {r: tmpl.parameters[f"{r}Count"].value for r in roles}
+    assert sum(counts.values()) == nodes
+    # Every service is mapped to its template; each template states its step.
+    assert plan.services_at(oc.load_roles(oc.roles_file_for(example, None))[0], 3) == ["keystone"]
+
+
+def test_disabling_a_service_with_os_heat_none(tmp_path):
+    env = tmp_path / "no-rabbit.yaml"
+    env.write_text("resource_registry:\n  OS::TripleO::Services::RabbitMQ: OS::Heat::None\n")
+    plan = plan_for(tmp_path, "minimal", [env])
+    tmpl = loaded(plan)
+    assert tmpl.resources["ControllerRabbitMQ"].type == "OS::Heat::None"
+    role = plan.roles[0]
+    assert plan.services_at(role, 2) == ["mysql", "memcached"]
+
+
+def test_secrets_are_stable_private_and_hidden(tmp_path):
+    first = plan_for(tmp_path, "minimal")
+    secrets = json.loads((tmp_path / "home/overcloud/overcloud/secrets.json").read_text())
+    assert set(secrets) == set(oc.SECRETS)
+    for f in (tmp_path / "home/overcloud/overcloud/secrets.json", first.dir / "secrets.yaml"):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    plan_for(tmp_path, "minimal")
+    assert json.loads((tmp_path / "home/overcloud/overcloud/secrets.json").read_text()) == secrets
+    tmpl = loaded(first, {k: secrets[k] for k in oc.SECRETS})
+    for k in oc.SECRETS:
+        assert tmpl.parameters[k].hidden
+    rendered = first.template.read_text() + (first.dir / "deploy-parameters.yaml").read_text()
+    assert not any(v in rendered for v in secrets.values())
+    # Rendering again gives the same files (the no-op re-deploy depends on it).
+    b1 = Bundle.from_paths(str(first.template), env_paths=[str(e) for e in first.environments]).to_json()
+    again = plan_for(tmp_path, "minimal")
+    b2 = Bundle.from_paths(str(again.template), env_paths=[str(e) for e in again.environments]).to_json()
+    assert oc.digest(b1) == oc.digest(b2)
+
+
+def test_clouds_yaml_names_the_cloud_after_the_stack():
+    import yaml
+
+    doc = yaml.safe_load(oc.clouds_yaml("oc1", "http://10.0.0.5:5000/v3", "pw"))
+    cloud = doc["clouds"]["oc1"]
+    assert cloud["auth"]["auth_url"] == "http://10.0.0.5:5000/v3"
+    assert cloud["auth"]["username"] == "admin" and cloud["auth"]["password"] == "pw"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--roles", "{tmp}/nope.yaml"], "cannot read roles file"),
+    (["--roles", "{tmp}/bad.yaml"], "bad.yaml:1: 0.name: a role name is a CamelCase identifier"),
+    (["-e", "{tmp}/missing-env.yaml"], "environment file not found"),
+    (["--stack", "9lives"], "a stack name starts with a letter"),
+    (["--example", "huge"], "Invalid value for '--example'"),
+])
+def test_deploy_bad_input_is_one_line_and_creates_nothing(uc_home, tmp_path, args, message):
+    (tmp_path / "bad.yaml").write_text("- name: ctl\n")
+    r = run_cli("deploy", *[a.format(tmp=tmp_path) for a in args])
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error") or "Error" in x]
+    assert len(lines) == 1, r.stderr
+    if "Invalid value" not in message:
+        stacks = run_cli("stack", "list", "-f", "json")
+        assert stacks.returncode == 0 and json.loads(stacks.stdout or "[]") == []
