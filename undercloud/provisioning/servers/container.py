@@ -70,6 +70,7 @@ class ContainerRealiser(Realiser):
         self.bridge = f"{self.instance}-br"  # at most 15 characters (IFNAMSIZ)
         self._lock = threading.Lock()
         self._creating = 0  # creates in flight: the network must not be removed under them
+        self._net_info: dict | None = None
 
     def available(self) -> str | None:
         if os.geteuid() != 0:
@@ -94,7 +95,13 @@ class ContainerRealiser(Realiser):
             yield f"10.{128 + (h[0] + i) % 128}.{(h[1] + 7 * i) % 256}.0/24"
 
     def _network(self) -> dict:
-        """Make the lab network, its bridge and address, and the listener (idempotent)."""
+        """Make the lab network, its bridge and address, and the listener (idempotent).
+
+        Once known in this process only the bridge address is re-asserted (one `ip` call):
+        netavark removes the bridge with the last container and makes it afresh."""
+        if self._net_info is not None:
+            self._bridge_address(self._net_info)
+            return self._net_info
         net = self._inspect_network()
         if net is None:
             last = ""
@@ -124,6 +131,7 @@ class ContainerRealiser(Realiser):
             self._net_file.write_text(json.dumps(info))
         self._bridge_address(info)
         self.env.listen(info["gateway"])
+        self._net_info = info
         return info
 
     def _inspect_network(self) -> dict | None:
@@ -148,9 +156,10 @@ class ContainerRealiser(Realiser):
 
     def _bridge_address(self, info: dict) -> None:
         prefix = ipaddress.ip_network(info["subnet"]).prefixlen
-        if run(["ip", "link", "show", self.bridge], check=False).returncode != 0:
+        if run(["ip", "addr", "replace", f"{info['gateway']}/{prefix}", "dev", self.bridge],
+               check=False).returncode != 0:  # no bridge (yet, or any more): make it
             run(["ip", "link", "add", self.bridge, "type", "bridge"], check=False)
-        run(["ip", "addr", "replace", f"{info['gateway']}/{prefix}", "dev", self.bridge])
+            run(["ip", "addr", "replace", f"{info['gateway']}/{prefix}", "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
 
     def agent_url(self, spec: Spec) -> str:
@@ -172,6 +181,7 @@ class ContainerRealiser(Realiser):
             if left.strip():
                 return []
             removed = []
+            self._net_info = None
             if self._inspect_network() is not None:
                 hp.podman("network", "rm", "-f", self.network, check=False)
                 removed.append(self.network)
@@ -279,16 +289,30 @@ class ContainerRealiser(Realiser):
         with self._lock:
             self._network()  # netavark may have made the bridge afresh: keep our address on it
 
-    def status(self, spec: Spec) -> Status:
+    def _inspect(self, spec: Spec) -> dict | None:
+        """The container's inspect data: by its name when known (one call), else by label."""
+        name = spec.state.get("container")
+        if name:
+            proc = hp.podman("container", "inspect", name, check=False)
+            data = json.loads(proc.stdout or "[]") if proc.returncode == 0 else []
+            if data and (data[0]["Config"].get("Labels") or {}).get("undercloud.server") == spec.id:
+                return data[0]
         found = self._find(spec)
         if found is None:
+            return None
+        proc = hp.podman("container", "inspect", found["Names"][0], check=False)
+        data = json.loads(proc.stdout or "[]") if proc.returncode == 0 else []
+        return data[0] if data else None
+
+    def status(self, spec: Spec) -> Status:
+        info = self._inspect(spec)
+        if info is None:
             return Status(DELETED)
-        name = found["Names"][0]
+        name = info["Name"]
         notes = [spec.state["limits_note"]] if spec.state.get("limits_note") else []
-        state = found.get("State")
+        state = info["State"].get("Status")
         if state == "running":
-            proc = hp.podman("inspect", "--format", "{{json .NetworkSettings.Networks}}", name, check=False)
-            nets = json.loads(proc.stdout or "{}") if proc.returncode == 0 else {}
+            nets = info.get("NetworkSettings", {}).get("Networks") or {}
             ip = (nets.get(self.network) or {}).get("IPAddress")
             return Status(ACTIVE, addresses={"ctlplane": [ip]} if ip else {}, notes=notes)
         if state in ("created", "configured", "initialized"):
@@ -297,7 +321,7 @@ class ContainerRealiser(Realiser):
             return Status(SHUTOFF, notes=notes)
         tail = hp.podman("logs", "--tail", "3", name, check=False)
         last = (tail.stdout + tail.stderr).strip().splitlines()[-1:] or ["no output"]
-        return Status(ERROR, reason=f"container {name} exited (code {found.get('ExitCode')}): {last[0]}",
+        return Status(ERROR, reason=f"container {name} exited (code {info['State'].get('ExitCode')}): {last[0]}",
                       notes=notes)
 
     def power(self, spec: Spec, on: bool) -> None:

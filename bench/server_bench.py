@@ -1,0 +1,158 @@
+"""Time from `stack create` to agent check-in, per hypervisor type.
+
+    python bench/server_bench.py                       # container: 1 then 10 servers
+    python bench/server_bench.py --types container,vm,baremetal --counts 1,10
+
+For each type and count: a stack of one OS::Heat::ResourceGroup of `count` servers
+(flavor = the type's default flavor, image `overcloud-full`) is created through the API;
+the clock stops when every server's agent has fetched its metadata (its first check-in).
+Then the stack is deleted and that is timed too. A type is skipped, saying why, when this
+undercloud cannot realise it (no realiser, no image of that type, no available node for
+bare metal: run `undercloud lab up` + `node import --provide` first).
+
+Goals (issue "Provisioning II"): under 3 s per container server, 10 containers in
+parallel under 15 s. Ironic takes 10-20 minutes per real machine. Figures only; nothing
+here passes or fails on time. Uses its own UNDERCLOUD_HOME (a temporary directory) unless
+--home is given, and removes its stacks at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TEMPLATE = """\
+heat_template_version: wallaby
+parameters:
+  count: {type: number}
+  flavor: {type: string}
+resources:
+  group:
+    type: OS::Heat::ResourceGroup
+    properties:
+      count: {get_param: count}
+      resource_def:
+        type: OS::Nova::Server
+        properties:
+          name: bench%index%
+          image: overcloud-full
+          flavor: {get_param: flavor}
+"""
+FLAVORS = {"container": "container", "vm": "vm", "baremetal": "baremetal"}
+IMAGE_TYPES = {"container": "oci", "vm": "qcow2", "baremetal": "qcow2"}
+
+
+def cli(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "undercloud", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def why_not(client, ht: str) -> str | None:
+    from undercloud.errors import UndercloudError
+
+    images = [i for i in client.get("/v1/images", params={"name": "overcloud-full"})
+              if i.get("hypervisor_type") == ht]
+    if not images:
+        r = cli("image", "build", "overcloud-full", "--type", IMAGE_TYPES[ht])
+        if r.returncode != 0:
+            return f"no {ht} overcloud-full image and building it failed: {r.stderr.strip().splitlines()[-1:]}"
+    if ht == "baremetal":
+        try:
+            avail = client.get("/v1/nodes", params={"provision_state": "available"})
+        except UndercloudError as exc:
+            return str(exc)
+        if not avail:
+            return "no available node (undercloud lab up --nodes 1; node import --provide)"
+    return None
+
+
+def run_one(client, ht: str, count: int, template: Path, timeout: float) -> dict:
+    name = f"bench-{ht}-{count}"
+    bundle_cmd = ["stack", "create", name, "-t", str(template), "--parameter", f"count={count}",
+                  "--parameter", f"flavor={FLAVORS[ht]}"]
+    t0 = time.monotonic()
+    r = cli(*bundle_cmd)
+    if r.returncode != 0:
+        raise SystemExit(f"{name}: stack create failed: {r.stderr.strip()}")
+    created_at = None
+    checked: dict[str, float] = {}
+    while True:
+        servers = [s for s in client.get("/v1/servers") if s["name"].startswith("bench")]
+        for s in servers:
+            if s["status"] == "ERROR":
+                raise SystemExit(f"{name}: server {s['name']} ERROR: {s['fault']}")
+            if s["agent_checked_in"] and s["id"] not in checked:
+                checked[s["id"]] = time.monotonic() - t0
+        stack = client.get(f"/v1/stacks/{name}")
+        if created_at is None and stack["stack_status"] == "CREATE_COMPLETE":
+            created_at = time.monotonic() - t0
+        if stack["stack_status"].endswith("FAILED"):
+            raise SystemExit(f"{name}: {stack['stack_status']}: {stack.get('stack_status_reason')}")
+        if len(checked) == count and created_at is not None:
+            break
+        if time.monotonic() - t0 > timeout:
+            raise SystemExit(f"{name}: only {len(checked)}/{count} agents checked in after {timeout:.0f} s")
+        time.sleep(0.05)
+    total = max(checked.values())
+    t1 = time.monotonic()
+    r = cli("stack", "delete", name, "--wait")
+    deleted = time.monotonic() - t1
+    if r.returncode != 0:
+        raise SystemExit(f"{name}: stack delete failed: {r.stderr.strip()}")
+    return {"type": ht, "count": count, "stack_complete_s": created_at, "all_checked_in_s": total,
+            "first_checked_in_s": min(checked.values()), "per_server_s": total / count, "delete_s": deleted}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--types", default="container", help="comma-separated: container, vm, baremetal")
+    ap.add_argument("--counts", default="1,10", help="comma-separated server counts (vm/baremetal: 1 only)")
+    ap.add_argument("--home", help="UNDERCLOUD_HOME to use (default: a new temporary one)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before giving up")
+    args = ap.parse_args()
+    home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="uc-server-bench-"))
+    os.environ["UNDERCLOUD_HOME"] = str(home)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from undercloud.api import daemon
+    from undercloud.cli.client import Client
+    from undercloud.config import Home
+
+    template = home / "bench.yaml"
+    home.mkdir(parents=True, exist_ok=True)
+    template.write_text(TEMPLATE)
+    client = Client(Home(home), timeout=600)
+    rows = []
+    try:
+        for ht in [t.strip() for t in args.types.split(",") if t.strip()]:
+            reason = why_not(client, ht)
+            if reason:
+                print(f"{ht}: skipped: {reason}")
+                continue
+            counts = [int(c) for c in args.counts.split(",")]
+            if ht != "container":
+                counts = [1]  # software-emulated VMs are slow: one is the figure that matters
+            for count in counts:
+                row = run_one(client, ht, count, template, args.timeout)
+                rows.append(row)
+                print(f"{ht:9} x{count:<3} stack COMPLETE {row['stack_complete_s']:6.2f} s | "
+                      f"first agent {row['first_checked_in_s']:6.2f} s | all agents {row['all_checked_in_s']:6.2f} s "
+                      f"| {row['per_server_s']:5.2f} s/server | delete {row['delete_s']:5.2f} s", flush=True)
+    finally:
+        if not args.home:
+            daemon.stop(Home(home))
+    goals = {("container", 1): 3.0, ("container", 10): 15.0}
+    for row in rows:
+        goal = goals.get((row["type"], row["count"]))
+        if goal:
+            print(f"goal {row['type']} x{row['count']}: {row['all_checked_in_s']:.2f} s vs {goal:.0f} s "
+                  f"(ratio {row['all_checked_in_s'] / goal:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

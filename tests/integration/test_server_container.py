@@ -1,0 +1,209 @@
+"""Container servers for real: podman system containers from the built `overcloud-full`
+oci image, their agents checking in over the lab network, and nothing left after delete.
+
+Needs root and podman (skips otherwise). The image comes from the image builder
+(`undercloud image build overcloud-full --type oci`; cached after the first build).
+Every test removes what its undercloud instance made (containers, volumes, network,
+bridge), even when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import need, need_root, run_cli
+
+SERVER = """\
+heat_template_version: wallaby
+parameters:
+  flavor: {type: string, default: container}
+resources:
+  node:
+    type: OS::Nova::Server
+    properties:
+      name: ctl0
+      image: overcloud-full
+      flavor: {get_param: flavor}
+      persistent_volumes: [/var/lib/keep]
+  config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      outputs: [{name: who}]
+      config: |
+        #!/bin/sh
+        hostname > $heat_outputs_path.who
+        date +%s%N >> /var/lib/keep/runs
+  deploy:
+    type: OS::Heat::SoftwareDeployment
+    properties:
+      config: {get_resource: config}
+      server: {get_resource: node}
+outputs:
+  who: {value: {get_attr: [deploy, who]}}
+  ip: {value: {get_attr: [node, first_address]}}
+"""
+
+TWO = """\
+heat_template_version: wallaby
+resources:
+  a:
+    type: OS::Nova::Server
+    properties: {name: a, image: overcloud-full, flavor: container, metadata: {secret_of: a}}
+  b:
+    type: OS::Nova::Server
+    properties: {name: b, image: overcloud-full, flavor: container, metadata: {secret_of: b}}
+"""
+
+
+def podman(*args: str) -> subprocess.CompletedProcess:
+    from undercloud.host import podman as hp
+
+    return hp.podman(*args, check=False)
+
+
+def leftovers(instance: str) -> dict:
+    """What an undercloud instance still has on the host."""
+    label = f"label=undercloud.instance={instance}"
+    return {
+        "containers": podman("ps", "-a", "-q", "--filter", label).stdout.split(),
+        "volumes": podman("volume", "ls", "-q", "--filter", label).stdout.split(),
+        "network": podman("network", "exists", f"{instance}-lab").returncode == 0,
+        "bridge": subprocess.run(["ip", "link", "show", f"{instance}-br"], capture_output=True).returncode == 0,
+    }
+
+
+@pytest.fixture
+def uc(uc_home):
+    need("podman")
+    need_root()
+    from undercloud.host import podman as hp
+
+    why = hp.available()
+    if why:
+        pytest.skip(f"podman does not work here: {why}")
+    instance = uc_home.instance
+    try:
+        r = run_cli("image", "build", "overcloud-full", "--type", "oci", timeout=1800)
+        assert r.returncode == 0, r.stderr[-2000:]
+        yield uc_home
+    finally:
+        run_cli("service", "stop")
+        label = f"label=undercloud.instance={instance}"
+        for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
+            podman("rm", "-f", "-t", "0", c)
+        for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
+            podman("volume", "rm", "-f", v)
+        podman("network", "rm", "-f", f"{instance}-lab")
+        subprocess.run(["ip", "link", "del", f"{instance}-br"], capture_output=True)
+
+
+def write(tmp_path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def show(ref: str) -> dict:
+    r = run_cli("server", "show", ref, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def wait_checked_in(ref: str, timeout: float = 60, after: float = 0.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        srv = show(ref)
+        if srv["agent_checked_in"] and (srv["agent_last_seen"] or 0) > after:
+            return srv
+        assert time.monotonic() < deadline, f"agent of {ref} did not check in: {srv}"
+        time.sleep(0.5)
+
+
+def test_container_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_path):
+    tpl = write(tmp_path, "server.yaml", SERVER)
+    r = run_cli("stack", "create", "s1", "-t", tpl, "--wait", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    srv = wait_checked_in("ctl0")
+    assert srv["status"] == "ACTIVE" and srv["hypervisor_type"] == "container"
+    ip = srv["addresses"]["ctlplane"][0]
+    # The deployment ran inside the container (hostname = server name) and signalled back.
+    out = json.loads(run_cli("stack", "output", "show", "s1", "--all", "-f", "json").stdout)
+    values = {o["output_key"]: o["output_value"] for o in out}
+    assert values["who"].strip() == "ctl0" and values["ip"] == ip
+    name = srv["instance_name"]
+    assert name == f"{uc.instance}-ctl0"
+    inspect = json.loads(podman("inspect", name).stdout)[0]
+    assert inspect["Config"]["Hostname"] == "ctl0"
+    assert inspect["Config"]["Cmd"][:3] == ["python3", "-m", "undercloud.agent"]  # the agent is the main process
+    mounts = {m["Destination"]: m for m in inspect["Mounts"]}
+    assert mounts["/etc/undercloud-agent"]["RW"] is False  # first-boot data read-only
+    if not any("not enforced" in n for n in srv["notes"]):
+        assert inspect["HostConfig"]["Memory"] == 512 * 1024 * 1024
+    console = run_cli("server", "console", "ctl0")
+    assert "undercloud-agent: started" in console.stdout
+    assert json.loads(run_cli("stack", "output", "show", "s1", "--all", "-f", "json").stdout)
+
+    r = run_cli("stack", "delete", "s1", "--wait", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+    addrs = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True).stdout
+    assert ip not in addrs and srv["id"] not in json.dumps(json.loads(run_cli("agent", "list", "-f", "json").stdout))
+
+
+def test_a_server_token_cannot_read_another_servers_metadata(uc, tmp_path):
+    r = run_cli("stack", "create", "two", "-t", write(tmp_path, "two.yaml", TWO), "--wait", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    a, b = wait_checked_in("a"), wait_checked_in("b")
+    probe = ("import json,sys,urllib.request,urllib.error\n"
+             "c=json.load(open('/etc/undercloud-agent/config.json'))\n"
+             "def get(sid):\n"
+             "  req=urllib.request.Request(c['url']+'/v1/agent/servers/'+sid+'/metadata',"
+             "headers={'X-Server-Token':c['token']})\n"
+             "  try: r=urllib.request.urlopen(req,timeout=5); return r.status, json.load(r).get('secret_of')\n"
+             "  except urllib.error.HTTPError as e: return e.code, None\n"
+             "print(json.dumps([get(sys.argv[1]), get(sys.argv[2])]))\n")
+    out = podman("exec", a["instance_name"], "python3", "-c", probe, a["id"], b["id"])
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [[200, "a"], [401, None]]
+    run_cli("stack", "delete", "two", "--wait", timeout=300)
+    assert leftovers(uc.instance)["containers"] == []
+
+
+def test_power_rebuild_keeps_volumes_and_agents_find_the_undercloud_after_restart(uc, tmp_path):
+    r = run_cli("stack", "create", "s1", "-t", write(tmp_path, "server.yaml", SERVER), "--wait", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    srv = wait_checked_in("ctl0")
+    name = srv["instance_name"]
+    assert json.loads(run_cli("server", "power", "off", "ctl0", "-f", "json").stdout)["status"] == "SHUTOFF"
+    assert json.loads(podman("inspect", name).stdout)[0]["State"]["Running"] is False
+    assert json.loads(run_cli("server", "power", "on", "ctl0", "-f", "json").stdout)["status"] == "ACTIVE"
+    r = run_cli("server", "rebuild", "ctl0", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    rebuilt = wait_checked_in("ctl0", after=srv["agent_last_seen"])
+    assert rebuilt["id"] == srv["id"]
+    # The deployment ran again in the new container; the volume kept the first run's line.
+    deadline = time.monotonic() + 60
+    while len(podman("exec", name, "cat", "/var/lib/keep/runs").stdout.split()) < 2:
+        assert time.monotonic() < deadline, "the rebuilt server did not run its deployment again"
+        time.sleep(0.5)
+    # Restart the undercloud: the agent finds it again at the same address and port.
+    seen = show("ctl0")["agent_last_seen"]
+    assert run_cli("service", "stop").returncode == 0
+    back = wait_checked_in("ctl0", after=seen)  # this command starts the service again
+    assert back["addresses"] == srv["addresses"]
+    run_cli("stack", "delete", "s1", "--wait", timeout=300)
+    assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+
+
+def test_image_hypervisor_mismatch_is_one_line_and_leaves_nothing(uc, tmp_path):
+    tpl = write(tmp_path, "server.yaml", SERVER)
+    r = run_cli("stack", "create", "bad", "-t", tpl, "--parameter", "flavor=vm", "--wait", timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "no vm image named 'overcloud-full'" in r.stderr and "exists for: container (oci)" in r.stderr
+    assert json.loads(run_cli("server", "list", "-f", "json").stdout) == []
+    assert leftovers(uc.instance)["containers"] == []
