@@ -88,6 +88,13 @@ def test_oci_node_image_runs_the_agent_in_podman(uc_home):
     blob = uc_home.path / "images" / "blobs" / img["checksum"]
     with tarfile.open(blob) as tar:
         assert "index.json" in tar.getnames()
+    # podman lost the tag: the store loads it back from its archive
+    hp.podman("rmi", ref)
+    from undercloud.images.store import ImageStore
+    from undercloud.store import Store
+
+    assert ImageStore(uc_home, Store(uc_home.db_url).create_schema()).podman_image(img["id"]) == ref
+    assert hp.image_exists(ref)
     # unchanged: nothing is rebuilt or registered again
     r2, rows2 = build("overcloud-full", "--type", "oci")
     assert "up to date" in r2.stderr and [i["id"] for i in rows2] == [img["id"]]

@@ -29,6 +29,7 @@ from undercloud.images import disk, elements, rootfs
 from undercloud.images.store import sha256_file
 
 BUILDER_VERSION = 1
+KEEP_OUTPUTS = 2  # cached outputs kept per image and type
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
@@ -301,8 +302,12 @@ class Builder:
         if self.no_cache or not manifest.exists():
             return None
         self.say(f"outputs: cached ({self.key[:12]})")
+        data = json.loads(manifest.read_text())
+        if not isinstance(data, dict):  # an older manifest format: make the outputs again
+            return None
         arts = [Artifact(a["role"], out / a["file"], a["sha256"], a["size"], a["disk_format"])
-                for a in json.loads(manifest.read_text())]
+                for a in data["artifacts"]]
+        os.utime(manifest)  # recently used: kept by prune_outputs
         if self.t.type == "oci":
             disk.ensure_podman_image(self.podman_ref, arts[0].path, self.say)
         return arts
@@ -330,9 +335,11 @@ class Builder:
                 os.rename(tmp, out)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            manifest.write_text(json.dumps([{"role": a.role, "file": a.path.name, "sha256": a.sha256,
-                                             "size": a.size, "disk_format": a.disk_format} for a in arts]))
-            return arts
+            manifest.write_text(json.dumps({"label": self.t.label, "artifacts": [
+                {"role": a.role, "file": a.path.name, "sha256": a.sha256, "size": a.size,
+                 "disk_format": a.disk_format} for a in arts]}))
+        prune_outputs(self.t.label, self.say)
+        return arts
 
     @property
     def podman_ref(self) -> str:
@@ -366,6 +373,30 @@ class Builder:
             kernel, initramfs, iso = disk.ramdisk(root, out, self.t.name, self.log)
             return [art("kernel", kernel, "aki"), art("initramfs", initramfs, "ari"), art("iso", iso, "iso")]
         raise UndercloudError(f"unknown output type {self.t.type!r}", "--type")
+
+
+def prune_outputs(label: str, say: Callable[[str], None], keep: int = KEEP_OUTPUTS) -> None:
+    """Keep the `keep` most recently used outputs of one image and type; older ones go, so
+    the shared cache does not grow with every agent or element change. Their podman tags
+    stay: an image registered in some home may still name them (and the store holds the
+    archive to load them back from)."""
+    base = rootfs.cache_dir() / "outputs"
+    found = []
+    for d in base.iterdir():
+        m = d / "manifest.json"
+        try:
+            data = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):  # an older manifest format: never read again
+            found.append((0.0, d))
+        elif data.get("label") == label:
+            found.append((m.stat().st_mtime, d))
+    stale = [d for t, d in found if t == 0.0]
+    for d in stale + [d for _, d in sorted((f for f in found if f[0]), reverse=True)[keep:]]:
+        with rootfs.locked(d.name):
+            shutil.rmtree(d, ignore_errors=True)
+        say(f"pruned cached outputs {d.name[:12]}")
 
 
 def plan(target: Target) -> str:

@@ -193,6 +193,18 @@ class ImageStore:
     def path(self, ref: str) -> Path:
         return self.blob_path(self.get(ref)["checksum"])
 
+    def podman_image(self, ref: str, hypervisor_type: str | None = None) -> str:
+        """The podman tag of an oci image, loaded back from the stored archive if podman
+        no longer has it (for container nodes and services)."""
+        img = self.get(ref, hypervisor_type)
+        tag = img["properties"].get("podman_image")
+        if img["disk_format"] != "oci" or not tag:
+            raise InvalidInput(f"image {img['name']} ({img['id']}) is not a podman image", "image")
+        from undercloud.images.disk import ensure_podman_image
+
+        ensure_podman_image(tag, self.blob_path(img["checksum"]), lambda _m: None)
+        return tag
+
     def _drop_unused(self, checksums: set[str]) -> None:
         if not checksums:
             return
