@@ -199,7 +199,10 @@ def test_secrets_masked_in_agent_log(tmp_path, svc):
     assert "failed with password ***" in log
     assert "hunter2-secret" not in log
     assert token not in log
-    assert svc.meta.signal_of("p1")["deploy_status_code"] == 1
+    sig = svc.meta.signal_of("p1")
+    assert sig["deploy_status_code"] == 1
+    # The reason the undercloud shows in the stack's status and events is masked too.
+    assert sig["deploy_failure_reason"] == "hook 'leaky' crashed (exit 1): failed with password ***"
 
 
 def test_agent_killed_mid_hook_resumes_after_restart(tmp_path, svc):

@@ -257,3 +257,24 @@ def test_agent_cli_list_and_config(uc_home, tmp_path):
     r = run_cli("agent", "config", "nope", "-o", str(out))
     assert r.returncode != 0 and r.stderr.strip().endswith("no agent server 'nope'")
     time.sleep(0)
+
+
+def test_undercloud_restarted_mid_deployment_completes(uc_home, agent, tmp_path):
+    from undercloud.api import daemon
+    text = SERVER_AND_CONFIG.replace('printf "42-$who"', 'sleep 4; printf "42-$who"')
+    p = stack_create_bg(write(tmp_path, text + DEPLOYMENT.replace("WHO", "x")))
+    agent.start()
+    started = wait_for(lambda: list((agent.tmp / "state" / "deployments").glob("*.json"))
+                       if (agent.tmp / "state" / "deployments").exists() else None, what="the hook to start")
+    assert started
+    p.kill()  # the CLI waiting on the stack goes away too
+    daemon.stop(uc_home)  # the undercloud stops while the hook runs; the agent keeps retrying
+    time.sleep(5)
+    r = run_cli("stack", "show", "s", "-f", "json")  # starts the service again; the engine resumes
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: json.loads(run_cli("stack", "show", "s", "-f", "json").stdout)["stack_status"]
+             == "CREATE_COMPLETE", timeout=90, what="the stack to complete after the restart")
+    assert outputs()["answer"] == "42-x"
+    log = (agent.tmp / "agent.log").read_text()
+    assert "signal acknowledged" in log
+    assert log.count("running hook") == 1  # the deployment ran once

@@ -189,6 +189,11 @@ class Agent:
             _write_json(self._entry(str(d["id"])), {"state": "running", "name": name, "started": time.time(),
                                                     "pid": pid, "boot": boot_id(), "marker": marker})
         result = hooks.run(d, self.s.hooks_dir, timeout, env=self.hook_env(), started=started)
+        if str(result.get("deploy_status_code") or 0) != "0":
+            # The reason becomes the undercloud's status reason and events: masked like the log.
+            reason = result.get("deploy_failure_reason") or next(
+                (ln for ln in reversed(str(result.get("deploy_stderr") or "").splitlines()) if ln.strip()), "")
+            result["deploy_failure_reason"] = self.log.mask(str(reason))[:500]
         self.log(f"deployment {name}: status {result.get('deploy_status_code')} "
                  f"in {time.monotonic() - t0:.1f} s"
                  + (f": {result['deploy_failure_reason']}" if result.get("deploy_failure_reason") else ""))
