@@ -13,7 +13,9 @@ request instead, which makes the client retry with SHA-1: we do the same.
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -33,6 +35,7 @@ def _refuse_sha256_sessions() -> None:
 
 
 def main(path: str) -> None:
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack to bmc.log
     cfg = json.loads(Path(path).read_text())
     _refuse_sha256_sessions()
     from virtualbmc.vbmc import VirtualBMC

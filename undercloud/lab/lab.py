@@ -40,6 +40,7 @@ LIBVIRT_URI = "qemu:///system"
 IMAGES = Path("/var/lib/libvirt/images")
 SUBNET = "192.168.24"  # TripleO's ctlplane; per-lab (its own bridge), so homes do not clash
 START_TIMEOUT = 30.0
+LIBVIRTD_LOG = Path("/var/log/libvirt/undercloud-libvirtd.log")  # one libvirtd per machine
 USER = "admin"
 
 
@@ -161,7 +162,11 @@ class Lab:
             self._ns(ns, "ip", "link", "set", "lo", "up")
             if not any("virtlogd" in _cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit()):
                 self._ns(ns, "virtlogd", "-d")
-            self._ns(ns, "libvirtd", "-d")
+            # libvirtd in the foreground under our reaper (see lab/reaper.py), detached
+            with open(LIBVIRTD_LOG, "ab") as out:
+                subprocess.Popen(["nsenter", f"--net={ns}", sys.executable, "-m", "undercloud.lab.reaper",
+                                  "libvirtd"], stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=out, start_new_session=True, cwd="/")
             _wait_for("libvirtd", lambda: libvirtd_pid() is not None and
                       virsh("version", check=False, timeout=10).returncode == 0)
             pid = libvirtd_pid()
@@ -187,6 +192,18 @@ class Lab:
         addrs = self._ns(ns, "ip", "-o", "addr", "show", "dev", self.bridge).stdout
         if f"{SUBNET}.1/24" not in addrs:
             self._ns(ns, "ip", "addr", "add", f"{SUBNET}.1/24", "dev", self.bridge)
+
+    def network(self) -> tuple[str, str]:
+        """The lab network without `lab up` (for VM servers and the undercloud's lab address):
+        libvirtd running, its namespace named, the bridge up. Returns (netns path, bridge
+        address). Records nothing in the lab's state, so `lab up` still works after it."""
+        if (reason := available()) is not None:
+            raise LabError(f"no lab network here: {reason}")
+        scratch: dict = {}
+        self._save = lambda _state: None  # type: ignore[method-assign]  # this instance only
+        ns = self._ensure_libvirtd(scratch)
+        self._ensure_bridge(ns, scratch)
+        return ns, f"{SUBNET}.1"
 
     # ------------------------------------------------------------------- VMs
     def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int) -> str:
@@ -221,6 +238,9 @@ class Lab:
             run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), f"{disk_gb}G"], timeout=60)
             xml = self.dir / f"{name}.xml"
             xml.write_text(self._domain_xml(name, disk, entry["mac"], memory_mb))
+            if virsh("domuuid", name, check=False, timeout=30).returncode == 0:  # ours, left by a lost lab
+                virsh("destroy", name, check=False, timeout=30)
+                virsh("undefine", name, check=False, timeout=30)
             virsh("define", str(xml))
             entry["uuid"] = virsh("domuuid", name).stdout.strip()
             self._save(state)
@@ -241,10 +261,11 @@ class Lab:
         htpasswd.chmod(0o600)
         conf = self.dir / "sushy-emulator.conf"
         uuids = [d["uuid"] for d in state["domains"]]
+        pool = self._ensure_media_pool(state)
         conf.write_text(
             f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n"
             f"SUSHY_EMULATOR_LIBVIRT_URI = '{LIBVIRT_URI}'\nSUSHY_EMULATOR_AUTH_FILE = '{htpasswd}'\n"
-            f"SUSHY_EMULATOR_ALLOWED_INSTANCES = {uuids!r}\n"
+            f"SUSHY_EMULATOR_ALLOWED_INSTANCES = {uuids!r}\nSUSHY_EMULATOR_STORAGE_POOL = '{pool}'\n"
         )
         log = self.dir / "bmc.log"
         pid = self._spawn([sys.executable, "-c", "from sushy_tools.emulator.main import main; main()",
@@ -262,6 +283,20 @@ class Lab:
                 return False
 
         _wait_for("the Redfish emulator", ready, log=log)
+
+    def media_pool(self) -> tuple[str, Path]:
+        return f"{self.instance}-media", IMAGES / f"{self.instance}-media"
+
+    def _ensure_media_pool(self, state: dict) -> str:
+        """The libvirt storage pool the Redfish emulator uploads virtual media into."""
+        name, path = self.media_pool()
+        path.mkdir(parents=True, exist_ok=True)
+        if virsh("pool-info", name, check=False, timeout=30).returncode != 0:
+            virsh("pool-define-as", name, "dir", "--target", str(path))
+        state["media_pool"] = name
+        self._save(state)
+        virsh("pool-start", name, check=False)
+        return name
 
     def _start_ipmi(self, state: dict, password: str) -> None:
         ports = [_free_port(socket.SOCK_DGRAM) for _ in state["domains"]]
@@ -370,6 +405,8 @@ class Lab:
                 os.kill(pid, signal.SIGKILL)
             removed.append(f"{bmc.get('type')} BMC process {pid}")
         names = {d["name"] for d in state.get("domains", [])}
+        if names and libvirtd_pid() is None:  # defined domains outlive libvirtd: start it to remove them
+            self._ensure_libvirtd({})
         if libvirtd_pid():  # also domains of ours a crashed `up` did not record
             listed = virsh("list", "--all", "--name", check=False, timeout=30).stdout.split()
             names |= {n for n in listed if n.startswith(f"{self.instance}-node-")}
@@ -382,6 +419,14 @@ class Lab:
             if disk.exists():
                 disk.unlink()
                 removed.append(f"disk {disk}")
+        pool, pool_dir = self.media_pool()
+        if state.get("media_pool") and libvirtd_pid():
+            virsh("pool-destroy", pool, check=False, timeout=30)
+            if virsh("pool-undefine", pool, check=False, timeout=30).returncode == 0:
+                removed.append(f"storage pool {pool}")
+        if pool_dir.exists():
+            shutil.rmtree(pool_dir)
+            removed.append(f"virtual media in {pool_dir}")
         ns = f"/run/netns/{self.netns}"
         if Path(ns).exists():
             if self._ns(ns, "ip", "link", "show", self.bridge, check=False).returncode == 0:

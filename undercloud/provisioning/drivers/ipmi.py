@@ -5,13 +5,35 @@ driver_info: `address`, `port` (default 623), `username`, `password`.
 
 from __future__ import annotations
 
-from typing import Any
+import threading
 
 from undercloud.provisioning.drivers import Driver, DriverError
 
 BOOT = {"pxe": "network", "disk": "hd", "cd": "cdrom"}
 BOOT_BACK = {v: k for k, v in BOOT.items()}
 POWER_WAIT = 30  # seconds pyghmi waits for the BMC to report the new power state
+
+
+# pyghmi shares one session per BMC between threads, and building a second Command for a
+# BMC whose session is alive can hang; so we keep one Command per BMC (and credentials)
+# for the process, and let one call at a time use it.
+_sessions: dict[tuple, object] = {}
+_locks: dict[tuple, threading.Lock] = {}
+_guard = threading.Lock()
+
+
+def _lock(key: tuple) -> threading.Lock:
+    with _guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def _session(key: tuple, command):
+    cmd = _sessions.get(key)
+    if cmd is None:
+        address, port, user, password = key
+        cmd = command.Command(bmc=address, userid=user, password=password, port=port)
+        _sessions[key] = cmd
+    return cmd
 
 
 def _command():
@@ -26,23 +48,23 @@ def _command():
 class IpmiDriver(Driver):
     name = "ipmi"
 
-    def __init__(self, info: dict[str, Any]):
-        super().__init__(info)
-        self._cmd = None
-
     @property
     def where(self) -> str:
         return f"ipmi BMC {self.info.get('address')}:{self.info.get('port', 623)}"
 
     def _call(self, what: str, fn):
         command, exceptions = _command()
+        key = (self.info["address"], int(self.info.get("port", 623)), self.info.get("username"),
+               self.info.get("password"))
         try:
-            if self._cmd is None:
-                self._cmd = command.Command(bmc=self.info["address"], userid=self.info.get("username"),
-                                            password=self.info.get("password"),
-                                            port=int(self.info.get("port", 623)), keepalive=False)
-            return fn(self._cmd)
+            with _lock(key):
+                try:
+                    return fn(_session(key, command))
+                except exceptions.IpmiException:
+                    _sessions.pop(key, None)  # a stale session (BMC restarted): log in again once
+                    return fn(_session(key, command))
         except exceptions.IpmiException as exc:
+            _sessions.pop(key, None)
             msg = str(exc)
             if "password" in msg.lower() or "unauthorized" in msg.lower() or "user" in msg.lower():
                 raise DriverError(f"{self.where} refused the credentials of user "
