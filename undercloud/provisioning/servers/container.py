@@ -71,6 +71,7 @@ class ContainerRealiser(Realiser):
         self._lock = threading.Lock()
         self._creating = 0  # creates in flight: the network must not be removed under them
         self._net_info: dict | None = None
+        self._reserved: set[str] = set()  # addresses handed to creates still in flight
 
     def available(self) -> str | None:
         if os.geteuid() != 0:
@@ -231,9 +232,7 @@ class ContainerRealiser(Realiser):
                 "-v", f"{spec.state['first_boot']}:{CONFIG_DIR}:ro",
                 "-e", f"UNDERCLOUD_AGENT_CONFIG={CONFIG_DIR}/config.json",
                 "-e", f"UNDERCLOUD_NODE_NETNS=container:{name}"]
-        fixed = next((n.get("fixed_ip") for n in spec.networks if n.get("fixed_ip")), None)
-        if fixed:
-            args += ["--ip", fixed]
+        args += ["--ip", spec.state["ip"], "--label", f"undercloud.ip={spec.state['ip']}"]
         if limits:
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
         for vol in spec.volumes:
@@ -265,7 +264,38 @@ class ContainerRealiser(Realiser):
             return
         image = self._image(spec)
         with self._lock:
-            self._network()
+            info = self._network()
+            ip = self._allocate(spec, info)
+        try:
+            self._run(spec, image)
+        finally:
+            with self._lock:
+                self._reserved.discard(ip)
+
+    def _allocate(self, spec: Spec, info: dict) -> str:
+        """The server's address: requested, kept from before (rebuild), or the first free one.
+
+        Every container gets a static address (podman would otherwise hand out a new one at
+        each start), labelled on the container so the next allocation sees it taken."""
+        subnet = ipaddress.ip_network(info["subnet"])
+        want = next((n.get("fixed_ip") for n in spec.networks if n.get("fixed_ip")), None) or spec.state.get("ip")
+        if want:
+            if ipaddress.ip_address(want) not in subnet or want == info["gateway"]:
+                raise RealiserError(f"fixed_ip {want} is not a free address of the lab network {subnet} "
+                                    f"({info['gateway']} is the undercloud's)")
+            spec.state["ip"] = want
+            return want
+        rows = json.loads(hp.podman("ps", "-a", "--format", "json", "--filter",
+                                    f"label=undercloud.instance={self.instance}").stdout or "[]")
+        used = {(r.get("Labels") or {}).get("undercloud.ip") for r in rows} | self._reserved | {info["gateway"]}
+        for host in subnet.hosts():
+            if str(host) not in used:
+                self._reserved.add(str(host))
+                spec.state["ip"] = str(host)
+                return str(host)
+        raise RealiserError(f"the lab network {subnet} has no free address")
+
+    def _run(self, spec: Spec, image: str) -> None:
         name = self._name(spec)
         spec.state["container"] = spec.state["instance_name"] = name
         spec.state["first_boot"] = str(Path(self.env.home.path) / "servers" / spec.id / "first-boot")
@@ -314,6 +344,8 @@ class ContainerRealiser(Realiser):
         if state == "running":
             nets = info.get("NetworkSettings", {}).get("Networks") or {}
             ip = (nets.get(self.network) or {}).get("IPAddress")
+            if ip:
+                spec.state["ip"] = ip
             return Status(ACTIVE, addresses={"ctlplane": [ip]} if ip else {}, notes=notes)
         if state in ("created", "configured", "initialized"):
             return Status(BUILD, reason=f"container {name} to start", notes=notes)
@@ -347,8 +379,12 @@ class ContainerRealiser(Realiser):
 
     def rebuild(self, spec: Spec) -> None:
         """Recreate from `spec.image`: the container goes, its named volumes stay."""
-        found = self._find(spec)
         self._image(spec)  # fail before removing anything when the new image is not usable
+        info = self._inspect(spec)
+        if info is not None:
+            ip = ((info.get("NetworkSettings", {}).get("Networks") or {}).get(self.network) or {}).get("IPAddress")
+            spec.state["ip"] = ip or spec.state.get("ip")
+        found = self._find(spec)
         if found is not None:
             hp.podman("rm", "-f", "--depend", "-t", "0", found["Names"][0], timeout=120)
         spec.state["powered_off"] = False
