@@ -30,6 +30,7 @@ from undercloud.images.store import sha256_file
 
 BUILDER_VERSION = 1
 KEEP_OUTPUTS = 2  # cached outputs kept per image and type
+PARENT = {"packages": "debootstrap", "image": "packages", "service": "image"}
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
@@ -173,6 +174,7 @@ class Builder:
         with rootfs.locked(key):
             if rootfs.layer_ready(key) and not self.no_cache:
                 self.say(f"{stage}: cached ({key[:12]})")
+                rootfs.touch(key)
                 self.held.enter_context(rootfs.locked(f"{key}.use", shared=True))
                 return rootfs.layer_dir(key)
             start = time.monotonic()
@@ -195,7 +197,7 @@ class Builder:
             os.rename(tmp / "upper", rootfs.layer_dir(key))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        rootfs.mark_ready(key)
+        rootfs.mark_ready(key, parent=self.keys[PARENT[stage]])
         return rootfs.layer_dir(key)
 
     def run_phase(self, root: Path, els: list[elements.Element], phase: str) -> None:
@@ -339,6 +341,8 @@ class Builder:
                 {"role": a.role, "file": a.path.name, "sha256": a.sha256, "size": a.size,
                  "disk_format": a.disk_format} for a in arts]}))
         prune_outputs(self.t.label, self.say)
+        for key in rootfs.prune_layers():
+            self.say(f"pruned cached layer {key[:12]}")
         return arts
 
     @property

@@ -54,11 +54,15 @@ def locked(name: str, shared: bool = False) -> Iterator[None]:
     """A cross-process lock in the cache. `KEY`: held while making a layer, so two builds
     never make the same one twice. `KEY.use`: shared by every build using the layer,
     exclusive to replace it (--no-cache), so no layer is removed under a running build."""
-    d = cache_dir() / "locks"
-    d.mkdir(exist_ok=True)
-    with open(d / name, "w") as f:
+    with open(_lock_path(name), "w") as f:
         fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
+
+
+def _lock_path(name: str) -> Path:
+    d = cache_dir() / "locks"
+    d.mkdir(exist_ok=True)
+    return d / name
 
 
 def layer_dir(key: str) -> Path:
@@ -69,10 +73,12 @@ def layer_ready(key: str) -> bool:
     return (layer_dir(key).parent / f"{key}.done").exists() and layer_dir(key).is_dir()
 
 
-def mark_ready(key: str) -> None:
+def mark_ready(key: str, parent: str | None = None) -> None:
     """Record the layer as complete, with a fresh build id: layers above it are keyed by
-    that id too, since an overlay upper is only valid over the very tree it was made on."""
-    (layer_dir(key).parent / f"{key}.done").write_text(f"{uuid.uuid4().hex} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+    that id too, since an overlay upper is only valid over the very tree it was made on.
+    The parent layer's key and build id are recorded for `prune_layers`."""
+    p = f" {parent} {build_id(parent)}" if parent else ""
+    (layer_dir(key).parent / f"{key}.done").write_text(f"{uuid.uuid4().hex} {time.strftime('%Y-%m-%dT%H:%M:%S')}{p}\n")
 
 
 def build_id(key: str) -> str:
@@ -81,6 +87,43 @@ def build_id(key: str) -> str:
         return (layer_dir(key).parent / f"{key}.done").read_text().split()[0]
     except (FileNotFoundError, IndexError):
         return "unbuilt"
+
+
+def touch(key: str) -> None:
+    """Mark a layer as used now (pruning goes by last use)."""
+    with contextlib.suppress(OSError):
+        os.utime(layer_dir(key).parent / f"{key}.done")
+
+
+def prune_layers(max_age_days: float = 7.0) -> list[str]:
+    """Remove layers that can never be used again (the layer below them was rebuilt, so
+    no key leads to them) and layers unused for `max_age_days`; skip any a build uses."""
+    base = cache_dir() / "layers"
+    if not base.is_dir():
+        return []
+    removed: list[str] = []
+    changed = True
+    while changed:  # removing a layer orphans the ones above it
+        changed = False
+        for done in base.glob("*.done"):
+            key = done.name.removesuffix(".done")
+            try:
+                fields = done.read_text().split()
+                age = time.time() - done.stat().st_mtime
+            except OSError:
+                continue
+            orphan = len(fields) >= 4 and build_id(fields[2]) != fields[3]
+            if not orphan and age < max_age_days * 86400:
+                continue
+            with open(_lock_path(f"{key}.use"), "w") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # in use by a running build
+                drop_layer(key)
+            removed.append(key)
+            changed = True
+    return removed
 
 
 def drop_layer(key: str) -> None:
