@@ -139,3 +139,16 @@ def test_admin_routes_need_the_admin_token(ctx, client):
     assert [s["name"] for s in r.json()] == ["n1"]
     r = client.post("/v1/agent/servers/n1/credentials", headers={"X-Undercloud-Token": ctx.admin_token})
     assert r.json()["server_id"] == "s1" and r.json()["token"]
+
+
+def test_get_input_substitution_as_heat():
+    from undercloud.orchestration.resources.base import ResourceFailure
+    from undercloud.orchestration.resources.software_deployment import parse_inputs
+    cfg = {"a": {"get_input": "x"}, "l": [{"get_input": "y"}, "plain"], "two": {"get_input": "x", "k": 1},
+           "other": {"get_param": "x"}, "nested": {"deep": {"get_input": "missing"}}}
+    assert parse_inputs(cfg, {"x": 1, "y": [2]}) == {
+        "a": 1, "l": [[2], "plain"], "two": {"get_input": "x", "k": 1},  # only a one-key map is a call
+        "other": {"get_param": "x"}, "nested": {"deep": None}}  # LAX: a missing input is null
+    assert parse_inputs({"v": {"my_in": "x"}}, {"x": "X"}, input_key="my_in") == {"v": "X"}
+    with pytest.raises(ResourceFailure, match="'missing' is needed by the config"):
+        parse_inputs(cfg, {"x": 1, "y": 2}, strict=True)

@@ -278,3 +278,59 @@ def test_undercloud_restarted_mid_deployment_completes(uc_home, agent, tmp_path)
     log = (agent.tmp / "agent.log").read_text()
     assert "signal acknowledged" in log
     assert log.count("running hook") == 1  # the deployment ran once
+
+
+GROUP = """
+heat_template_version: 2018-08-31
+resources:
+  a: {type: OS::Heat::DeployedServer}
+  b: {type: OS::Heat::DeployedServer}
+  config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      outputs: [{name: where}]
+      config: |
+        #!/bin/sh
+        echo "on $deploy_server_id"
+        printf "$deploy_resource_name" > $heat_outputs_path.where
+  deployments:
+    type: OS::Heat::SoftwareDeploymentGroup
+    properties:
+      config: {get_resource: config}
+      servers: {first: {get_resource: a}, second: {get_resource: b}}
+outputs:
+  stdouts: {value: {get_attr: [deployments, deploy_stdouts]}}
+  codes: {value: {get_attr: [deployments, deploy_status_codes]}}
+  where: {value: {get_attr: [deployments, where]}}
+  ids: {value: {first: {get_resource: a}, second: {get_resource: b}}}
+"""
+
+
+def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path):
+    p = stack_create_bg(write(tmp_path, GROUP))
+    cfgs = wait_for(lambda: sorted((uc_home.path / "agents").glob("*.json"))
+                    if (uc_home.path / "agents").exists() and len(list((uc_home.path / "agents").glob("*.json"))) == 2
+                    else None, what="two agent configs")
+    procs = []
+    for i, cfg_file in enumerate(cfgs):
+        cfg = json.loads(cfg_file.read_text())
+        node = tmp_path / f"node{i}"
+        cfg.update(state_dir=str(node / "state"), templates=str(node / "t"), refresh_dir=str(node / "r"),
+                   hooks_dir=str(node / "h"), output_root=str(node / "o"), interval=1)
+        (tmp_path / f"a{i}.json").write_text(json.dumps(cfg))
+        procs.append(subprocess.Popen([sys.executable, "-m", "undercloud.agent", "run", "--config",
+                                       str(tmp_path / f"a{i}.json")], stderr=subprocess.DEVNULL,
+                                      start_new_session=True))
+    try:
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    finally:
+        for q in procs:
+            os.killpg(q.pid, signal.SIGKILL)
+            q.wait()
+    o = outputs()
+    ids = o["ids"]
+    assert o["stdouts"] == {"first": f"on {ids['first']}\n", "second": f"on {ids['second']}\n"}
+    assert o["codes"] == {"first": 0, "second": 0}
+    assert o["where"] == {"first": "first", "second": "second"}
