@@ -249,3 +249,22 @@ def test_bad_agent_config_is_one_line(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip() == f"undercloud-agent: {cfg}: token: required"
+
+
+def test_polls_are_jittered_and_back_off_when_the_undercloud_is_away(tmp_path, svc, monkeypatch):
+    agent, _t, _ = make_agent(tmp_path, svc, interval=10.0, long_poll=False)
+    sleeps: list[float] = []
+    monkeypatch.setattr("undercloud.agent.runner.time.sleep", sleeps.append)
+
+    def rounds(n):
+        it = iter(range(n))
+        return lambda: next(it, None) is None
+
+    agent.run_forever(stop=rounds(30))
+    assert len(sleeps) == 30 and all(7.5 <= s <= 12.5 for s in sleeps)  # interval +-25 %
+    assert len({round(s, 3) for s in sleeps}) > 20  # not in step with other agents
+    svc.stop()
+    sleeps.clear()
+    agent.run_forever(stop=rounds(8))
+    assert sleeps[0] < 2 and sleeps[0] < sleeps[3] < sleeps[6] <= 12.5  # growing, bounded by the interval
+    svc.start()
