@@ -124,15 +124,15 @@ def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
             if entry.get(key) in (None, ""):
                 bad(path, label, f"{key}: required for pm_type {pm_type}")
         props, macs = _properties(entry, path, label, bad)
-        if len(problems) > before:
-            continue
-        info = mod.from_instackenv(entry)
+        missing = [k for k in mod.required() if entry.get(k) in (None, "")]
+        info = {} if missing else mod.from_instackenv(entry)
         if mod is drivers.module("fake"):
             info.update({k: v for k, v in (("delay", entry.get("fake_delay")), ("fail", entry.get("fake_fail")))
                          if v is not None})
-        key = mod.bmc_key(info)
+        key = mod.bmc_key(info) if not missing else None
         name = entry.get("name")
         node_uuid = str(entry.get("uuid") or uuid.uuid4())
+        # duplicates are checked even for entries with other problems: report everything at once
         if name is not None:
             name = str(name)
             if name in seen_names:
@@ -142,9 +142,12 @@ def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
             if mac in seen_macs:
                 bad(path + ("ports",), label, f"ports: MAC {mac} duplicate of {seen_macs[mac]}")
             seen_macs.setdefault(mac, label)
-        if key in seen_bmcs:
-            bad(path + ("pm_addr",), label, f"pm_addr: same BMC ({_bmc_text(info)}) as {seen_bmcs[key]}")
-        seen_bmcs.setdefault(key, label)
+        if key is not None:
+            if key in seen_bmcs:
+                bad(path + ("pm_addr",), label, f"pm_addr: same BMC ({_bmc_text(info)}) as {seen_bmcs[key]}")
+            seen_bmcs.setdefault(key, label)
+        if len(problems) > before:
+            continue
         specs.append(NodeSpec(
             name=name, uuid=node_uuid, driver=drivers.canonical(pm_type), driver_info=info, bmc_key=key,
             properties=props, resource_class=entry.get("resource_class") or "baremetal", macs=macs,

@@ -84,3 +84,8 @@ def machine_state(address: str) -> dict[str, Any]:
     """The fake machine behind `address` (tests use it to cause power drift)."""
     with _lock:
         return _machines.setdefault(address, {"power": "off", "boot": "disk", "media": None})
+
+
+def reset() -> None:
+    with _lock:
+        _machines.clear()

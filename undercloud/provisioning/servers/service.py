@@ -43,6 +43,10 @@ CPU_RATIO, RAM_RATIO = 16.0, 1.5
 LAB_NETWORK = "ctlplane"
 
 
+class NeedsFirstBoot(UndercloudError):
+    """A resumed create must be given first-boot data again (a new token)."""
+
+
 def view(row: Server) -> dict:
     return {
         "id": row.id, "name": row.name, "status": row.status, "task": row.task, "fault": row.fault,
@@ -208,10 +212,9 @@ class ServersService:
     def create(self, *, id: str, name: str, flavor: str, image: str, first_boot: dict,
                networks: list | None = None, metadata: dict | None = None, volumes: list | None = None,
                owner: str | None = None, scheduler_hints: dict | None = None) -> dict:
-        """Start a server; repeating the call for the same id returns what exists."""
-        existing = self._row(id)
-        if existing is not None:
-            return existing
+        """Start a server; repeating the call for the same id resumes it (see `resume`)."""
+        if self._row(id) is not None:
+            return self.resume(id, first_boot)
         if not name or not NAME.match(name):
             raise InvalidInput(f"{name!r} is not a valid host name (letters, digits, '-', '.'; at most 63)",
                                "name")
@@ -248,6 +251,24 @@ class ServersService:
 
         self._call(row.id, spawn, spec, "spawning")
         return self.get(id)
+
+    def resume(self, server_id: str, first_boot: dict | None = None) -> dict:
+        """Continue a create interrupted by a crash: the realiser finds what it made already.
+        Uses the first-boot data on disk (same token); `first_boot` only if that was lost."""
+        with self.store.session() as s:
+            row = self._find(s, server_id)
+        if row.status != BUILD:
+            return view(row)
+        realiser = self.realiser(row.hypervisor_type)
+        spec = self.spec(row)
+        if not spec.first_boot:
+            if not first_boot:
+                raise NeedsFirstBoot(f"server {row.name}: its first-boot data was lost before it was written",
+                                     "server")
+            spec.first_boot = dict(first_boot)
+            self._write_first_boot(spec, realiser)
+        self._call(row.id, realiser.create, spec, "spawning")
+        return self.get(row.id)
 
     def _claim(self, id: str, fl: dict, img: dict, hints: dict) -> dict:
         from undercloud.provisioning.scheduler import Request

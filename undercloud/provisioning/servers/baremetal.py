@@ -1,0 +1,328 @@
+"""`baremetal` servers: Ironic's direct deploy through the node's BMC, without PXE.
+
+The service claims an available node (scheduler) and calls `create`, which prepares this
+deploy's virtual media (baremetal_media.py: the deploy ramdisk ISO + the request + the
+config drive) and moves the node with the `deploy` verb. From there the node state
+machine (provisioning/states.py) drives it:
+
+  deploying       the deploy hook (installed here on the nodes service): power off, insert
+                  the media through Redfish virtual media, boot once from CD, power on
+  wait call-back  the ramdisk sets its lab address, picks the root device by the node's
+                  root_device hints, downloads the image from the image store (Range
+                  resume), verifies its sha256, writes it and the config drive, and calls
+                  POST /v1/deploy/servers/<id>/callback with this deploy's token
+  active          on success the undercloud ejects the media, sets boot to disk
+                  (persistent) and reboots; the node's agent then checks in
+  deploy failed   the ramdisk's error (checksum mismatch...), a BMC error, or no call-back
+                  within CALLBACK_TIMEOUT, each named in the node's last_error; `undeploy`
+                  (what server delete does) recovers the node to available
+
+Per server: <home>/baremetal/<server id>/ (deploy.json: node, token hash; the ISOs while
+deploying) and one lab address (vm_net.Addresses). The API is served on the lab network
+as for VMs (vm_net.serve_api).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from undercloud.errors import Conflict, NotFound, UndercloudError
+from undercloud.provisioning import drivers, states
+from undercloud.provisioning.drivers import DriverError
+from undercloud.provisioning.servers import baremetal_media, vm_configdrive
+from undercloud.provisioning.servers.base import (
+    ACTIVE,
+    BUILD,
+    DELETED,
+    ERROR,
+    Realiser,
+    RealiserError,
+    Spec,
+    Status,
+)
+from undercloud.provisioning.servers.vm import fixed_ip
+from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX, Addresses, lab_network, serve_api
+
+log = logging.getLogger("undercloud.servers.baremetal")
+
+DEPLOY_IMAGE = "deploy-ramdisk"  # the ISO (disk_format iso, hypervisor_type baremetal) booted
+# Seconds the node may wait for the ramdisk's call-back (a TCG boot + download + write in
+# the virtual lab takes minutes; real machines with slow firmware too).
+CALLBACK_TIMEOUT = float(os.environ.get("UNDERCLOUD_DEPLOY_CALLBACK_TIMEOUT", "1200"))
+BUSY_WAIT = 180.0  # seconds delete waits for a running deploy step to end
+
+
+class DeployDenied(UndercloudError):
+    """Unknown server or wrong deploy token: the same answer for both."""
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class BaremetalRealiser(Realiser):
+    hypervisor_type = "baremetal"
+    disk_formats = ("qcow2", "raw")
+    uses_nodes = True
+    build_timeout = CALLBACK_TIMEOUT + 600.0
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.root = Path(env.home.path) / "baremetal"
+        if env.nodes is not None:  # the node state machine's deploy/undeploy work is ours
+            env.nodes.deploy_hook = self._deploy_step
+            env.nodes.undeploy_hook = self._undeploy_step
+
+    # ---- helpers ---------------------------------------------------------------------
+    def _dir(self, server_id: str) -> Path:
+        return self.root / server_id
+
+    def _record(self, server_id: str) -> dict:
+        try:
+            return json.loads((self._dir(server_id) / "deploy.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save_record(self, server_id: str, data: dict) -> None:
+        d = self._dir(server_id)
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        tmp = d / ".deploy.json.tmp"
+        tmp.write_text(json.dumps(data))
+        tmp.replace(d / "deploy.json")
+
+    def _node(self, spec: Spec) -> dict | None:
+        node_id = spec.state.get("node_id") or (spec.node or {}).get("uuid")
+        if not node_id or self.env.nodes is None:
+            return None
+        try:
+            return self.env.nodes.get(node_id)
+        except NotFound:
+            return None
+
+    def _deploy_image(self) -> dict:
+        images = self.env.images
+        found = [i for i in images.list(name=DEPLOY_IMAGE) if i["disk_format"] == "iso" and i["status"] == "active"]
+        if not found:
+            raise RealiserError(f"no {DEPLOY_IMAGE} ISO in the image store: run "
+                                f"`undercloud image build {DEPLOY_IMAGE}`")
+        return found[-1]
+
+    # ---- interface -------------------------------------------------------------------
+    def available(self) -> str | None:
+        if self.env.nodes is None:
+            return "no nodes service in this undercloud"
+        if not shutil.which("xorriso"):
+            return "xorriso is not installed (apt-get install xorriso)"
+        return None
+
+    def agent_url(self, spec: Spec) -> str:
+        ns, _bridge, gateway = lab_network(self.env.home)
+        serve_api(ns, gateway, self.env.api_port)
+        return f"http://{gateway}:{self.env.api_port}"
+
+    def startup(self) -> None:
+        ns, _bridge, gateway = lab_network(self.env.home)
+        serve_api(ns, gateway, self.env.api_port)
+
+    def create(self, spec: Spec) -> None:
+        node = spec.node
+        if not node:
+            raise RealiserError("no node was claimed for this server")
+        node_id, label = node["uuid"], node.get("name") or node["uuid"]
+        spec.state.update(node_id=node_id, instance_name=label)
+        current = self._node(spec) or node
+        if current["provision_state"] != states.AVAILABLE:
+            return  # a repeated call: the deploy is under way (or failed: status says so)
+        if spec.image.get("disk_format") not in self.disk_formats:
+            raise RealiserError(f"image {spec.image.get('name')} is {spec.image.get('disk_format')}; "
+                                f"bare-metal servers take {' or '.join(self.disk_formats)}")
+        if spec.image_path is None or not Path(spec.image_path).exists():
+            raise RealiserError(f"the content of image {spec.image.get('name')} is missing from the image store")
+        macs = node.get("ports") or []
+        if not macs:
+            raise RealiserError(f"node {label} has no port (MAC address): the ramdisk could not find its NIC")
+        base_iso = self.env.images.blob_path(self._deploy_image()["checksum"])
+        _ns, _bridge, gateway = lab_network(self.env.home)
+        address = Addresses(self.env.home, gateway).take(spec.id, fixed_ip(spec))
+        token = secrets.token_urlsafe(32)
+        d = self._dir(spec.id)
+        d.mkdir(parents=True, exist_ok=True)
+        self._save_record(spec.id, {"node_id": node_id, "token_sha256": _sha(token), "address": address,
+                                    "gateway": gateway, "created_at": time.time()})
+        url = spec.first_boot.get("url") or f"http://{gateway}:{self.env.api_port}"
+        request = {
+            "url": url, "server_id": spec.id, "token": token, "node": label,
+            "image": {k: spec.image.get(k) for k in ("id", "name", "checksum", "size", "disk_format")},
+            "root_device": (node.get("properties") or {}).get("root_device") or {},
+            "network": {"mac": macs[0], "address": address, "prefix": PREFIX},
+        }
+        config_drive = vm_configdrive.make(spec, macs[0], address, d / "configdrive.iso")
+        baremetal_media.make_deploy_iso(base_iso, request, config_drive, d / "deploy.iso")
+        config_drive.unlink()
+        spec.state.update(address=address, mac=macs[0], gateway=gateway)
+        try:
+            self.env.nodes.act(node_id, "deploy")
+        except UndercloudError as exc:
+            raise RealiserError(f"node {label}: {exc}") from None
+
+    def status(self, spec: Spec) -> Status:
+        node = self._node(spec)
+        addresses = {NETWORK: [spec.state["address"]]} if spec.state.get("address") else {}
+        if spec.state.get("deleting"):
+            if node is None or (node["instance_uuid"] != spec.id and node["provision_state"] not in states.BUSY):
+                return Status(DELETED)
+            if node["provision_state"] in states.FAILED:
+                return Status(ERROR, reason=f"undeploying node {node['name'] or node['uuid']}: {node['last_error']}")
+            return Status(BUILD, reason=f"node {node['name'] or node['uuid']} is {node['provision_state']}")
+        if node is None:
+            return Status(DELETED, reason="its node is gone")
+        label, ps = node["name"] or node["uuid"], node["provision_state"]
+        if node["instance_uuid"] != spec.id:
+            return Status(ERROR, reason=f"node {label} no longer serves this server")
+        if ps == states.ACTIVE:
+            return Status(ACTIVE, addresses)
+        if ps == states.DEPLOY_WAIT:
+            waited = time.time() - (node.get("provision_updated_at") or time.time())
+            if waited > CALLBACK_TIMEOUT:
+                self._fail_wait(node["uuid"], f"timed out after {CALLBACK_TIMEOUT:.0f} s in '{ps}': the deploy "
+                                              f"ramdisk on node {label} never called back")
+                node = self.env.nodes.get(node["uuid"])
+                ps = node["provision_state"]
+            else:
+                return Status(BUILD, addresses, reason=f"node {label}: {ps} ({waited:.0f} s)")
+        if ps in states.FAILED:
+            return Status(ERROR, addresses, reason=f"node {label}: {ps}: {node['last_error']}")
+        return Status(BUILD, addresses, reason=f"node {label}: {ps}")
+
+    def _fail_wait(self, node_id: str, reason: str) -> None:
+        try:
+            self.env.nodes.callback(node_id, ok=False, error=reason)
+        except Conflict:
+            pass  # it moved meanwhile (the call-back came after all)
+
+    def delete(self, spec: Spec) -> None:
+        node = self._node(spec)
+        spec.state["deleting"] = True
+        if node is not None and node["instance_uuid"] == spec.id:
+            node_id = node["uuid"]
+            deadline = time.monotonic() + BUSY_WAIT
+            while node["provision_state"] in states.BUSY and node["provision_state"] != states.DELETING:
+                if time.monotonic() > deadline:
+                    raise RealiserError(f"node {node['name'] or node_id} stayed {node['provision_state']} "
+                                        f"for {BUSY_WAIT:.0f} s")
+                time.sleep(1)
+                node = self.env.nodes.get(node_id)
+            if node["provision_state"] in states.WAIT:
+                self.env.nodes.act(node_id, "abort")
+                node = self.env.nodes.get(node_id)
+            if "undeploy" in node["allowed_verbs"]:
+                self.env.nodes.act(node_id, "undeploy")
+            elif node["provision_state"] == states.AVAILABLE and self.env.scheduler is not None:
+                self.env.scheduler.release(spec.id)  # claimed, never deployed
+        shutil.rmtree(self._dir(spec.id), ignore_errors=True)
+        rec_gateway = spec.state.get("gateway")
+        if rec_gateway:
+            Addresses(self.env.home, rec_gateway).release(spec.id)
+
+    def console(self, spec: Spec, lines: int = 100) -> str:
+        node = self._node(spec)
+        label = (node or {}).get("name") or spec.state.get("node_id") or "?"
+        return (f"(node {label}: a bare-metal server's serial console is on its BMC; "
+                f"`undercloud node show {label}` has its deploy state and last error)")
+
+    # ---- node state machine steps (run on the nodes service's workers) ----------------
+    def _deploy_step(self, node, driver) -> str:
+        from undercloud.provisioning.nodes import WAIT
+
+        iso = self._dir(node.instance_uuid or "-") / "deploy.iso"
+        if not iso.exists():
+            raise UndercloudError(f"no deploy media prepared for server {node.instance_uuid} "
+                                  f"(deploy bare-metal nodes through `server create`)")
+        driver.set_power("off")
+        _eject_quietly(driver)
+        with baremetal_media.serve_file(iso) as url:
+            driver.insert_media(url)
+        driver.set_boot_device("cd", persistent=False)
+        driver.set_power("on")
+        log.info("node %s: deploy ramdisk booting from virtual media", node.label)
+        return WAIT
+
+    def _undeploy_step(self, node, driver) -> None:
+        _eject_quietly(driver)
+        driver.set_power("off")
+        _drop_lab_media_copy(self.env.home, node)
+
+    # ---- the ramdisk's call-back (api/deploy.py) ---------------------------------------
+    def callback(self, server_id: str, token: str | None, ok: bool, error: str | None) -> dict:
+        rec = self._record(server_id)
+        if not rec or not token or not hmac.compare_digest(rec.get("token_sha256", ""), _sha(token)):
+            raise DeployDenied("unknown server or wrong deploy token")
+        node = self.env.nodes.get(rec["node_id"])
+        if node["provision_state"] != states.DEPLOY_WAIT or node["instance_uuid"] != server_id:
+            raise Conflict(f"node {node['name'] or node['uuid']} is not waiting for this call-back "
+                           f"(state '{node['provision_state']}')")
+        error = (error or "failed, without a reason").strip().splitlines()[0][:500] if not ok else None
+        threading.Thread(target=self._finish, args=(rec["node_id"], server_id, ok, error),
+                         name=f"deploy-finish-{server_id[:8]}", daemon=True).start()
+        return {"acknowledged": True, "node": node["name"] or node["uuid"]}
+
+    def _finish(self, node_id: str, server_id: str, ok: bool, error: str | None) -> None:
+        """Eject, boot from disk, reboot (or power off a failed node); then the node's event."""
+        record = self.env.nodes.record(node_id)
+        driver = drivers.get(record.driver, record.driver_info)
+        try:
+            driver.eject_media()
+            if ok:
+                driver.set_boot_device("disk", persistent=True)
+                driver.set_power("reboot")
+            else:
+                driver.set_power("off")
+        except DriverError as exc:
+            reason = drivers.scrub(str(exc), record.driver_info)
+            self._fail_wait(node_id, f"finishing the deploy: {reason}" + (f" (ramdisk: {error})" if error else ""))
+            return
+        _drop_lab_media_copy(self.env.home, record)
+        for p in ("deploy.iso",):
+            (self._dir(server_id) / p).unlink(missing_ok=True)
+        if ok:
+            try:
+                self.env.nodes.callback(node_id, ok=True)
+            except Conflict as exc:
+                log.warning("node %s: deploy finished but %s", record.label, exc)
+        else:
+            self._fail_wait(node_id, f"deploy ramdisk: {error}")
+
+
+def _eject_quietly(driver) -> None:
+    """Eject whatever media is in; a BMC that is not there still fails the step."""
+    try:
+        driver.eject_media()
+    except DriverError as exc:
+        if "cannot reach" in str(exc) or "refused the credentials" in str(exc):
+            raise
+
+
+def _drop_lab_media_copy(home, node) -> None:
+    """In the virtual lab the Redfish emulator keeps a copy of inserted media in the lab's
+    storage pool (named after the media file and the domain's UUID): remove it."""
+    from undercloud.lab.lab import Lab, virsh
+
+    system = str((node.driver_info or {}).get("system_id") or "").rstrip("/").rsplit("/", 1)[-1]
+    if not system:
+        return
+    pool, _path = Lab(home).media_pool()
+    volume = f"{baremetal_media.MEDIA_NAME.replace('.', '-')}-{system}.img"
+    try:
+        virsh("vol-delete", "--pool", pool, volume, check=False, timeout=30)
+    except UndercloudError:
+        pass

@@ -1,0 +1,70 @@
+"""First-boot data as an OpenStack config drive (ISO 9660, label `config-2`).
+
+A VM gets it as a CD; the deploy ramdisk writes it as the last partition of a bare-metal
+node's disk. On the node, `python3 -m undercloud.agent.deploy firstboot` reads it (see
+undercloud/agent/deploy.py for the layout). The ISO holds the server's token: files are
+written 0600, and the ISO is removed with the server.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from undercloud.host.run import require, run
+from undercloud.provisioning.servers.base import Spec
+from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX
+
+LABEL = "config-2"
+
+
+def contents(spec: Spec, mac: str, address: str) -> dict[str, bytes]:
+    """Relative path -> content of the config drive of `spec`."""
+    fb = dict(spec.first_boot or {})
+    hostname = fb.get("hostname") or spec.name
+    meta = {"uuid": spec.id, "name": spec.name, "hostname": hostname, "launch_index": 0,
+            "availability_zone": "nova", "meta": fb.get("metadata") or {}}
+    netmask = str(ipaddress.ip_network(f"0.0.0.0/{PREFIX}").netmask)
+    network = {
+        "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
+        "networks": [{"id": NETWORK, "link": "eth0", "type": "ipv4", "ip_address": address,
+                      "netmask": netmask, "routes": [], "network_id": NETWORK}],
+        "services": [],
+    }
+    agent = {**fb, "hostname": hostname, "server_id": fb.get("server_id") or spec.id}
+    files = {
+        "openstack/latest/meta_data.json": json.dumps(meta, indent=1).encode(),
+        "openstack/latest/network_data.json": json.dumps(network, indent=1).encode(),
+        "openstack/latest/vendor_data2.json": json.dumps({"undercloud": agent}, indent=1).encode(),
+    }
+    user_data = fb.get("user_data")
+    if user_data:
+        files["openstack/latest/user_data"] = user_data.encode() if isinstance(user_data, str) else user_data
+    return files
+
+
+def make(spec: Spec, mac: str, address: str, out: Path) -> Path:
+    """Write the config drive ISO of `spec` to `out` (replacing it); returns `out`."""
+    require("xorriso", "xorriso")
+    tmp = Path(tempfile.mkdtemp(prefix="uc-configdrive-"))
+    try:
+        os.chmod(tmp, 0o700)
+        for rel, data in contents(spec, mac, address).items():
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        partial = out.with_name(out.name + ".tmp")
+        old = os.umask(0o077)
+        try:
+            run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(partial), "-V", LABEL, "-J", "-r", str(tmp)],
+                timeout=120)
+        finally:
+            os.umask(old)
+        os.replace(partial, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,203 @@
+"""The lab network as VM and bare-metal servers use it: addresses, MACs, the undercloud's side.
+
+The network itself (libvirtd, its namespace, the bridge `br-<instance>` with the
+undercloud's address `.1`) belongs to the virtual lab (`Lab.network()`). Here:
+- `addresses`: a small allocator of lab addresses per server, in a JSON file of the home
+  under a file lock (several threads and processes may create servers at once). VM and
+  bare-metal servers take theirs from RANGE; a requested `fixed_ip` is taken as asked.
+- `serve_api`: the undercloud's API on the lab network. The bridge lives in libvirtd's
+  namespace (its taps are made there) while the service runs in the host's, so
+  `Env.listen` (which binds in the service's own namespace) cannot reach it: a socket is
+  bound inside the lab namespace (`bind_in_netns`) at the bridge address and the API port,
+  and each connection is relayed to the API on 127.0.0.1. Address and port are those of the
+  home (the bridge's .1, the API port file): the same after restarts (`Realiser.startup`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import socket
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from undercloud.provisioning.servers.base import RealiserError
+
+NETWORK = "ctlplane"   # the one lab network (TripleO's name for it)
+PREFIX = 24
+RANGE = range(100, 250)  # host part of addresses handed to VM and bare-metal servers
+CLONE_NEWNET = 0x40000000
+IP_FREEBIND = 15
+
+
+def lab_network(home) -> tuple[str, str, str]:
+    """(netns path, bridge, undercloud address) of this home's lab network, made if missing."""
+    from undercloud.errors import UndercloudError
+    from undercloud.lab.lab import Lab
+
+    lab = Lab(home)
+    try:
+        ns, gateway = lab.network()
+    except UndercloudError as exc:
+        raise RealiserError(f"lab network: {exc}") from None
+    return ns, lab.bridge, gateway
+
+
+def server_mac(server_id: str) -> str:
+    """A stable MAC per server in OpenStack's fa:16:3e range."""
+    h = hashlib.sha256(server_id.encode()).digest()
+    return f"fa:16:3e:{h[0]:02x}:{h[1]:02x}:{h[2]:02x}"
+
+
+class Addresses:
+    """Lab addresses held by servers: {address: server_id} in <home>/servers/lab-addresses.json."""
+
+    def __init__(self, home, subnet_gateway: str):
+        self.file = Path(home.path) / "servers" / "lab-addresses.json"
+        self.net = ipaddress.ip_interface(f"{subnet_gateway}/{PREFIX}").network
+        self.gateway = subnet_gateway
+
+    @contextmanager
+    def _locked(self):
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.file.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                held = json.loads(self.file.read_text())
+            except (OSError, ValueError):
+                held = {}
+            yield held
+            tmp = self.file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(held, indent=1, sort_keys=True))
+            tmp.replace(self.file)
+
+    def take(self, server_id: str, fixed_ip: str | None = None) -> str:
+        """The server's address (the same one again when it holds one already)."""
+        with self._locked() as held:
+            mine = [a for a, s in held.items() if s == server_id]
+            if fixed_ip:
+                try:
+                    ip = ipaddress.ip_address(fixed_ip)
+                except ValueError:
+                    raise RealiserError(f"networks: fixed_ip {fixed_ip!r} is not an IP address") from None
+                if ip not in self.net or ip in (self.net.network_address, self.net.broadcast_address) \
+                        or str(ip) == self.gateway:
+                    raise RealiserError(f"networks: fixed_ip {fixed_ip} is not a free host address of "
+                                        f"{NETWORK} ({self.net}; {self.gateway} is the undercloud)")
+                if held.get(str(ip), server_id) != server_id:
+                    raise RealiserError(f"networks: fixed_ip {fixed_ip} is held by server {held[str(ip)]}")
+                for a in mine:
+                    held.pop(a)
+                held[str(ip)] = server_id
+                return str(ip)
+            if mine:
+                return mine[0]
+            base = int(self.net.network_address)
+            for host in RANGE:
+                ip = str(ipaddress.ip_address(base + host))
+                if ip not in held:
+                    held[ip] = server_id
+                    return ip
+            raise RealiserError(f"no free address left on {NETWORK} ({len(RANGE)} in use)")
+
+    def release(self, server_id: str) -> list[str]:
+        with self._locked() as held:
+            gone = [a for a, s in held.items() if s == server_id]
+            for a in gone:
+                held.pop(a)
+            return gone
+
+    def held(self, server_id: str | None = None) -> dict[str, str]:
+        with self._locked() as held:
+            return {a: s for a, s in held.items() if server_id is None or s == server_id}
+
+
+def bind_in_netns(netns: str, host: str, port: int) -> socket.socket:
+    """A TCP socket listening on host:port inside network namespace `netns` (a path such as
+    /run/netns/NAME). The namespace switch happens in a short-lived thread, so the calling
+    process stays where it is; the socket keeps the namespace it was made in."""
+    out: dict = {}
+
+    def work() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(netns, os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err))
+            finally:
+                os.close(fd)
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)  # the address may come after us
+            s.bind((host, port))
+            s.listen(128)
+            out["sock"] = s
+        except OSError as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=work, name="bind-in-netns")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise RealiserError(f"cannot listen on {host}:{port} in {netns}: {out['error']}")
+    return out["sock"]
+
+
+_served: dict[tuple[str, str, int], socket.socket] = {}
+_served_lock = threading.Lock()
+
+
+def serve_api(netns: str, host: str, port: int) -> None:
+    """Relay host:port inside `netns` to the API on 127.0.0.1:port (idempotent per process)."""
+    key = (netns, host, port)
+    with _served_lock:
+        if key in _served:
+            return
+        sock = bind_in_netns(netns, host, port)
+        _served[key] = sock
+    threading.Thread(target=_accept, args=(sock, ("127.0.0.1", port)), name=f"lab-api-{host}:{port}",
+                     daemon=True).start()
+
+
+def _accept(sock: socket.socket, target: tuple[str, int]) -> None:
+    while True:
+        try:
+            conn, _peer = sock.accept()
+        except OSError:
+            return
+        threading.Thread(target=_relay, args=(conn, target), name="lab-api-relay", daemon=True).start()
+
+
+def _relay(conn: socket.socket, target: tuple[str, int]) -> None:
+    try:
+        up = socket.create_connection(target, timeout=10)
+    except OSError:
+        conn.close()
+        return
+    up.settimeout(None)
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    back = threading.Thread(target=pump, args=(up, conn), daemon=True)
+    back.start()
+    pump(conn, up)
+    back.join()
+    conn.close()
+    up.close()
