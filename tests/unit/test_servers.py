@@ -351,3 +351,14 @@ def test_build_timeout_ends_in_error_naming_what_it_waited_for(uc):
     srv = uc.servers.refresh("slow")
     assert srv["status"] == "ERROR" and "not ACTIVE after 0 s" in srv["fault"]
     assert "the fake machine to boot" in srv["fault"]
+
+
+def test_a_resumed_create_finishes_with_the_first_boot_data_it_had(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-1", name="box", flavor="container", image="overcloud-full", first_boot={"token": "t1"})
+    uc.fake.machines.clear()  # the service died after writing the record, before the machine existed
+    uc.servers._save("s-1", status="BUILD")
+    uc.servers.create(id="s-1", name="box", flavor="container", image="overcloud-full", first_boot={"token": "t2"})
+    assert uc.fake.machines["s-1"]["first_boot"]["token"] == "t1"  # same token: nothing rotated
+    assert [c for c in uc.fake.calls if c[0] == "create"] == [("create", "s-1")] * 2
+    assert [s["id"] for s in uc.servers.list()] == ["s-1"]

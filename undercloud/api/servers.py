@@ -15,7 +15,7 @@ import socket
 import threading
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context, api_port
@@ -97,9 +97,9 @@ def with_agent(ctx: Context, srv: dict) -> dict:
 # ---- flavors -------------------------------------------------------------------------
 class FlavorBody(BaseModel):
     name: str
-    vcpus: int = Field(ge=1)
-    ram: int = Field(ge=1)
-    disk: int = Field(ge=0)
+    vcpus: int  # ranges checked by Flavors.validate, which names the option
+    ram: int
+    disk: int
     properties: dict[str, str] = {}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from undercloud.errors import NotFound, UndercloudError
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
+from undercloud.provisioning.servers.service import NeedsFirstBoot
 
 ACCEPTED = "Accepted for Heat compatibility; not used by the undercloud."
 
@@ -93,6 +94,14 @@ class Server(Plugin):
             return config if isinstance(config, str) else ("" if config is None else str(config))
         return data if isinstance(data, str) else str(data)
 
+    def _first_boot(self, meta, sid: str) -> dict:
+        """New agent credentials (rotating any earlier token) and what the machine boots with."""
+        token = meta.register(sid, self.server_name())
+        meta.set_extra(sid, self._extra())
+        p = self.properties
+        return {**meta.agent_config(sid, token), "metadata": p.get("metadata") or {},
+                "user_data": self._user_data(), "user_data_format": p.get("user_data_format")}
+
     @property
     def server_id(self) -> str:
         return self.physical_id or self.uuid
@@ -102,25 +111,22 @@ class Server(Plugin):
         servers, meta = self._svc()
         sid = self.server_id
         self.physical_id = sid
+        p = self.properties
         try:
-            existing = servers.get(sid)
-        except NotFound:
-            existing = None
-        if existing is None:
-            token = meta.register(sid, self.server_name())  # a resumed create rotates it: fine
-            meta.set_extra(sid, self._extra())
-            p = self.properties
-            first_boot = {**meta.agent_config(sid, token), "metadata": p.get("metadata") or {},
-                          "user_data": self._user_data(), "user_data_format": p.get("user_data_format")}
-            try:
+            if servers.exists(sid):  # a create resumed after a crash: same token, same machine
+                try:
+                    servers.resume(sid)
+                except NeedsFirstBoot:
+                    servers.resume(sid, self._first_boot(meta, sid))
+            else:
                 servers.create(id=sid, name=self.server_name(), flavor=p["flavor"], image=p["image"],
-                               first_boot=first_boot, networks=p.get("networks"), metadata=p.get("metadata"),
-                               volumes=p.get("persistent_volumes"), owner=self.uuid,
-                               scheduler_hints=p.get("scheduler_hints"))
-            except UndercloudError as exc:
-                if not servers.exists(sid):
-                    meta.forget(sid)  # nothing was made: no credentials left behind either
-                raise ResourceFailure(str(exc)) from None
+                               first_boot=self._first_boot(meta, sid), networks=p.get("networks"),
+                               metadata=p.get("metadata"), volumes=p.get("persistent_volumes"),
+                               owner=self.uuid, scheduler_hints=p.get("scheduler_hints"))
+        except UndercloudError as exc:
+            if not servers.exists(sid):
+                meta.forget(sid)  # nothing was made: no credentials left behind either
+            raise ResourceFailure(str(exc)) from None
         ht = servers.get(sid)["hypervisor_type"]
         self.data["can_rebuild"] = servers.realiser(ht).can_rebuild
 
