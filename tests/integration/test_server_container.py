@@ -207,3 +207,37 @@ def test_image_hypervisor_mismatch_is_one_line_and_leaves_nothing(uc, tmp_path):
     assert "no vm image named 'overcloud-full'" in r.stderr and "exists for: container (oci)" in r.stderr
     assert json.loads(run_cli("server", "list", "-f", "json").stdout) == []
     assert leftovers(uc.instance)["containers"] == []
+
+
+def test_realiser_create_is_idempotent_and_delete_repeatable(uc, tmp_path):
+    """What a create resumed after a crash relies on: the container is found by its label."""
+    from undercloud.config import Home
+    from undercloud.provisioning.servers.base import Env, Spec
+    from undercloud.provisioning.servers.container import ContainerRealiser
+
+    (img,) = json.loads(run_cli("image", "list", "--name", "overcloud-full", "--hypervisor-type", "container",
+                                "-f", "json").stdout)
+    fb = Home(uc.path).path / "servers" / "s-idem" / "first-boot"
+    fb.mkdir(parents=True)
+    (fb / "config.json").write_text("{}")
+    r = ContainerRealiser(Env(home=Home(uc.path), api_port=1))
+    spec = Spec(id="s-idem", name="idem", hypervisor_type="container", flavor={"vcpus": 1, "ram": 128},
+                image=img, image_path=None, first_boot={}, networks=[], volumes=[{"name": "v", "path": "/v"}])
+    try:
+        r.create(spec)
+        again = Spec(**{**spec.__dict__, "state": {}})  # as after a crash: nothing remembered
+        r.create(again)
+        assert len(podman("ps", "-a", "-q", "--filter", "label=undercloud.server=s-idem").stdout.split()) == 1
+        assert again.state["instance_name"] == spec.state["instance_name"] == f"{uc.instance}-idem"
+        # The agent has an empty config: it exits, and the status says why, naming the container.
+        deadline = time.monotonic() + 30
+        while (st := r.status(spec)).status != "ERROR":
+            assert time.monotonic() < deadline, st
+            time.sleep(0.3)
+        assert f"container {uc.instance}-idem exited (code 2)" in st.reason and "url: required" in st.reason
+    finally:
+        r.delete(spec)
+        r.delete(spec)  # gone already: no error
+        assert r.status(spec).status == "DELETED"
+        assert f"{uc.instance}-lab" in r.cleanup()  # the bridge may have gone with the container
+    assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}

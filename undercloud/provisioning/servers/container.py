@@ -100,7 +100,7 @@ class ContainerRealiser(Realiser):
 
         Once known in this process only the bridge address is re-asserted (one `ip` call):
         netavark removes the bridge with the last container and makes it afresh."""
-        if self._net_info is not None:
+        if self._net_info is not None and (NETWORKS_DIR / f"{self.network}.json").exists():
             self._bridge_address(self._net_info)
             return self._net_info
         net = self._inspect_network()
