@@ -85,13 +85,11 @@ def startup(ctx: Context):
     return ctx.listeners.stop
 
 
-def with_agent(ctx: Context, srv: dict) -> dict:
-    """A server with what its agent did: checked in, and when last seen."""
-    meta = ctx.server_metadata
-    seen = None
-    if meta.exists(srv["id"]):
-        seen = next((s["last_seen"] for s in meta.servers() if s["id"] == srv["id"]), None)
-    return {**srv, "agent_checked_in": seen is not None, "agent_last_seen": seen}
+def with_agent(ctx: Context, servers: list[dict]) -> list[dict]:
+    """Servers with what their agents did: checked in, and when last seen."""
+    seen = {s["id"]: s["last_seen"] for s in ctx.server_metadata.servers()}
+    return [{**srv, "agent_checked_in": seen.get(srv["id"]) is not None, "agent_last_seen": seen.get(srv["id"])}
+            for srv in servers]
 
 
 # ---- flavors -------------------------------------------------------------------------
@@ -136,12 +134,12 @@ class ActionBody(BaseModel):
 
 @router.get("/v1/servers")
 def list_servers(ctx: Context = Depends(_ctx)):
-    return [with_agent(ctx, s) for s in ctx.servers.list()]
+    return with_agent(ctx, ctx.servers.list())
 
 
 @router.get("/v1/servers/{ref}")
 def show_server(ref: str, ctx: Context = Depends(_ctx)):
-    return with_agent(ctx, ctx.servers.refresh(ref))
+    return with_agent(ctx, [ctx.servers.refresh(ref)])[0]
 
 
 @router.delete("/v1/servers/{ref}")
