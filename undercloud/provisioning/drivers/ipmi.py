@@ -28,11 +28,16 @@ def _lock(key: tuple) -> threading.Lock:
 
 
 def _session(key: tuple, command):
-    cmd = _sessions.get(key)
-    if cmd is None:
-        address, port, user, password = key
+    address, port, user, password = key
+    try:
         cmd = command.Command(bmc=address, userid=user, password=password, port=port)
-        _sessions[key] = cmd
+    except Exception:
+        # pyghmi keeps a failed login around and would hand it to the next attempt
+        from pyghmi.ipmi.private import session
+
+        getattr(session.Session, "initting_sessions", {}).pop((address, user, password, port, None), None)
+        raise
+    _sessions[key] = cmd
     return cmd
 
 
@@ -58,11 +63,13 @@ class IpmiDriver(Driver):
                self.info.get("password"))
         try:
             with _lock(key):
-                try:
-                    return fn(_session(key, command))
-                except exceptions.IpmiException:
-                    _sessions.pop(key, None)  # a stale session (BMC restarted): log in again once
-                    return fn(_session(key, command))
+                cmd = _sessions.get(key)
+                if cmd is not None:
+                    try:
+                        return fn(cmd)
+                    except exceptions.IpmiException:
+                        _sessions.pop(key, None)  # a stale session (BMC restarted): log in again once
+                return fn(_session(key, command))
         except exceptions.IpmiException as exc:
             _sessions.pop(key, None)
             msg = str(exc)

@@ -65,7 +65,9 @@ class RedfishDriver(Driver):
         self.system()
 
     def get_power(self) -> str:
-        state = self.system().power_state
+        system = self.system()
+        self._call("read power", lambda: system.refresh(force=True))
+        state = system.power_state
         return "on" if str(state.value).lower() in ("on", "poweringoff") else "off"
 
     def set_power(self, action: str) -> None:
