@@ -191,6 +191,8 @@ def test_truncated_or_corrupt_upload_over_http_registers_nothing(uc_home):
     assert os.listdir(uc_home.path / "images" / "tmp") == []
     # admin routes need the token; downloads of unknown ids are 404
     assert httpx.get(f"{url}/v1/images").status_code == 401
+    assert httpx.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=data).status_code == 401
+    assert os.listdir(uc_home.path / "images" / "blobs") == []
     assert httpx.get(f"{url}/v1/images/nope/file").status_code == 404
 
 
