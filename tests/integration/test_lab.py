@@ -1,0 +1,94 @@
+"""The virtual lab end to end through the real CLI: lab up, node import, manage, power, lab down."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from undercloud.config import Home
+from undercloud.lab import lab as labmod
+
+pytestmark = pytest.mark.integration
+
+
+def domstate(name: str) -> str:
+    return labmod.virsh("domstate", name).stdout.strip()
+
+
+@pytest.fixture
+def lab_home(uc_home):
+    """A home whose lab is always taken down, even when the test fails."""
+    reason = labmod.available()
+    if reason:
+        pytest.skip(reason)
+    yield uc_home
+    labmod.Lab(uc_home).down()
+
+
+def lab_up(*args: str):
+    r = run_cli("lab", "up", *args, "-f", "json", timeout=180)
+    if r.returncode != 0 and "libvirtd" in r.stderr:
+        pytest.skip(f"libvirt cannot start here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("bmc", ["redfish", "ipmi"])
+def test_lab_up_import_manage_power_down(lab_home: Home, bmc: str):
+    status = lab_up("--nodes", "2", "--bmc", bmc, "--memory", "256", "--disk", "1")
+    instance = lab_home.instance
+    assert status["status"] == "up" and status["netns"] == f"{instance}-lab"
+    env_path = status["instackenv"]
+    assert oct(os.stat(env_path).st_mode & 0o777) == "0o600"  # it holds the BMC password
+    names = [n["name"] for n in json.loads(Path(env_path).read_text())["nodes"]]
+    assert names == [f"{instance}-node-0", f"{instance}-node-1"]
+
+    r = run_cli("node", "import", env_path, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    r = run_cli("node", "manage", *names, "--wait", "-f", "json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert {n["provision_state"] for n in json.loads(r.stdout)} == {"manageable"}
+
+    r = run_cli("node", "power", "on", names[0], "-f", "json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["power_state"] == "on"
+    assert domstate(names[0]) == "running" and domstate(names[1]) == "shut off"
+    r = run_cli("node", "power", "off", names[0], "-f", "json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["power_state"] == "off" and domstate(names[0]) == "shut off"
+
+    # a wrong password is caught by manage and leaves the node in enroll
+    data = json.loads(Path(env_path).read_text())
+    wrong = dict(data["nodes"][1], pm_password="wrong-password")
+    assert run_cli("node", "delete", names[1]).returncode == 0
+    bad = lab_home.path / "bad.json"
+    bad.write_text(json.dumps({"nodes": [wrong]}))
+    assert run_cli("node", "import", str(bad)).returncode == 0
+    r = run_cli("node", "manage", names[1], "--wait", timeout=120)
+    assert r.returncode == 1 and "refused the credentials of user 'admin'" in r.stderr
+    shown = run_cli("node", "show", names[1], "-f", "json").stdout
+    assert json.loads(shown)["provision_state"] == "enroll"
+    assert "wrong-password" not in shown + r.stderr
+
+    r = run_cli("lab", "status", "-f", "json")
+    assert json.loads(r.stdout)["status"] == "up"
+    r = run_cli("lab", "down", timeout=180)
+    assert r.returncode == 0, r.stderr
+    listed = labmod.virsh("list", "--all", "--name").stdout.split()
+    assert not [n for n in listed if n.startswith(instance)]
+    assert not Path(f"/run/netns/{instance}-lab").exists()
+    assert not list(labmod.IMAGES.glob(f"{instance}-*"))
+    assert json.loads(run_cli("lab", "status", "-f", "json").stdout)["status"] == "down"
+
+
+def test_lab_refuses_a_second_up_and_bad_options(lab_home: Home):
+    r = run_cli("lab", "up", "--nodes", "0")
+    assert r.returncode == 1 and "--nodes must be between 1 and 64" in r.stderr and "Traceback" not in r.stderr
+    lab_up("--nodes", "1", "--memory", "256", "--disk", "1")
+    r = run_cli("lab", "up", "--nodes", "1")
+    assert r.returncode == 1 and "already up" in r.stderr
