@@ -39,9 +39,9 @@ def cycle(eng, path, params, update_params):
 
 def test_condition(eng):
     created, updated, res = cycle(eng, HOT / "condition.yaml", {}, {"env_type": "prod", "zone": "xian"})
-    # Heat (oracle), defaults: env_type=test, zone=beijing. (Heat also lists the output whose
-    # condition is false, res_value, as null; the template side leaves it out.)
-    assert created == {"beijing_prod_res": "no_prod_res", "prod_resource": "no_prod_res",
+    # Heat (oracle), defaults: env_type=test, zone=beijing; the output whose condition is
+    # false (res_value) is listed as null.
+    assert created == {"beijing_prod_res": "no_prod_res", "prod_resource": "no_prod_res", "res_value": None,
                        "test_res1_value": "just in test env", "test_res_value": "env_is_test"}
     # Heat (oracle) with env_type=prod zone=xian: prod_resource is prod_res's reference
     assert updated["res_value"] == "prod_res"

@@ -33,15 +33,15 @@ outputs:
 
 
 @pytest.mark.parametrize("params, expected, enabled", [
-    ({"env": "test"}, {"d": "test", "flags": [0, 0, 0, 1, 1]}, ["d", "t"]),
+    ({"env": "test"}, {"d": "test", "flags": [0, 0, 0, 1, 1], "only_prod": None}, ["d", "t"]),
     ({"env": "prod"}, {"d": "prod", "flags": [1, 1, 1, 1, 1], "only_prod": "prod"}, ["d", "p"]),
-    ({"zone": "b"}, {"d": "test", "flags": [0, 0, 1, 1, 0]}, ["d", "i", "t"]),
-    ({"zone": "c"}, {"d": "test", "flags": [0, 0, 0, 0, 1]}, ["d", "t"]),
+    ({"zone": "b"}, {"d": "test", "flags": [0, 0, 1, 1, 0], "only_prod": None}, ["d", "i", "t"]),
+    ({"zone": "c"}, {"d": "test", "flags": [0, 0, 0, 0, 1], "only_prod": None}, ["d", "t"]),
 ])
 def test_conditions(tmp_path, params, expected, enabled):
     t = load(bundle(tmp_path, T), params)
     assert sorted(t.resources) == enabled
     # depends_on a resource whose condition is false is dropped (Heat)
     assert t.dependencies()["d"] == ({"p"} if "p" in enabled else {"t"})
-    # Heat lists an output whose condition is false as null; here it is left out
+    # Heat lists an output whose condition is false as null
     assert outputs(t) == expected

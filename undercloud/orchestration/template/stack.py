@@ -475,6 +475,9 @@ class StackTemplate:
             if cond is not None:
                 try:
                     if not self.resource_condition(cond, p + ("condition",)):
+                        # Heat still lists an output whose condition is false, as null.
+                        self.outputs[name] = OutputDefinition(name, str(body.get("description") or ""),
+                                                              None, cond, line_of(self.doc, p))
                         continue
                 except FnError as e:
                     self.add(e.path, e.message)
