@@ -3,7 +3,8 @@
 Design (see docs/architecture.md, "The virtual lab"):
 - libvirtd is one daemon per machine. When none runs, the lab creates its network
   namespace `<instance>-lab` and starts virtlogd and libvirtd inside it with
-  `nsenter --net=/run/netns/NAME` (not `ip netns exec`, which remounts /sys). When one
+  `nsenter --net=/run/netns/NAME` (not `ip netns exec`, which remounts /sys), libvirtd
+  under lab/reaper.py so the qemus it daemonizes are reaped at once. When one
   runs already, the lab uses it and puts its bridge in libvirtd's namespace, since that is
   where libvirtd creates the VMs' taps. Either way the lab network (bridge
   `br-<instance>`, no uplink) never leaves the machine.

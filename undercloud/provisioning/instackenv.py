@@ -50,7 +50,7 @@ class _Lines:
     def __init__(self, text: str):
         self.map: dict[tuple, int] = {}
         try:
-            self._walk(yaml.compose(text), ())
+            self._walk(yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), ())
         except yaml.YAMLError:
             pass
 
