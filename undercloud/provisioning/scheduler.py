@@ -21,7 +21,7 @@ from undercloud.provisioning.nodes import view
 from undercloud.store import Store
 from undercloud.store.nodes import Node
 
-PAGE = 256  # candidates read per query; a claim rarely needs more than the first page
+PAGE = 128  # candidates read per query; a claim rarely needs more than the first page
 RETRIES = 20  # lost races before giving up (each loss means another request got a node)
 
 
@@ -51,8 +51,9 @@ class Request:
         return cls(**data)
 
 
-def why_not(req: Request, n: Node) -> str | None:
-    """The first reason node `n` cannot serve `req`, worded to be counted; None if it fits."""
+def why_not(req: Request, n) -> str | None:
+    """The first reason node `n` (a Node or a row with resource_class and properties) cannot
+    serve `req`, worded to be counted; None if it fits."""
     props = n.properties or {}
     caps = props.get("capabilities") or {}
     if req.resource_class and n.resource_class != req.resource_class:
@@ -80,12 +81,14 @@ class Scheduler:
         self.store = store
 
     def _candidates(self, s, req: Request, offset: int):
-        q = (select(Node).where(Node.provision_state == states.AVAILABLE, Node.instance_uuid.is_(None),
-                                Node.maintenance.is_(False))
+        # only the columns the filters read: loading whole ORM nodes tripled a claim's cost
+        q = (select(Node.id, Node.resource_class, Node.properties)
+             .where(Node.provision_state == states.AVAILABLE, Node.instance_uuid.is_(None),
+                    Node.maintenance.is_(False))
              .order_by(Node.id).offset(offset).limit(PAGE))
         if req.resource_class:
             q = q.where(Node.resource_class == req.resource_class)
-        return s.scalars(q).all()
+        return s.execute(q).all()
 
     def claim(self, req: Request) -> dict:
         """Claim one node for `req`; returns the node. Idempotent per instance_uuid."""
