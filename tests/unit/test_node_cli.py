@@ -90,3 +90,20 @@ def test_help_on_every_node_and_lab_command():
                  ["node", "maintenance", "set"], ["node", "list"], ["lab"], ["lab", "up"], ["lab", "down"]):
         r = run_cli(*args, "--help")
         assert r.returncode == 0 and "Usage:" in r.stdout, args
+
+
+def test_service_start_fails_work_interrupted_by_a_stop(uc_home, tmp_path):
+    """The nodes' STARTUP hook: a node left busy by a stopped service ends failed, with why."""
+    from undercloud.store import Store
+    from undercloud.store.nodes import Node
+
+    path = write_env(tmp_path / "env.json", [fake_node(7)])
+    assert run_cli("node", "import", path).returncode == 0
+    assert run_cli("service", "stop").returncode == 0
+    store = Store(uc_home.db_url)
+    with store.session() as s:
+        s.query(Node).filter(Node.name == "ctl-7").update({"provision_state": "cleaning"})
+    store.engine.dispose()
+    n = json.loads(run_cli("node", "show", "ctl-7", "-f", "json").stdout)
+    assert n["provision_state"] == "clean failed"
+    assert n["last_error"] == "interrupted: the undercloud service stopped while cleaning"
