@@ -213,9 +213,10 @@ def probe(spec: dict, timeout: float = 2.0) -> bool:
     return True
 
 
-def wait_ready(pod: dict, timeout: float) -> tuple[str, dict] | None:
-    """None when every readiness probe passes within `timeout`, else (container, probe)
-    of the first that did not."""
+def wait_ready(pod: dict, timeout: float, dead=lambda: None) -> tuple[str, dict, str] | None:
+    """None when every readiness probe passes within `timeout`, else (container, probe,
+    why) of the first that did not. `dead()` names a container that keeps exiting, which
+    ends the wait early (a broken configuration fails in seconds, not at the timeout)."""
     pending = {c["name"]: c["readinessProbe"] for c in pod["spec"]["containers"] if c.get("readinessProbe")}
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
@@ -223,11 +224,15 @@ def wait_ready(pod: dict, timeout: float) -> tuple[str, dict] | None:
             if probe(spec):
                 pending.pop(n)
         if pending:
+            gone = dead()
+            if gone:
+                first = gone[0] if gone[0] in pending else sorted(pending)[0]
+                return first, pending[first], f"did not pass: {gone[1]}"
             time.sleep(0.5)
     if not pending:
         return None
     first = sorted(pending)[0]
-    return first, pending[first]
+    return first, pending[first], f"did not pass within {timeout:g} s"
 
 
 # --- netns mode: the host's podman API, containers in the node's network namespace -------
@@ -323,6 +328,24 @@ def netns_running(name: str) -> bool:
     except (OSError, PodError):
         return False
     return bool(found) and all(c.get("State") == "running" for c in found)
+
+
+def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | None:
+    """(container, why) when a container of the Pod exited `restarts` times or for good."""
+    target = node_target()
+    if not target:
+        return None
+    api = PodmanAPI(target[0])
+    for c in pod["spec"]["containers"]:
+        status, data = api.call("GET", f"/containers/{netns_prefix(name)}-{c['name']}/json")
+        if status != 200:
+            continue
+        info = json.loads(data)
+        state = info.get("State") or {}
+        count = info.get("RestartCount") or 0
+        if count >= restarts or state.get("Status") in ("exited", "stopped") and count:
+            return c["name"], f"the container exited {count + 1} times (last exit code {state.get('ExitCode')})"
+    return None
 
 
 def play_netns(name: str, pod: dict, configmaps: dict) -> str:
@@ -429,15 +452,17 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
     else:
         start_processes(name, pod, spec_file)
         out, err = f"pod {name}: started as supervised processes\n", ""
-    not_ready = wait_ready(pod, float(options.get("ready_timeout", 60)))
+    dead = (lambda: netns_dead(name, pod)) if mode == "netns" else (lambda: None)
+    not_ready = wait_ready(pod, float(options.get("ready_timeout", 60)), dead)
     if not_ready:
-        container, spec = not_ready
+        container, spec, not_ready_why = not_ready
         tail = log_tail(mode, name, container)
-        msg = (f"kube: pod {name}: container {container}: readiness probe ({_probe_text(spec)}) did not pass "
-               f"within {float(options.get('ready_timeout', 60)):g} s")
-        if tail.strip():
-            msg += f"; last lines of its log:\n{tail.rstrip()}"
-        return {"deploy_stdout": out, "deploy_stderr": err + msg, "deploy_status_code": 1,
+        msg = f"pod {name}: container {container}: readiness probe ({_probe_text(spec)}) {not_ready_why}"
+        lines = [x.strip()[:200] for x in tail.splitlines() if x.strip()][-8:]
+        # The reason travels as one line (resource status, events): the log tail joined by " | ".
+        reason = msg + (" | last lines of its log: | " + " | ".join(lines) if lines else "")
+        return {"deploy_stdout": out, "deploy_stderr": err + f"kube: {msg}\n{tail.rstrip()}",
+                "deploy_status_code": 1, "deploy_failure_reason": reason,
                 "failed_pod": name, "failed_container": container}
     hash_file.write_text(f"{mode}:{digest}")
     action = "replaced" if existed or running else "created"

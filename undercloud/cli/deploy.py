@@ -90,22 +90,20 @@ def failure_details(client: Client, stack: str) -> tuple[str, list[str]]:
 
     s = client.get(f"/v1/stacks/{stack}")
     rows = client.get(f"/v1/stacks/{stack}/resources", params={"nested_depth": 2})
-    failed = [r for r in rows if r["resource_status"].endswith("FAILED")]
-    for r in failed:
+    for r in rows:
         m = re.match(r"^(\w+)Deployment_Step(\d)\.(.+)$", r.get("path") or "")
-        if not m:
+        if not m or not r["resource_status"].endswith("FAILED"):
             continue
         role, step, node = m.groups()
         try:
-            res = client.get(f"/v1/stacks/{stack}/resources/{r['path']}")
+            reason = client.get(f"/v1/stacks/{stack}/resources/{r['path']}").get("resource_status_reason") or ""
         except UndercloudError:
-            res = {}
-        attrs = res.get("attributes") or {}
-        stderr = str(attrs.get("deploy_stderr") or "").strip()
-        lines = stderr.splitlines()
-        head = next((x for x in lines if x.startswith("kube:")), lines[0] if lines else r["resource_status_reason"])
-        tail = lines[lines.index(head) + 1:] if head in lines else []
-        return f"step {step} failed on node {node} (role {role}): {head.removeprefix('kube: ')}", tail
+            reason = ""
+        detail = re.search(r"non-zero status code: -?\d+ \((.*)\)$", reason, re.S)
+        text = detail.group(1) if detail else reason
+        head, _, tail = text.partition(" | last lines of its log: | ")
+        return (f"step {step} failed on node {node} (role {role}): {head}",
+                [x for x in tail.split(" | ") if x] if tail else [])
     return f"stack {stack} {s['stack_status']}: {s['stack_status_reason']}", []
 
 
@@ -121,6 +119,8 @@ def wait(client: Client, stack: str, plan, start: float) -> dict:
         if not status.endswith("_IN_PROGRESS"):
             if status.endswith("_FAILED"):
                 line, tail = failure_details(client, stack)
+                if tail:
+                    note("last lines of the service's log:")
                 for t in tail:
                     note(f"  | {t}")
                 raise DeployFailed(line, "deploy")
