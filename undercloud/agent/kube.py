@@ -436,6 +436,7 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
         return {"deploy_stdout": f"pod {name}: unchanged ({digest[:12]}), left running\n", "deploy_stderr": "",
                 "deploy_status_code": 0, "config_hash": digest, "pod_action": "unchanged"}
     spec_file.write_text(json.dumps(pod, indent=2))
+    hash_file.unlink(missing_ok=True)  # written again only once this play is ready
     if mode == "podman":
         docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
                 for n in _configmap_names(pod) if n in configmaps]

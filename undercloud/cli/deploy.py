@@ -50,8 +50,11 @@ def build_images(client: Client, hypervisor: str) -> dict[str, str]:
 class Progress:
     """Progress per role / step / service on stderr, from the stack's resources."""
 
-    def __init__(self, plan, start: float):
-        self.plan, self.start, self.seen = plan, start, {}
+    def __init__(self, plan, start: float, before: list[dict]):
+        # Resources as they were before this operation: an update reports only what it touches.
+        self.plan, self.start = plan, start
+        self.before = {r["resource_name"]: (r["resource_status"], r.get("updated_time")) for r in before}
+        self.seen: dict[str, str] = {}
 
     def say(self, msg: str) -> None:
         note(f"[{time.monotonic() - self.start:6.1f}s] {msg}")
@@ -67,7 +70,7 @@ class Progress:
                 if r is None:
                     continue
                 status = r["resource_status"]
-                if self.seen.get(name) == status:
+                if self.seen.get(name) == status or self.before.get(name) == (status, r.get("updated_time")):
                     continue
                 self.seen[name] = status
                 action, _, state = status.partition("_")
@@ -107,14 +110,18 @@ def failure_details(client: Client, stack: str) -> tuple[str, list[str]]:
     return f"stack {stack} {s['stack_status']}: {s['stack_status_reason']}", []
 
 
-def wait(client: Client, stack: str, plan, start: float) -> dict:
-    progress = Progress(plan, start)
+def resources(client: Client, stack: str) -> list[dict]:
+    try:
+        return client.get(f"/v1/stacks/{stack}/resources")
+    except NotFound:
+        return []
+
+
+def wait(client: Client, stack: str, plan, start: float, before: list[dict]) -> dict:
+    progress = Progress(plan, start, before)
     while True:
         s = client.get(f"/v1/stacks/{stack}")
-        try:
-            progress.update(client.get(f"/v1/stacks/{stack}/resources"))
-        except NotFound:
-            pass
+        progress.update(resources(client, stack))
         status = s["stack_status"]
         if not status.endswith("_IN_PROGRESS"):
             if status.endswith("_FAILED"):
@@ -201,6 +208,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     except NotFound:
         current = None
     body = {"bundle": bundle, "parameters": params, "timeout": timeout * 60}
+    before = resources(client, stack) if current is not None else []
     if current is None:
         note(f"stack {stack}: creating ({', '.join(f'{r.name}' for r in role_list)})")
         client.post("/v1/stacks", json={"name": stack, **body})
@@ -220,7 +228,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
                                   "deploy")
         note(f"stack {stack}: updating ({status} before)")
         client.patch(f"/v1/stacks/{stack}", json=body)
-    s = wait(client, stack, plan, start)
+    s = wait(client, stack, plan, start, before)
     overcloud.write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"]}))
     note(f"stack {stack}: {s['stack_status']} in {time.monotonic() - start:.1f} s")
     finish(client, stack, plan.dir)
