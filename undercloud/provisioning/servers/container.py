@@ -371,11 +371,20 @@ class ContainerRealiser(Realiser):
 
     def delete(self, spec: Spec) -> None:
         found = self._find(spec)
-        if found is not None:  # --depend: with the service containers joined to its netns
-            hp.podman("rm", "-f", "--depend", "-t", "0", found["Names"][0], timeout=120)
+        if found is not None:
+            self._remove(found["Names"][0])
         vols = hp.podman("volume", "ls", "-q", "--filter", f"label={_label(spec)}").stdout.split()
         for v in vols:
             hp.podman("volume", "rm", "-f", v, check=False)
+
+    def _remove(self, name: str) -> None:
+        """The node container and the service containers the kube hook joined to its network
+        namespace (labelled undercloud.node=NAME): those first, as a restarting one makes
+        `rm --depend` fail."""
+        deps = hp.podman("ps", "-a", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
+        if deps:
+            hp.podman("rm", "-f", "-t", "0", *deps, timeout=120, check=False)
+        hp.podman("rm", "-f", "--depend", "-t", "0", name, timeout=120)
 
     def rebuild(self, spec: Spec) -> None:
         """Recreate from `spec.image`: the container goes, its named volumes stay."""
@@ -386,7 +395,7 @@ class ContainerRealiser(Realiser):
             spec.state["ip"] = ip or spec.state.get("ip")
         found = self._find(spec)
         if found is not None:
-            hp.podman("rm", "-f", "--depend", "-t", "0", found["Names"][0], timeout=120)
+            self._remove(found["Names"][0])
         spec.state["powered_off"] = False
         self.create(spec)
 
