@@ -29,6 +29,10 @@ resources:
       image: overcloud-full
       flavor: {get_param: flavor}
       persistent_volumes: [/var/lib/keep]
+      user_data_format: RAW
+      user_data: |
+        #!/bin/sh
+        echo "user data ran on $(hostname)" >> /var/lib/keep/user-data
   config:
     type: OS::Heat::SoftwareConfig
     properties:
@@ -139,7 +143,9 @@ def test_container_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_pa
     assert name == f"{uc.instance}-ctl0"
     inspect = json.loads(podman("inspect", name).stdout)[0]
     assert inspect["Config"]["Hostname"] == "ctl0"
-    assert inspect["Config"]["Cmd"][:3] == ["python3", "-m", "undercloud.agent"]  # the agent is the main process
+    pid1 = podman("exec", name, "cat", "/proc/1/cmdline").stdout.split("\0")
+    assert pid1[:3] == ["python3", "-m", "undercloud.agent"]  # the agent is the main process
+    assert podman("exec", name, "cat", "/var/lib/keep/user-data").stdout == "user data ran on ctl0\n"
     mounts = {m["Destination"]: m for m in inspect["Mounts"]}
     assert mounts["/etc/undercloud-agent"]["RW"] is False  # first-boot data read-only
     if not any("not enforced" in n for n in srv["notes"]):
@@ -182,6 +188,9 @@ def test_power_rebuild_keeps_volumes_and_agents_find_the_undercloud_after_restar
     assert json.loads(run_cli("server", "power", "off", "ctl0", "-f", "json").stdout)["status"] == "SHUTOFF"
     assert json.loads(podman("inspect", name).stdout)[0]["State"]["Running"] is False
     assert json.loads(run_cli("server", "power", "on", "ctl0", "-f", "json").stdout)["status"] == "ACTIVE"
+    # User data runs at the first boot only, not again after a power cycle (a rebuilt server,
+    # with a fresh root, runs it again: the volume then holds two lines).
+    assert podman("exec", name, "cat", "/var/lib/keep/user-data").stdout == "user data ran on ctl0\n"
     r = run_cli("server", "rebuild", "ctl0", "-f", "json")
     assert r.returncode == 0, r.stderr
     rebuilt = wait_checked_in("ctl0", after=srv["agent_last_seen"])
@@ -191,6 +200,7 @@ def test_power_rebuild_keeps_volumes_and_agents_find_the_undercloud_after_restar
     while len(podman("exec", name, "cat", "/var/lib/keep/runs").stdout.split()) < 2:
         assert time.monotonic() < deadline, "the rebuilt server did not run its deployment again"
         time.sleep(0.5)
+    assert podman("exec", name, "cat", "/var/lib/keep/user-data").stdout == "user data ran on ctl0\n" * 2
     # Restart the undercloud: the agent finds it again at the same address and port.
     seen = show("ctl0")["agent_last_seen"]
     assert run_cli("service", "stop").returncode == 0

@@ -16,8 +16,9 @@
   on the host: the address is on their own bridge only.
 - cpu/memory limits from the flavor (`--cpus`, `--memory`); where this host's cgroups
   refuse them the server runs without and says so in its notes.
-- First-boot data mounted read-only at /etc/undercloud-agent; declared persistent volumes
-  are named podman volumes, kept by rebuild, removed by delete.
+- First-boot data mounted read-only at /etc/undercloud-agent (config.json, user-data: run
+  once before the agent when it is a script); declared persistent volumes are named podman
+  volumes, kept by rebuild, removed by delete.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ log = logging.getLogger("undercloud.servers.container")
 
 CONFIG_DIR = "/etc/undercloud-agent"
 AGENT = ["python3", "-m", "undercloud.agent", "run", "--config", f"{CONFIG_DIR}/config.json"]
+# At the first start only, user data that is a script runs before the agent (as cloud-init
+# runs it on a VM); then the shell becomes the agent (exec), which stays the main process.
+FIRST_BOOT = ("ud=/etc/undercloud-agent/user-data; done=/var/lib/undercloud-agent/.user-data-done; "
+              'if [ -x "$ud" ] && [ ! -e "$done" ]; then mkdir -p "${done%/*}"; '
+              '"$ud" > /var/log/user-data.log 2>&1; echo "user-data: exit $?" >> /var/log/user-data.log; '
+              'touch "$done"; fi; exec "$@"')
 NETWORKS_DIR = Path("/etc/containers/networks")  # netavark network configs (root podman)
 HOST_SOCKET = Path("/run/podman/podman.sock")      # the host's podman API, when its service runs
 LIMIT_ERRORS = ("cgroup", "cpu", "memory", "quota")
@@ -244,7 +251,7 @@ class ContainerRealiser(Realiser):
             args += ["-v", f"{sock.parent}:/run/podman", "-e", f"CONTAINER_HOST=unix:///run/podman/{sock.name}"]
         except (RuntimeError, CommandFailed) as exc:
             log.warning("no podman API for the kube hook on %s: %s", name, exc)
-        return [*args, image, *AGENT]
+        return [*args, image, "sh", "-c", FIRST_BOOT, "first-boot", *AGENT]
 
     def create(self, spec: Spec) -> None:
         with self._lock:

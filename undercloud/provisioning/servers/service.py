@@ -306,6 +306,14 @@ class ServersService:
         with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
             json.dump(data, f, indent=2, sort_keys=True)
         tmp.replace(d / "config.json")
+        # user data also as a file of its own (NoCloud's name), executable when it is a script
+        ud = data.get("user_data")
+        if isinstance(ud, str) and ud:
+            path = d / "user-data"
+            path.unlink(missing_ok=True)
+            with os.fdopen(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL,
+                                   0o700 if ud.startswith("#!") else 0o600), "w") as f:
+                f.write(ud)
         spec.first_boot = data
 
     def first_boot_dir(self, server_id: str) -> Path:
