@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.integration.test_bmc import boot_order
 from undercloud.config import Home
 from undercloud.lab import lab as labmod
 
@@ -61,6 +62,17 @@ def test_lab_up_import_manage_power_down(lab_home: Home, bmc: str):
     r = run_cli("node", "power", "off", names[0], "-f", "json", timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)[0]["power_state"] == "off" and domstate(names[0]) == "shut off"
+
+    for device, first in (("disk", "hd"), ("pxe", "network")):  # the lab's VMs start PXE first
+        r = run_cli("node", "boot-device", "set", names[0], device, "--persistent", timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert boot_order(names[0])[0] == first
+
+    if bmc == "redfish":  # inspection reads the Redfish System inventory
+        r = run_cli("node", "inspect", names[0], "--wait", "-f", "json", timeout=180)
+        assert r.returncode == 0, r.stderr
+        props = json.loads(r.stdout)[0]["properties"]
+        assert props["cpus"] == 1 and props["cpu_arch"] == "x86_64"
 
     # a wrong password is caught by manage and leaves the node in enroll
     data = json.loads(Path(env_path).read_text())
