@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -93,13 +94,15 @@ class Agent:
         finally:
             writer.close()
 
-    async def poll(self, stats: dict) -> None:
+    async def poll(self, stats: dict, wait: float = 0) -> None:
         headers = {"X-Server-Token": self.token}
         if self.etag:
             headers["If-None-Match"] = self.etag
         t0 = time.perf_counter()
-        status, hdrs, body = await self.http("GET", f"/v1/agent/servers/{self.id}/metadata", headers)
-        stats["latency"].append(time.perf_counter() - t0)
+        query = f"?wait={wait:.1f}" if wait else ""
+        status, hdrs, body = await self.http("GET", f"/v1/agent/servers/{self.id}/metadata{query}", headers)
+        if not wait:
+            stats["latency"].append(time.perf_counter() - t0)
         stats[status] = stats.get(status, 0) + 1
         if status == 200:
             self.etag = hdrs.get("etag")
@@ -116,9 +119,11 @@ class Agent:
                     self.applied_at = time.monotonic()
 
 
-async def paced(agents: list[Agent], rate: float, seconds: float, stats: dict, until=None) -> float:
+async def paced(agents: list[Agent], rate: float, seconds: float, stats: dict, until=None,
+                long_poll: bool = False) -> float:
     """Each agent polls every len(agents)/rate seconds (+-25 % jitter), for `seconds` or,
-    with `until` (a blocking predicate, checked every second), until it holds."""
+    with `until` (a blocking predicate, checked every second), until it holds. With
+    `long_poll` each poll is held by the server for that long instead (?wait=)."""
     interval = len(agents) / rate
     end = time.monotonic() + seconds
     sem = asyncio.Semaphore(512)
@@ -126,6 +131,12 @@ async def paced(agents: list[Agent], rate: float, seconds: float, stats: dict, u
 
     async def one(a: Agent):
         await asyncio.sleep(random.uniform(0, interval))
+        while long_poll and time.monotonic() < end and not stop.is_set():
+            try:
+                await a.poll(stats, wait=min(interval * random.uniform(0.75, 1.25), max(end - time.monotonic(), 0.1)))
+            except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+                stats["errors"] = stats.get("errors", 0) + 1
+                await asyncio.sleep(1)
         while time.monotonic() < end and not stop.is_set():
             async with sem:
                 try:
@@ -173,11 +184,12 @@ def new_stats() -> dict:
 
 def report(name: str, stats: dict, elapsed: float, cpu: float) -> None:
     polls = sum(v for k, v in stats.items() if isinstance(k, int))
-    lat = sorted(stats["latency"]) or [0]
+    lat = sorted(stats["latency"])
     print(f"{name}: {polls} polls in {elapsed:.1f} s = {polls / elapsed:.0f} polls/s; "
           f"304: {stats.get(304, 0) / max(polls, 1):.1%}, 200: {stats.get(200, 0)}, errors: {stats.get('errors', 0)}; "
-          f"server CPU {cpu:.2f} s = {1000 * cpu / max(polls, 1):.3f} ms/poll; "
-          f"latency p50 {1000 * statistics.median(lat):.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99) - 1]:.1f} ms", flush=True)
+          f"server CPU {cpu:.2f} s = {1000 * cpu / max(polls, 1):.3f} ms/poll"
+          + (f"; latency p50 {1000 * statistics.median(lat):.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99) - 1]:.1f} ms"
+             if lat else ""), flush=True)
 
 
 def main() -> int:
@@ -186,6 +198,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=330.0, help="target polls/s of the whole fleet")
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop capacity test")
+    ap.add_argument("--long-poll", action="store_true",
+                    help="also measure long-polling agents (?wait=): steady state and change propagation")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="agent-bench-"))
@@ -245,21 +259,55 @@ def main() -> int:
         interval = args.agents / args.rate
         t_done: list[float] = []
 
+        armed = [True]  # converged() counts only after the update request returned
+
         def converged() -> bool:
-            if stack_status(client, "fleet") == "UPDATE_COMPLETE":
+            if armed[0] and stack_status(client, "fleet") == "UPDATE_COMPLETE":
                 t_done.append(time.monotonic())
                 return all(a.applied_at for a in agents)
             return False
         asyncio.run(paced(agents, args.rate, 900, stats, until=converged))
-        applied = [a.applied_at for a in agents if a.applied_at]
-        if not t_done:
-            raise SystemExit("the stack update did not complete within 900 s")
-        print(f"config change: {len(applied)}/{len(agents)} agents applied it; last one "
-              f"{max(applied) - t_change:.1f} s after the update request (poll interval {interval:.1f} s "
-              f"+-25 %); stack UPDATE_COMPLETE seen {t_done[0] - t_change:.1f} s after it (checked every 1 s)")
+        change_report("config change (polling)", agents, t_change, t_done, f"poll interval {interval:.1f} s +-25 %")
+
+        if args.long_poll:
+            stats = new_stats()
+            c0 = cpu_seconds(pid)
+            elapsed = asyncio.run(paced(agents, args.rate, args.seconds, stats, long_poll=True))
+            report(f"long-poll steady state (each held ~{interval:.1f} s)", stats, elapsed, cpu_seconds(pid) - c0)
+            for a in agents:
+                a.applied_at = None
+            t_done.clear()
+            armed[0] = False
+
+            async def change_while_long_polling():
+                task = asyncio.create_task(paced(agents, args.rate, 900, new_stats(), until=converged,
+                                                 long_poll=True))
+                await asyncio.sleep(interval * 1.5)  # every agent is holding a long-poll
+                nonlocal_t[0] = time.monotonic()
+                r = await asyncio.to_thread(subprocess.run, [
+                    sys.executable, "-m", "undercloud", "stack", "update", "fleet", "-t", str(tmpl),
+                    "--parameter", f"count={args.agents}", "--parameter", "value=v3"],
+                    capture_output=True, text=True)
+                if r.returncode:
+                    raise SystemExit(f"stack update failed: {r.stderr.strip()}")
+                armed[0] = True
+                await task
+            nonlocal_t = [0.0]
+            asyncio.run(change_while_long_polling())
+            change_report("config change (long-poll)", agents, nonlocal_t[0], t_done, "changes wake held polls")
     finally:
         daemon.stop(Home(home))
+        shutil.rmtree(home, ignore_errors=True)
     return 0
+
+
+def change_report(name: str, agents: list[Agent], t_change: float, t_done: list[float], how: str) -> None:
+    applied = sorted(a.applied_at - t_change for a in agents if a.applied_at)
+    if not t_done or not applied:
+        raise SystemExit(f"{name}: the stack update did not complete")
+    print(f"{name}: {len(applied)}/{len(agents)} agents applied it; median {statistics.median(applied):.1f} s, "
+          f"last {applied[-1]:.1f} s after the update request ({how}); stack UPDATE_COMPLETE seen "
+          f"{t_done[0] - t_change:.1f} s after it (checked every 1 s)", flush=True)
 
 
 async def closed_loop_all(agents: list[Agent], stats: dict) -> None:
