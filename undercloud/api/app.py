@@ -20,6 +20,7 @@ log = logging.getLogger("undercloud.api")
 ROUTERS: list[str] = [
     "undercloud.api.images",
     "undercloud.api.nodes",
+    "undercloud.api.deploy",
     "undercloud.api.servers",
     "undercloud.api.agent",
     "undercloud.api.agent_admin",

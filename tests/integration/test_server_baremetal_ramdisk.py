@@ -1,0 +1,235 @@
+"""The deploy ramdisk's own logic (undercloud/agent/deploy.py), run here on the host: root
+device hints, the resumable, verified download, the config drive partition, the call-back.
+
+No VM needed (the whole path under TCG is in test_server_baremetal.py); the download and
+call-back talk to a real HTTP server on loopback, the disk is a sparse file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from undercloud.agent import deploy
+
+GIB = 1024 ** 3
+
+
+def dev(name: str, gib: int, **kw) -> dict:
+    return {"name": name, "size": gib * GIB, "model": kw.get("model", ""), "vendor": kw.get("vendor", ""),
+            "serial": kw.get("serial", ""), "wwn": kw.get("wwn", ""), "rotational": kw.get("rotational", False)}
+
+
+DISKS = [dev("/dev/vda", 2), dev("/dev/vdb", 100, serial="S-BIG", rotational=True), dev("/dev/sda", 20, model="QEMU HDD")]
+
+
+def test_root_device_without_hints_is_the_smallest_disk_of_at_least_4_gib():
+    assert deploy.pick_root_device({}, DISKS)["name"] == "/dev/sda"
+
+
+@pytest.mark.parametrize("hints,want", [
+    ({"serial": "s-big"}, "/dev/vdb"),            # case-insensitive, like Ironic
+    ({"size": 100}, "/dev/vdb"),
+    ({"size": ">= 10"}, "/dev/sda"),              # the smallest that matches
+    ({"size": "< 10"}, "/dev/vda"),               # hints may pick a small disk on purpose
+    ({"model": "QEMU HDD", "rotational": False}, "/dev/sda"),
+    ({"name": "vdb"}, "/dev/vdb"),
+    ({"rotational": "true"}, "/dev/vdb"),
+])
+def test_root_device_hints(hints, want):
+    assert deploy.pick_root_device(hints, DISKS)["name"] == want
+
+
+def test_root_device_hints_that_match_nothing_name_the_disks():
+    with pytest.raises(deploy.DeployError) as e:
+        deploy.pick_root_device({"serial": "nope"}, DISKS)
+    assert str(e.value) == ('no disk matching root_device hints {"serial": "nope"} '
+                            '(disks: /dev/vda 2 GiB; /dev/vdb 100 GiB; /dev/sda 20 GiB)')
+    with pytest.raises(deploy.DeployError, match="unsupported hint.*hctl"):
+        deploy.pick_root_device({"hctl": "0:0:0:0"}, DISKS)
+    with pytest.raises(deploy.DeployError, match=r"size: cannot read 'big'"):
+        deploy.pick_root_device({"size": "big"}, DISKS)
+
+
+class _Server:
+    """Serves `data` with Range support; can cut the first response short, corrupt it,
+    and records call-backs."""
+
+    def __init__(self, data: bytes, cut_at: int | None = None, corrupt: bool = False, status: int = 202):
+        self.data, self.cut_at, self.corrupt, self.status = data, cut_at, corrupt, status
+        self.ranges: list[str | None] = []
+        self.paths: list[str] = []
+        self.calls: list[tuple[str, str | None, dict]] = []
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.paths.append(self.path)
+                if not self.path.endswith("/file"):
+                    self.send_error(404)
+                    return
+                rng = self.headers.get("Range")
+                outer.ranges.append(rng)
+                start = int(re.match(r"bytes=(\d+)-", rng).group(1)) if rng else 0
+                body = outer.data[start:]
+                if outer.corrupt:
+                    body = bytes([body[0] ^ 1]) + body[1:]
+                self.send_response(206 if rng else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if outer.cut_at is not None and len(outer.ranges) == 1:
+                    self.wfile.write(body[:outer.cut_at])  # then the connection drops
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(body)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.calls.append((self.path, self.headers.get("X-Deploy-Token"), body))
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *_a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+DATA = bytes(range(256)) * 8192  # 2 MiB
+SHA = hashlib.sha256(DATA).hexdigest()
+
+
+def test_download_resumes_with_range_and_verifies_the_checksum(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy.time, "sleep", lambda _s: None)
+    srv = _Server(DATA, cut_at=300_000)
+    try:
+        dest = tmp_path / "image"
+        deploy.download(srv.url + "/file", dest, len(DATA), SHA)
+        assert dest.read_bytes() == DATA
+        assert srv.ranges[0] is None and srv.ranges[1] == f"bytes={300_000}-"  # resumed where it broke
+    finally:
+        srv.close()
+
+
+def test_a_corrupted_download_is_caught_with_both_checksums(tmp_path):
+    srv = _Server(DATA, corrupt=True)
+    try:
+        with pytest.raises(deploy.DeployError) as e:
+            deploy.download(srv.url + "/file", tmp_path / "image", len(DATA), SHA)
+        got = hashlib.sha256(bytes([DATA[0] ^ 1]) + DATA[1:]).hexdigest()
+        assert str(e.value) == (f"image checksum mismatch: the {len(DATA)} bytes downloaded have sha256 {got}, "
+                                f"expected {SHA}")
+    finally:
+        srv.close()
+
+
+def test_a_refused_download_is_not_retried(tmp_path):
+    srv = _Server(DATA)
+    try:
+        with pytest.raises(deploy.DeployError, match=r"^image download refused: HTTP 404$"):
+            deploy.download(srv.url + "/missing", tmp_path / "i", len(DATA), SHA)
+        assert srv.paths == ["/missing"]  # asked once, not again
+    finally:
+        srv.close()
+
+
+def test_call_back_carries_the_deploy_token_in_a_header_only(monkeypatch, capsys):
+    srv = _Server(b"")
+    try:
+        req = {"url": srv.url, "server_id": "sid-1", "token": "t0ken-secret"}
+        deploy.call_back(req, False, "image checksum mismatch: x")
+        assert srv.calls == [("/v1/deploy/servers/sid-1/callback", "t0ken-secret",
+                              {"ok": False, "error": "image checksum mismatch: x"})]
+        assert "t0ken-secret" not in capsys.readouterr().out
+    finally:
+        srv.close()
+
+
+def test_config_drive_becomes_the_last_partition_of_the_written_disk(tmp_path):
+    for tool in ("sfdisk", "xorriso"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} is not installed")
+    disk = tmp_path / "disk.raw"
+    with open(disk, "wb") as f:
+        f.truncate(64 * 1024 * 1024)
+    subprocess.run(["sfdisk", "-q", str(disk)], input="label: dos\nstart=2048, size=40960, type=83\n",
+                   text=True, check=True)
+    (tmp_path / "cd" / "openstack" / "latest").mkdir(parents=True)
+    (tmp_path / "cd" / "openstack" / "latest" / "meta_data.json").write_text('{"uuid": "u1"}')
+    iso = tmp_path / "cd.iso"
+    subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), "-V", "config-2", "-J", "-r",
+                    str(tmp_path / "cd")], check=True)
+    start = deploy.write_config_drive(iso, str(disk))
+    table = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, text=True,
+                                      check=True).stdout)["partitiontable"]["partitions"]
+    assert [p["start"] for p in table] == [2048, start] and start >= 2048 + 40960
+    with open(disk, "rb") as f:
+        f.seek(start * 512)
+        assert f.read(iso.stat().st_size) == iso.read_bytes()
+    label = subprocess.run(["blkid", "-p", "-O", str(start * 512), "-s", "LABEL", "-o", "value", str(disk)],
+                           capture_output=True, text=True).stdout.strip()
+    assert label == "config-2"
+
+
+def test_network_data_of_the_config_drive_maps_macs_to_addresses(monkeypatch):
+    done = []
+    monkeypatch.setattr(deploy, "set_address", lambda mac, a, p, persist: done.append((mac, a, p)) or "eth9")
+    data = {"links": [{"id": "eth0", "ethernet_mac_address": "fa:16:3e:00:00:01"}],
+            "networks": [{"link": "eth0", "type": "ipv4", "ip_address": "192.168.24.100",
+                          "netmask": "255.255.255.0"}, {"link": "eth0", "type": "ipv6"}]}
+    assert deploy.apply_network_data(data) == ["192.168.24.100/24 on eth9"]
+    assert done == [("fa:16:3e:00:00:01", "192.168.24.100", 24)]
+
+
+def test_unknown_subcommand_shows_usage(capsys):
+    assert deploy.main(["nope"]) == 2
+    assert "usage: python3 -m undercloud.agent.deploy firstboot|ramdisk" in capsys.readouterr().err
+
+
+def test_vm_config_drive_layout_is_what_firstboot_reads(tmp_path):
+    """The undercloud side (vm_configdrive) and the node side (deploy.firstboot) agree."""
+    from undercloud.provisioning.servers.base import Spec
+    from undercloud.provisioning.servers.vm_configdrive import contents
+
+    spec = Spec(id="sid", name="vm0", hypervisor_type="vm", flavor={}, image={}, image_path=None,
+                first_boot={"server_id": "sid", "token": "tok", "url": "http://192.168.24.1:9",
+                            "metadata": {"role": "x"}, "user_data": "#!/bin/sh\n"}, networks=[])
+    files = contents(spec, "fa:16:3e:00:00:02", "192.168.24.101")
+    meta = json.loads(files["openstack/latest/meta_data.json"])
+    net = json.loads(files["openstack/latest/network_data.json"])
+    agent = json.loads(files["openstack/latest/vendor_data2.json"])["undercloud"]
+    assert meta["hostname"] == "vm0" and meta["uuid"] == "sid" and meta["meta"] == {"role": "x"}
+    assert agent["url"] == "http://192.168.24.1:9" and agent["token"] == "tok" and agent["server_id"] == "sid"
+    assert files["openstack/latest/user_data"] == b"#!/bin/sh\n"
+    seen = []
+    deploy_set = deploy.set_address
+    try:
+        deploy.set_address = lambda mac, a, p, persist: seen.append((mac, a, p)) or "ens3"  # type: ignore[assignment]
+        deploy.apply_network_data(net)
+    finally:
+        deploy.set_address = deploy_set  # type: ignore[assignment]
+    assert seen == [("fa:16:3e:00:00:02", "192.168.24.101", 24)]
+    # Settings.load reads the agent part as the agent's configuration file.
+    from undercloud.agent.settings import Settings
+
+    path = Path(tmp_path / "config.json")
+    path.write_text(json.dumps(agent))
+    s = Settings.load(path)
+    assert (s.url, s.server_id, s.token) == ("http://192.168.24.1:9", "sid", "tok")

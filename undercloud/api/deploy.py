@@ -1,0 +1,33 @@
+"""/v1/deploy: what the deploy ramdisk on a bare-metal node calls when it has written the
+image (or failed to). PUBLIC: the call carries the deploy's own token (`X-Deploy-Token`,
+made for that deploy only, stored as a hash); an unknown server and a wrong token get the
+same answer. The work behind it is the baremetal realiser's (provisioning/servers/baremetal.py).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from undercloud.api.app import get_context
+from undercloud.api.context import Context
+
+PUBLIC = True
+router = APIRouter(prefix="/v1/deploy")
+
+
+class CallbackBody(BaseModel):
+    ok: bool
+    error: str | None = None
+
+
+@router.post("/servers/{server_id}/callback", status_code=202)
+def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context = Depends(get_context)):
+    from undercloud.provisioning.servers.baremetal import DeployDenied
+
+    realiser = ctx.servers.realiser("baremetal")
+    try:
+        return realiser.callback(server_id, request.headers.get("x-deploy-token"), body.ok, body.error)
+    except DeployDenied as exc:
+        return JSONResponse({"error": exc.message, "where": None}, status_code=401)
