@@ -251,3 +251,38 @@ def test_realiser_create_is_idempotent_and_delete_repeatable(uc, tmp_path):
         assert r.status(spec).status == "DELETED"
         assert f"{uc.instance}-lab" in r.cleanup()  # the bridge may have gone with the container
     assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+
+
+def test_two_undercloud_homes_run_servers_of_the_same_name_side_by_side(uc, tmp_path):
+    from undercloud.config import Home
+
+    other = Home((tmp_path / "other-home").resolve())
+    env = {"UNDERCLOUD_HOME": str(other.path)}
+    tpl = write(tmp_path, "server.yaml", SERVER)
+    try:
+        r = run_cli("image", "build", "overcloud-full", "--type", "oci", env=env, timeout=1800)
+        assert r.returncode == 0, r.stderr[-2000:]
+        for e in ({}, env):
+            r = run_cli("stack", "create", "s1", "-t", tpl, "--wait", env=e, timeout=300)
+            assert r.returncode == 0, r.stderr[-2000:]
+        mine = wait_checked_in("ctl0")
+        deadline = time.monotonic() + 60
+        while not (theirs := json.loads(run_cli("server", "show", "ctl0", "-f", "json", env=env).stdout))[
+                "agent_checked_in"]:
+            assert time.monotonic() < deadline, theirs
+            time.sleep(0.5)
+        assert mine["instance_name"] != theirs["instance_name"]
+        assert mine["addresses"] != theirs["addresses"]  # each home its own lab network
+        assert leftovers(other.instance)["containers"] and leftovers(uc.instance)["containers"]
+        assert run_cli("stack", "delete", "s1", "--wait", env=env, timeout=300).returncode == 0
+        assert leftovers(other.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+        assert wait_checked_in("ctl0", after=mine["agent_last_seen"])["status"] == "ACTIVE"  # untouched
+    finally:
+        run_cli("service", "stop", env=env)
+        label = f"label=undercloud.instance={other.instance}"
+        for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
+            podman("rm", "-f", "-t", "0", c)
+        for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
+            podman("volume", "rm", "-f", v)
+        podman("network", "rm", "-f", f"{other.instance}-lab")
+        subprocess.run(["ip", "link", "del", f"{other.instance}-br"], capture_output=True)
