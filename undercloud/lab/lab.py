@@ -164,6 +164,7 @@ class Lab:
             if not any("virtlogd" in _cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit()):
                 self._ns(ns, "virtlogd", "-d")
             # libvirtd in the foreground under our reaper (see lab/reaper.py), detached
+            LIBVIRTD_LOG.parent.mkdir(parents=True, exist_ok=True)
             with open(LIBVIRTD_LOG, "ab") as out:
                 subprocess.Popen(["nsenter", f"--net={ns}", sys.executable, "-m", "undercloud.lab.reaper",
                                   "libvirtd"], stdin=subprocess.DEVNULL, stdout=out,
