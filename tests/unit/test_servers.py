@@ -362,3 +362,48 @@ def test_a_resumed_create_finishes_with_the_first_boot_data_it_had(uc):
     assert uc.fake.machines["s-1"]["first_boot"]["token"] == "t1"  # same token: nothing rotated
     assert [c for c in uc.fake.calls if c[0] == "create"] == [("create", "s-1")] * 2
     assert [s["id"] for s in uc.servers.list()] == ["s-1"]
+
+
+UD = """\
+heat_template_version: wallaby
+parameters:
+  name: {type: string, default: box}
+  ud: {type: string, default: "#!/bin/sh\\necho one\\n"}
+  policy: {type: string, default: REPLACE}
+resources:
+  node:
+    type: OS::Nova::Server
+    properties:
+      name: {get_param: name}
+      image: overcloud-full
+      flavor: container
+      user_data_format: RAW
+      user_data: {get_param: ud}
+      user_data_update_policy: {get_param: policy}
+"""
+
+
+@pytest.mark.parametrize("policy,same,rebuilt", [("REPLACE", False, False), ("IGNORE", True, False),
+                                                  ("REBUILD", True, True)])
+def test_user_data_update_policies_as_heat_names_them(uc, policy, same, rebuilt):
+    uc.image("overcloud-full", "container", "oci")
+    uc.stack("s1", UD, policy=policy)
+    (before,) = uc.servers.list()
+    path = uc.dir / "s1.yaml"
+    uc.ctx.stacks.update("s1", Bundle.from_paths(str(path)).to_json(),
+                         {"policy": policy, "ud": "#!/bin/sh\necho two\n"}, wait=True)
+    assert uc.ctx.stacks.show("s1")["stack_status"] == "UPDATE_COMPLETE"
+    (after,) = uc.servers.list()
+    assert (after["id"] == before["id"]) is same
+    assert (("rebuild", before["id"]) in uc.fake.calls) is rebuilt
+    user_data = (uc.servers.first_boot_dir(after["id"]) / "user-data").read_text()
+    assert user_data == ("#!/bin/sh\necho one\n" if policy == "IGNORE" else "#!/bin/sh\necho two\n")
+
+
+def test_rename_changes_the_record_in_place(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.stack("s1", UD)
+    (before,) = uc.servers.list()
+    uc.ctx.stacks.update("s1", Bundle.from_paths(str(uc.dir / "s1.yaml")).to_json(), {"name": "renamed"}, wait=True)
+    (after,) = uc.servers.list()
+    assert (after["id"], after["name"]) == (before["id"], "renamed")

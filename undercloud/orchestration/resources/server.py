@@ -7,9 +7,10 @@ OS::Heat::DeployedServer it gets its agent credentials from the per-server metad
 service (orchestration/server_metadata.py): the token goes only into the first-boot data
 the machine reads, and software deployments reach it through its metadata.
 
-Updates, as Heat does them: `metadata` in place; an `image` change rebuilds in place where
-the hypervisor type can (`image_update_policy: REBUILD`, the default) and replaces
-otherwise; `flavor`, `name`, `networks`, `user_data` changes replace (no resize here).
+Updates, as Heat does them: `metadata`, `name`, `tags` in place; an `image` change rebuilds
+in place where the hypervisor type can (`image_update_policy: REBUILD`, the default) and
+replaces otherwise; `user_data` follows `user_data_update_policy`; `flavor` (no resize
+here), `networks` and `scheduler_hints` changes replace.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ ACCEPTED = "Accepted for Heat compatibility; not used by the undercloud."
 class Server(Plugin):
     type_name = "OS::Nova::Server"
     properties_schema = {
-        "name": Prop("string", description="Server name, also its hostname (default: stack-resource)."),
+        "name": Prop("string", update_allowed=True,
+                     description="Server name, also its hostname (default: stack-resource). A rename "
+                                 "changes the record, not the running machine's hostname (as in Nova)."),
         "image": Prop("string", required=True, update_allowed=True,
                       description="Image name or id; the image of that name for the flavor's hypervisor type."),
         "flavor": Prop("string", required=True, update_allowed=True, description="Flavor name."),
@@ -35,13 +38,16 @@ class Server(Plugin):
                                      description="The undercloud cannot resize: a flavor change replaces."),
         "metadata": Prop("map", update_allowed=True,
                          description="Server metadata, also served to its agent beside `deployments`."),
-        "user_data": Prop("string", default="", description="First-boot user data."),
+        "user_data": Prop("string", default="", update_allowed=True,
+                          description="First-boot user data (run once before the agent when it is a script)."),
         "user_data_format": Prop("string", default="HEAT_CFNTOOLS",
                                  allowed=("HEAT_CFNTOOLS", "RAW", "SOFTWARE_CONFIG"),
                                  description="SOFTWARE_CONFIG: user_data is a software config id whose "
                                              "config is used; RAW and HEAT_CFNTOOLS pass it as is."),
-        "user_data_update_policy": Prop("string", default="REPLACE", allowed=("REPLACE", "IGNORE"),
-                                        update_allowed=True, description="REPLACE: a user_data change replaces."),
+        "user_data_update_policy": Prop("string", default="REPLACE", allowed=("REPLACE", "IGNORE", "REBUILD"),
+                                        update_allowed=True,
+                                        description="What a user_data change does: replace the server, "
+                                                    "nothing, or rebuild it in place with the new data."),
         "software_config_transport": Prop(
             "string", default="POLL_SERVER_CFN", update_allowed=True,
             allowed=("POLL_SERVER_CFN", "POLL_SERVER_HEAT", "POLL_TEMP_URL", "ZAQAR_MESSAGE"),
@@ -50,9 +56,11 @@ class Server(Plugin):
         "networks": Prop("list", description="[{network: ctlplane, fixed_ip: 192.168.24.10}]: the lab network."),
         "persistent_volumes": Prop("list", description="(undercloud) absolute paths kept across rebuilds."),
         **{k: Prop("any", description=ACCEPTED) for k in (
-            "key_name", "admin_pass", "admin_user", "config_drive", "availability_zone", "security_groups",
-            "deployment_swift_data", "tags", "personality", "block_device_mapping", "block_device_mapping_v2",
-            "reservation_id", "diskConfig")},
+            "key_name", "admin_user", "config_drive", "availability_zone", "security_groups",
+            "personality", "block_device_mapping", "block_device_mapping_v2", "reservation_id", "diskConfig")},
+        **{k: Prop("any", update_allowed=True, description=ACCEPTED) for k in (
+            "admin_pass", "deployment_swift_data")},
+        "tags": Prop("list", update_allowed=True, description="Server tags (the `tags` attribute)."),
     }
     attributes_schema = {
         "name": "Name of the server.",
@@ -62,6 +70,8 @@ class Server(Plugin):
         "accessIPv4": "The server's IPv4 address (its first).",
         "accessIPv6": "The server's IPv6 address (none here).",
         "instance_name": "The name on its hypervisor (container name, domain, node).",
+        "console_urls": "Console URLs (none: use `undercloud server console`).",
+        "tags": "The server's tags.",
         "os_collect_config": "Where the agent polls (metadata URL without the token).",
         "show": "The server as the servers API shows it.",
     }
@@ -145,6 +155,10 @@ class Server(Plugin):
     def needs_replace(self, changed: set[str], old_properties: dict) -> bool:
         if "flavor" in changed:
             return True
+        if "user_data" in changed or "user_data_format" in changed:
+            policy = self.properties.get("user_data_update_policy")
+            if policy == "REPLACE" or (policy == "REBUILD" and not self.data.get("can_rebuild")):
+                return True
         if "image" in changed:
             # Decided from what create stored: the engine asks before it hands out services.
             return self.properties.get("image_update_policy") == "REPLACE" or not self.data.get("can_rebuild")
@@ -152,11 +166,17 @@ class Server(Plugin):
 
     def update(self, old_properties: dict) -> None:
         servers, meta = self._svc()
+        p = self.properties
         meta.set_extra(self.server_id, self._extra())
-        servers.set_metadata(self.server_id, self.properties.get("metadata") or {})
-        if self.properties.get("image") != old_properties.get("image"):
+        servers.set_metadata(self.server_id, p.get("metadata") or {}, name=self.server_name())
+        user_data = None
+        if p.get("user_data_update_policy") == "REBUILD" and (
+                p.get("user_data") != old_properties.get("user_data")
+                or p.get("user_data_format") != old_properties.get("user_data_format")):
+            user_data = {"user_data": self._user_data(), "user_data_format": p.get("user_data_format")}
+        if p.get("image") != old_properties.get("image") or user_data is not None:
             try:
-                servers.rebuild(self.server_id, self.properties["image"])
+                servers.rebuild(self.server_id, p["image"], first_boot=user_data)
             except UndercloudError as exc:
                 raise ResourceFailure(str(exc)) from None
 
@@ -187,5 +207,5 @@ class Server(Plugin):
             "accessIPv4": next((a for addrs in ips.values() for a in addrs if ":" not in a), ""),
             "accessIPv6": "", "instance_name": srv.get("instance_name") or srv["name"],
             "os_collect_config": {"collectors": ["request"], "request": {"metadata_url": url}},
-            "show": srv,
+            "console_urls": {}, "tags": self.properties.get("tags") or [], "show": srv,
         }

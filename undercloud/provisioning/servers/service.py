@@ -308,9 +308,9 @@ class ServersService:
         tmp.replace(d / "config.json")
         # user data also as a file of its own (NoCloud's name), executable when it is a script
         ud = data.get("user_data")
+        path = d / "user-data"
+        path.unlink(missing_ok=True)
         if isinstance(ud, str) and ud:
-            path = d / "user-data"
-            path.unlink(missing_ok=True)
             with os.fdopen(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL,
                                    0o700 if ud.startswith("#!") else 0o600), "w") as f:
                 f.write(ud)
@@ -407,8 +407,11 @@ class ServersService:
     def exists(self, server_id: str) -> bool:
         return self._row(server_id) is not None
 
-    def set_metadata(self, server_id: str, metadata: dict) -> None:
-        self._save(server_id, metadata_=dict(metadata or {}))
+    def set_metadata(self, server_id: str, metadata: dict, name: str | None = None) -> None:
+        """Metadata and name change in place (a rename does not touch the running machine)."""
+        if name is not None and not NAME.match(name):
+            raise InvalidInput(f"{name!r} is not a valid host name", "name")
+        self._save(server_id, metadata_=dict(metadata or {}), **({"name": name} if name else {}))
 
     def count(self) -> int:
         with self.store.session() as s:
@@ -455,7 +458,9 @@ class ServersService:
         self._call(row.id, lambda sp: realiser.power(sp, on), spec, "powering-on" if on else "powering-off")
         return self.refresh(row.id)
 
-    def rebuild(self, ref: str, image: str | None = None) -> dict:
+    def rebuild(self, ref: str, image: str | None = None, first_boot: dict | None = None) -> dict:
+        """Recreate the server from `image` (default: its image's name, newest build); keys of
+        `first_boot` (e.g. new user_data) replace those of its first-boot data."""
         with self.store.session() as s:
             row = self._find(s, ref)
         realiser = self.realiser(row.hypervisor_type)
@@ -468,6 +473,9 @@ class ServersService:
         with self.store.session() as s:
             row = s.get(Server, row.id)
         spec = self.spec(row, image=img)
+        if first_boot:
+            spec.first_boot = {**spec.first_boot, **first_boot}
+            self._write_first_boot(spec, realiser)
         self._call(row.id, realiser.rebuild, spec, "rebuilding")
         return self.get(row.id)
 
