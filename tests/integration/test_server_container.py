@@ -176,8 +176,15 @@ def test_a_server_token_cannot_read_another_servers_metadata(uc, tmp_path):
     out = podman("exec", a["instance_name"], "python3", "-c", probe, a["id"], b["id"])
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [[200, "a"], [401, None]]
-    run_cli("stack", "delete", "two", "--wait", timeout=300)
-    assert leftovers(uc.instance)["containers"] == []
+    # `server delete` removes b (container and credentials); the stack's delete copes after.
+    r = run_cli("server", "delete", "b")
+    assert r.returncode == 0 and "b: deleted" in r.stderr, r.stderr
+    assert podman("container", "exists", b["instance_name"]).returncode != 0
+    assert [s["name"] for s in json.loads(run_cli("server", "list", "-f", "json").stdout)] == ["a"]
+    assert b["id"] not in run_cli("agent", "list", "-f", "value").stdout
+    r = run_cli("stack", "delete", "two", "--wait", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
 
 
 def test_power_rebuild_keeps_volumes_and_agents_find_the_undercloud_after_restart(uc, tmp_path):
