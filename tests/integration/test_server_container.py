@@ -293,3 +293,40 @@ def test_two_undercloud_homes_run_servers_of_the_same_name_side_by_side(uc, tmp_
             podman("volume", "rm", "-f", v)
         podman("network", "rm", "-f", f"{other.instance}-lab")
         subprocess.run(["ip", "link", "del", f"{other.instance}-br"], capture_output=True)
+
+
+def test_limits_refused_by_cgroups_run_without_and_say_so(uc, monkeypatch):
+    """Hosts whose cgroups cannot enforce --cpus/--memory: the server still runs, and says so.
+    This host enforces them, so the refusal is injected into the first `podman run` only."""
+    from undercloud.config import Home
+    from undercloud.host.run import CommandFailed
+    from undercloud.provisioning.servers import container
+    from undercloud.provisioning.servers.base import Env, Spec
+
+    real = container.hp.podman
+
+    def podman_refusing_limits(*args, **kw):
+        if args[:1] == ("run",) and "--memory" in args:
+            raise CommandFailed(["podman", *args], 126, "runc create failed: cgroup memory controller missing")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(container.hp, "podman", podman_refusing_limits)
+    (img,) = json.loads(run_cli("image", "list", "--name", "overcloud-full", "--hypervisor-type", "container",
+                                "-f", "json").stdout)
+    fb = Home(uc.path).path / "servers" / "s-lim" / "first-boot"
+    fb.mkdir(parents=True)
+    (fb / "config.json").write_text("{}")
+    r = container.ContainerRealiser(Env(home=Home(uc.path), api_port=1))
+    spec = Spec(id="s-lim", name="lim", hypervisor_type="container", flavor={"vcpus": 1, "ram": 128},
+                image=img, image_path=None, first_boot={}, networks=[])
+    try:
+        r.create(spec)
+        info = json.loads(real("inspect", spec.state["instance_name"]).stdout)[0]
+        assert info["HostConfig"]["Memory"] == 0  # ran without the limit
+        st = r.status(spec)
+        assert any("limits of the flavor are not enforced" in n and "cgroup memory controller missing" in n
+                   for n in st.notes), st
+    finally:
+        r.delete(spec)
+        r.cleanup()
+    assert leftovers(uc.instance)["containers"] == []
