@@ -45,6 +45,16 @@ def host_objects(instance: str) -> dict:
             "networks": lines("network", "ls", "--format", "{{.Name}}")}
 
 
+@pytest.fixture
+def overcloud_home(uc_home):
+    """uc_home, and whatever overcloud a failed test left is deleted (before the service stops)."""
+    yield uc_home
+    if (uc_home.path / "undercloud.db").exists():
+        listed = run_cli("stack", "list", "-f", "json")
+        if listed.returncode == 0 and "overcloud" in listed.stdout:
+            run_cli("overcloud", "delete", "--yes", timeout=600)
+
+
 def deploy(*args: str) -> subprocess.CompletedProcess:
     return run_cli("deploy", *args, timeout=1400)
 
@@ -53,7 +63,8 @@ def secrets_of(uc_home) -> dict:
     return json.loads((uc_home.path / "overcloud" / "overcloud" / "secrets.json").read_text())
 
 
-def test_minimal_deploy_check_break_recover_delete(uc_home, tmp_path):
+def test_minimal_deploy_check_break_recover_delete(overcloud_home, tmp_path):
+    uc_home = overcloud_home
     need_overcloud_tools()
     r = deploy()
     assert r.returncode == 0, r.stderr[-3000:]
@@ -130,7 +141,8 @@ def test_minimal_deploy_check_break_recover_delete(uc_home, tmp_path):
     assert not (uc_home.path / "overcloud" / "overcloud").exists()
 
 
-def test_ha_token_issue_survives_a_stopped_keystone(uc_home):
+def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
+    uc_home = overcloud_home
     need_overcloud_tools()
     r = deploy("--example", "ha")
     assert r.returncode == 0, r.stderr[-3000:]
