@@ -190,6 +190,11 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     client = Client(timeout=600)
     home = client.home.path
     overcloud.stack_dir(home, stack)  # refuses a bad name before any work
+    if hypervisor != "container":
+        # The services run from service images through podman: the qcow2 node image has
+        # neither yet, so such a deploy could only fail at step 1, minutes later.
+        raise UndercloudError(f"{hypervisor} nodes cannot run the overcloud services yet (the node image has no "
+                              f"podman and no service images): use --hypervisor container", "--hypervisor")
     role_list = overcloud.load_roles(overcloud.roles_file_for(example, roles))
     env_paths = [Path(e) for e in environments]
     for e in env_paths:
