@@ -19,15 +19,18 @@ log = logging.getLogger("undercloud.api")
 # Modules with a `router` (fastapi.APIRouter); admin routers need the admin token.
 ROUTERS: list[str] = [
     "undercloud.api.images",
+    "undercloud.api.agent",
+    "undercloud.api.agent_admin",
     "undercloud.api.nodes",
     "undercloud.api.deploy",
     "undercloud.api.servers",
-    "undercloud.api.agent",
-    "undercloud.api.agent_admin",
+    "undercloud.api.stacks",
+    "undercloud.api.stack_signals",
 ]
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
 STARTUP: list[str] = [
+    "undercloud.api.stacks:startup",
     "undercloud.images.store:startup",
     "undercloud.provisioning.periodic:startup",
     "undercloud.api.servers:startup",
