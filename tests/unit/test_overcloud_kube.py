@@ -1,0 +1,101 @@
+"""The kube hook as the overcloud uses it: a List of ConfigMaps + Pods per deploy step."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+
+import pytest
+
+from undercloud.agent import hooks, kube
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"UNDERCLOUD_AGENT_STATE": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
+
+
+def deployment(config, options=None):
+    return {"id": "d1", "name": "step", "group": "kube", "config": config, "options": options or {},
+            "inputs": [], "outputs": []}
+
+
+def test_an_empty_step_succeeds_with_nothing_to_run(env):
+    r = hooks.run(deployment({"apiVersion": "v1", "kind": "List", "items": []}), None, 30, env)
+    assert r["deploy_status_code"] == 0
+    assert "no pods" in r["deploy_stdout"]
+
+
+@pytest.mark.parametrize("items, message", [
+    (["not a map"], "items: a list of ConfigMaps and Pods"),
+    ([{"kind": "Pod", "metadata": {}, "spec": {"containers": [{"name": "c"}]}}], "metadata.name: required"),
+    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}], "at least one container"),
+])
+def test_a_bad_list_is_refused_before_anything_runs(env, items, message):
+    r = hooks.run(deployment({"kind": "List", "items": items}), None, 30, env)
+    assert r["deploy_status_code"] == 2
+    assert message in r["deploy_stderr"]
+
+
+def test_process_mode_plays_every_pod_of_the_list(env, monkeypatch):
+    def pod(name, port):
+        return {"kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{
+            "name": name, "command": ["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+            "readinessProbe": {"tcpSocket": {"port": port}}}]}}
+    cfg = {"kind": "List", "items": [{"kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}},
+                                     pod("web1", 18931), pod("web2", 18932)]}
+    opts = {"kube_mode": "process", "ready_timeout": 20}
+    try:
+        r = hooks.run(deployment(cfg, opts), None, 60, env)
+        assert r["deploy_status_code"] == 0, r
+        assert "pod web1: created" in r["deploy_stdout"] and "pod web2: created" in r["deploy_stdout"]
+        again = hooks.run(deployment(cfg, opts), None, 60, env)
+        assert "pod web1: unchanged" in again["deploy_stdout"] and "pod web2: unchanged" in again["deploy_stdout"]
+    finally:
+        monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", env["UNDERCLOUD_AGENT_STATE"])
+        kube.stop_processes("web1")
+        kube.stop_processes("web2")
+
+
+def test_a_failing_probe_names_pod_container_and_check(env, monkeypatch):
+    cfg = {"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "db"}, "spec": {"containers": [{
+        "name": "mysql", "command": ["sh", "-c", "echo cannot open the data directory >&2; sleep 30"],
+        "readinessProbe": {"tcpSocket": {"port": 18939}}}]}}]}
+    try:
+        r = hooks.run(deployment(cfg, {"kube_mode": "process", "ready_timeout": 2}), None, 60, env)
+    finally:
+        monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", env["UNDERCLOUD_AGENT_STATE"])
+        kube.stop_processes("db")
+    assert r["deploy_status_code"] == 1
+    reason = r["deploy_failure_reason"]
+    assert reason.startswith("pod db: container mysql: readiness probe (TCP :18939) did not pass within 2 s")
+    assert "last lines of its log: | cannot open the data directory" in reason
+
+
+def test_a_container_that_keeps_exiting_ends_the_wait_early():
+    pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"tcpSocket": {"port": 1}}}]}}
+    start = time.monotonic()
+    got = kube.wait_ready(pod, 60, dead=lambda: ("c", "the container exited 3 times (last exit code 1)"))
+    assert time.monotonic() - start < 5
+    assert got[0] == "c" and got[2] == "did not pass: the container exited 3 times (last exit code 1)"
+
+
+def test_configmaps_become_a_tar_at_their_mount_paths():
+    data = kube._config_tar([("/var/lib/undercloud/config", {"config.json": json.dumps({"command": ["x"]}),
+                                                              "keystone.conf": "[DEFAULT]\n"})])
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = tar.getnames()
+        assert {"var", "var/lib", "var/lib/undercloud", "var/lib/undercloud/config"} <= set(names)
+        assert tar.extractfile("var/lib/undercloud/config/keystone.conf").read() == b"[DEFAULT]\n"
+        assert json.loads(tar.extractfile("var/lib/undercloud/config/config.json").read()) == {"command": ["x"]}
+
+
+def test_netns_mode_is_chosen_on_container_nodes(monkeypatch):
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///run/podman/podman.sock")
+    monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", "container:uc1-node-0")
+    assert kube.choose_mode({}) == "netns"
+    assert kube.netns_prefix("keystone") == "uc1-node-0-keystone"
+    monkeypatch.delenv("UNDERCLOUD_NODE_NETNS")
+    assert kube.choose_mode({}) in ("podman", "process")
