@@ -1,7 +1,9 @@
 """Time from `stack create` to agent check-in, per hypervisor type.
 
     python bench/server_bench.py                       # container: 1 then 10 servers
-    python bench/server_bench.py --types container,vm,baremetal --counts 1,10
+    python bench/server_bench.py --types container,vm --counts 1,10
+    python bench/server_bench.py --home $UNDERCLOUD_HOME --types baremetal   # after lab up + node import --provide
+    python bench/server_bench.py --fake 1000         # control-plane cost only: fake machines
 
 For each type and count: a stack of one OS::Heat::ResourceGroup of `count` servers
 (flavor = the type's default flavor, image `overcloud-full`) is created through the API;
@@ -9,6 +11,9 @@ the clock stops when every server's agent has fetched its metadata (its first ch
 Then the stack is deleted and that is timed too. A type is skipped, saying why, when this
 undercloud cannot realise it (no realiser, no image of that type, no available node for
 bare metal: run `undercloud lab up` + `node import --provide` first).
+
+`--fake N` runs the same stack in-process with N servers on a fake realiser (no machine, no
+agent): what the engine, the servers service and the store cost per server.
 
 Goals (issue "Provisioning II"): under 3 s per container server, 10 containers in
 parallel under 15 s. Ironic takes 10-20 minutes per real machine. Figures only; nothing
@@ -108,13 +113,66 @@ def run_one(client, ht: str, count: int, template: Path, timeout: float) -> dict
             "first_checked_in_s": min(checked.values()), "per_server_s": total / count, "delete_s": deleted}
 
 
+def run_fake(count: int) -> None:
+    """In-process: N servers of the container flavor realised by FakeRealiser."""
+    import hashlib
+    import resource
+
+    from undercloud.api.context import Context
+    from undercloud.config import Home
+    from undercloud.orchestration.template import Bundle
+    from undercloud.provisioning.servers.base import Env
+    from undercloud.provisioning.servers.fake import FakeRealiser
+    from undercloud.provisioning.servers.service import ServersService
+
+    home = Path(tempfile.mkdtemp(prefix="uc-server-bench-fake-"))
+    ctx = Context(Home(home))
+    env = Env(home=ctx.home, api_port=1, images=ctx.images)
+    fake = FakeRealiser(env, "container")
+    ctx.__dict__["servers"] = ServersService(ctx.store, env, realisers={"container": fake})
+    ctx.servers.startup()
+    content = b"fake oci"
+    sha = hashlib.sha256(content).hexdigest()
+    ctx.images.put_blob([content], sha, len(content))
+    ctx.images.register([{"name": "overcloud-full", "disk_format": "oci", "sha256": sha,
+                          "properties": {"hypervisor_type": "container"}}])
+    ctx.servers.flavors.create("tiny", 1, 1, 0, {"hypervisor_type": "container"})
+    from undercloud.store.servers import HypervisorHost
+
+    with ctx.store.session() as s:  # room for every fake server (this machine's host has 16 x CPUs)
+        s.add(HypervisorHost(name="fake-host", hypervisor_type="container", vcpus=10**6, memory_mb=10**9,
+                             disk_gb=10**6))
+    (home / "bench.yaml").write_text(TEMPLATE)
+    bundle = Bundle.from_paths(str(home / "bench.yaml")).to_json()
+    t0 = time.monotonic()
+    ctx.stacks.create("fake", bundle, {"count": count, "flavor": "tiny"}, wait=True)
+    created = time.monotonic() - t0
+    shown = ctx.stacks.show("fake")
+    status = shown["stack_status"]
+    if status != "CREATE_COMPLETE":
+        print(f"fake x{count}: {status}: {shown['stack_status_reason']}")
+    t1 = time.monotonic()
+    ctx.stacks.delete("fake", wait=True)
+    deleted = time.monotonic() - t1
+    ctx.stacks.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"fake      x{count:<5} {status}: create {created:6.2f} s ({created / count * 1000:5.1f} ms/server, "
+          f"token + first-boot file + record + placement + engine) | delete {deleted:6.2f} s | "
+          f"peak RSS {peak:.0f} MB")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", default="container", help="comma-separated: container, vm, baremetal")
     ap.add_argument("--counts", default="1,10", help="comma-separated server counts (vm/baremetal: 1 only)")
     ap.add_argument("--home", help="UNDERCLOUD_HOME to use (default: a new temporary one)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before giving up")
+    ap.add_argument("--fake", type=int, metavar="N", help="only the in-process run of N fake servers")
     args = ap.parse_args()
+    if args.fake:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        run_fake(args.fake)
+        return 0
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="uc-server-bench-"))
     os.environ["UNDERCLOUD_HOME"] = str(home)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Float, Integer, String, Text
+from sqlalchemy import Float, Integer, String, Text, inspect, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from undercloud.store.db import Base
@@ -44,7 +44,11 @@ class Server(Base):
     flavor: Mapped[dict] = mapped_column()  # the flavor as it was at create (Nova keeps a copy too)
     image_id: Mapped[str] = mapped_column(String(36))
     image_name: Mapped[str] = mapped_column(String(255))
-    host: Mapped[str | None] = mapped_column(String(255))      # hypervisor host (container, vm)
+    host: Mapped[str | None] = mapped_column(String(255), index=True)  # hypervisor host (container, vm)
+    # The flavor's sizes again, as columns: placement sums them in SQL.
+    vcpus: Mapped[int] = mapped_column(Integer, default=0)
+    ram: Mapped[int] = mapped_column(Integer, default=0)
+    disk: Mapped[int] = mapped_column(Integer, default=0)
     node_id: Mapped[str | None] = mapped_column(String(36))    # claimed node (bare metal)
     status: Mapped[str] = mapped_column(String(16), index=True)  # BUILD ACTIVE SHUTOFF REBUILD ERROR
     task: Mapped[str | None] = mapped_column(String(32))        # deleting, powering-off, ...
@@ -59,3 +63,32 @@ class Server(Base):
     state: Mapped[dict] = mapped_column(default=dict)       # the realiser's own state
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
     updated_at: Mapped[float] = mapped_column(Float, default=time.time, onupdate=time.time)
+
+
+def add_missing_columns(engine) -> list[str]:
+    """Columns added to these tables after a store was created (there is no migration tool
+    yet): added with their default, sizes backfilled from the flavor copy. Returns them."""
+    added = []
+    insp = inspect(engine)
+    for table in (Server.__table__, Flavor.__table__, HypervisorHost.__table__):
+        if not insp.has_table(table.name):
+            continue
+        have = {c["name"] for c in insp.get_columns(table.name)}
+        for col in table.columns:
+            if col.name in have:
+                continue
+            default = col.default.arg if col.default is not None and not callable(col.default.arg) else None
+            ddl = f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"
+            if isinstance(default, (int, float)):
+                ddl += f" DEFAULT {default}"
+            with engine.begin() as conn:
+                conn.execute(text(ddl))
+            added.append(f"{table.name}.{col.name}")
+    if any(a in added for a in ("servers.vcpus", "servers.ram", "servers.disk")):
+        from sqlalchemy.orm import Session
+
+        with Session(engine) as s, s.begin():
+            for row in s.query(Server):
+                f = row.flavor or {}
+                row.vcpus, row.ram, row.disk = int(f.get("vcpus", 0)), int(f.get("ram", 0)), int(f.get("disk", 0))
+    return added

@@ -79,6 +79,9 @@ class ServersService:
         self.root = Path(env.home.path) / "servers"
         self._realisers: dict[str, Realiser] = dict(realisers or {})
         self._lock = threading.Lock()  # placement: capacity check + insert are one step
+        from undercloud.store.servers import add_missing_columns
+
+        add_missing_columns(store.engine)
 
     # ---- realisers -----------------------------------------------------------------
     def realiser(self, ht: str) -> Realiser:
@@ -130,9 +133,11 @@ class ServersService:
             return out
 
     def _used(self, s, host: str, ht: str) -> tuple[int, int, int, int]:
-        rows = s.scalars(select(Server.flavor).where(Server.host == host, Server.hypervisor_type == ht)).all()
-        return (sum(int(f.get("vcpus", 0)) for f in rows), sum(int(f.get("ram", 0)) for f in rows),
-                sum(int(f.get("disk", 0)) for f in rows), len(rows))
+        vcpus, ram, disk, n = s.execute(
+            select(func.coalesce(func.sum(Server.vcpus), 0), func.coalesce(func.sum(Server.ram), 0),
+                   func.coalesce(func.sum(Server.disk), 0), func.count())
+            .where(Server.host == host, Server.hypervisor_type == ht)).one()
+        return int(vcpus), int(ram), int(disk), int(n)
 
     def _place(self, s, flavor: dict, ht: str) -> str:
         hosts = s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
@@ -234,7 +239,8 @@ class ServersService:
             try:
                 with self.store.session() as s:
                     host = None if realiser.uses_nodes else self._place(s, fl, ht)
-                    row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, image_id=img["id"],
+                    row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, vcpus=fl["vcpus"], ram=fl["ram"],
+                                 disk=fl["disk"], image_id=img["id"],
                                  image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
                                  status=BUILD, task="spawning", networks=nets, addresses={}, volumes=vols,
                                  notes=[], metadata_=dict(metadata or {}), owner=owner, state={})
