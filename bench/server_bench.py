@@ -18,13 +18,14 @@ agent): what the engine, the servers service and the store cost per server.
 Goals (issue "Provisioning II"): under 3 s per container server, 10 containers in
 parallel under 15 s. Ironic takes 10-20 minutes per real machine. Figures only; nothing
 here passes or fails on time. Uses its own UNDERCLOUD_HOME (a temporary directory) unless
---home is given, and removes its stacks at the end.
+--home is given, and removes its stacks (and that directory) at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -155,6 +156,7 @@ def run_fake(count: int) -> None:
     ctx.stacks.delete("fake", wait=True)
     deleted = time.monotonic() - t1
     ctx.stacks.stop()
+    shutil.rmtree(home, ignore_errors=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"fake      x{count:<5} {status}: create {created:6.2f} s ({created / count * 1000:5.1f} ms/server, "
           f"token + first-boot file + record + placement + engine) | delete {deleted:6.2f} s | "
@@ -203,6 +205,7 @@ def main() -> int:
     finally:
         if not args.home:
             daemon.stop(Home(home))
+            shutil.rmtree(home, ignore_errors=True)
     goals = {("container", 1): 3.0, ("container", 10): 15.0}
     for row in rows:
         goal = goals.get((row["type"], row["count"]))
