@@ -330,3 +330,52 @@ def test_limits_refused_by_cgroups_run_without_and_say_so(uc, monkeypatch):
         r.delete(spec)
         r.cleanup()
     assert leftovers(uc.instance)["containers"] == []
+
+
+GROUP = """\
+heat_template_version: wallaby
+resources:
+  group:
+    type: OS::Heat::ResourceGroup
+    properties:
+      count: 8
+      resource_def:
+        type: OS::Nova::Server
+        properties: {name: node%index%, image: overcloud-full, flavor: container}
+"""
+
+
+def test_service_killed_mid_create_resumes_without_a_second_container(uc, tmp_path):
+    """SIGKILL the service while container servers are being made: the next command starts
+    it again, the create resumes, and every server has exactly one container."""
+    import os
+    import signal
+
+    from undercloud.api import daemon
+
+    r = run_cli("stack", "create", "crash", "-t", write(tmp_path, "group.yaml", GROUP))
+    assert r.returncode == 0, r.stderr
+    label = f"label=undercloud.instance={uc.instance}"
+    deadline = time.monotonic() + 60
+    while not podman("ps", "-a", "-q", "--filter", label).stdout.split():
+        assert time.monotonic() < deadline, "no container appeared"
+        time.sleep(0.05)
+    pid = daemon.pid(uc)
+    os.kill(pid, signal.SIGKILL)
+    made_before = len(podman("ps", "-a", "-q", "--filter", label).stdout.split())
+    deadline = time.monotonic() + 300
+    while (st := json.loads(run_cli("stack", "show", "crash", "-f", "json").stdout))["stack_status"] \
+            != "CREATE_COMPLETE":
+        assert not st["stack_status"].endswith("FAILED"), st["stack_status_reason"]
+        assert time.monotonic() < deadline, st
+        time.sleep(1)
+    assert daemon.pid(uc) != pid
+    servers = json.loads(run_cli("server", "list", "-f", "json").stdout)
+    assert sorted(s["name"] for s in servers) == [f"node{i}" for i in range(8)]
+    for s in servers:
+        assert len(podman("ps", "-a", "-q", "--filter", f"label=undercloud.server={s['id']}").stdout.split()) == 1
+        wait_checked_in(s["id"])
+    assert len(podman("ps", "-a", "-q", "--filter", label).stdout.split()) == 8
+    print(f"killed with {made_before}/8 containers made")
+    assert run_cli("stack", "delete", "crash", "--wait", timeout=300).returncode == 0
+    assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
