@@ -41,6 +41,7 @@ NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostna
 # Nova's default allocation ratios: container and VM hosts may overcommit CPUs and memory.
 CPU_RATIO, RAM_RATIO = 16.0, 1.5
 LAB_NETWORK = "ctlplane"
+AVAILABLE_TTL = 60.0
 
 
 class NeedsFirstBoot(UndercloudError):
@@ -79,6 +80,7 @@ class ServersService:
         self.root = Path(env.home.path) / "servers"
         self._realisers: dict[str, Realiser] = dict(realisers or {})
         self._lock = threading.Lock()  # placement: capacity check + insert are one step
+        self._available: dict[str, float] = {}  # hypervisor type -> when it was last found usable
         from undercloud.store.servers import add_missing_columns
 
         add_missing_columns(store.engine)
@@ -95,6 +97,16 @@ class ServersService:
                                           "flavor")
                 r = self._realisers[ht] = cls(self.env)
         return r
+
+    def _check_available(self, ht: str, realiser: Realiser) -> None:
+        """`realiser.available()` (e.g. `podman info`, 0.3 s) at most once a minute once it said yes."""
+        if time.monotonic() - self._available.get(ht, -AVAILABLE_TTL) < AVAILABLE_TTL:
+            return
+        why = realiser.available()
+        if why:
+            self._available.pop(ht, None)
+            raise UndercloudError(f"cannot realise {ht} servers here: {why}", "flavor")
+        self._available[ht] = time.monotonic()
 
     def startup(self) -> None:
         """First start: default flavors and this machine as a hypervisor host; then let the
@@ -226,9 +238,7 @@ class ServersService:
         fl = self.flavors.get(flavor)
         ht = hypervisor_type(fl["properties"])
         realiser = self.realiser(ht)
-        why = realiser.available()
-        if why:
-            raise UndercloudError(f"cannot realise {ht} servers here: {why}", "flavor")
+        self._check_available(ht, realiser)
         img = self.choose_image(image, ht, fl["name"], realiser.disk_formats)
         nets = self.check_networks(networks)
         vols = self.check_volumes(volumes)
