@@ -139,7 +139,7 @@ def outputs(client: Client, stack: str) -> dict:
     return {o["output_key"]: o.get("output_value") for o in client.get(f"/v1/stacks/{stack}/outputs")}
 
 
-def finish(client: Client, stack: str, plan_dir: Path) -> None:
+def finish(client: Client, stack: str) -> None:
     from undercloud.orchestration import overcloud
 
     out = outputs(client, stack)
@@ -227,7 +227,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
         if (last.get("digest") == digest and last.get("stack_id") == current["id"]
                 and status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")):
             note(f"stack {stack}: no change since the last deploy ({status}); nothing to do")
-            finish(client, stack, plan.dir)
+            finish(client, stack)
             return
         if status.endswith("_IN_PROGRESS"):
             raise UndercloudError(f"stack {stack} is {status}: wait for it or `undercloud stack cancel {stack}`",
@@ -238,4 +238,4 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     overcloud.write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"]}))
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
-    finish(client, stack, plan.dir)
+    finish(client, stack)
