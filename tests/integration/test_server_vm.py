@@ -30,7 +30,7 @@ resources:
       name: vm0
       image: overcloud-full
       flavor: vm
-      networks: [{network: ctlplane, fixed_ip: 192.168.24.123}]
+      networks: [{network: ctlplane, fixed_ip: FIXED_IP}]
       metadata: {role: test}
 outputs:
   ip: {value: {get_attr: [node, first_address]}}
@@ -100,16 +100,23 @@ def wait_checked_in(ref: str, timeout: float) -> dict:
         time.sleep(2)
 
 
+def fixed_ip(home) -> str:
+    from undercloud.lab.lab import Lab
+
+    return f"{Lab(home).subnet}.123"  # each home's lab has its own /24
+
+
 def test_vm_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_path):
+    ip = fixed_ip(uc)
     tpl = tmp_path / "vm.yaml"
-    tpl.write_text(SERVER)
+    tpl.write_text(SERVER.replace("FIXED_IP", ip))
     t0 = time.monotonic()
     r = run_cli("stack", "create", "v1", "-t", str(tpl), "--wait", timeout=BOOT_TIMEOUT)
     assert r.returncode == 0, r.stderr[-2000:]
     srv = wait_checked_in("vm0", BOOT_TIMEOUT)
     print(f"stack create -> agent check-in: {time.monotonic() - t0:.1f} s")
     assert srv["status"] == "ACTIVE" and srv["hypervisor_type"] == "vm"
-    assert srv["addresses"] == {"ctlplane": ["192.168.24.123"]}
+    assert srv["addresses"] == {"ctlplane": [ip]}
     name = f"{uc.instance}-server-{srv['id']}"
     assert srv["instance_name"] == name
     assert domains(uc.instance) == [name]
@@ -125,12 +132,12 @@ def test_vm_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_path):
     # The config drive reached the guest: hostname, static address, agent configuration.
     console = run_cli("server", "console", "vm0").stdout
     assert f"first boot of vm0 ({srv['id']}) applied" in console
-    assert "address 192.168.24.123/24" in console
+    assert f"address {ip}/24" in console
     token_file = Path(uc.path) / "servers" / srv["id"] / "first-boot" / "config.json"
     assert json.loads(token_file.read_text())["token"] not in console  # the token never shows
     out = json.loads(run_cli("stack", "output", "show", "v1", "--all", "-f", "json").stdout)
-    assert {o["output_key"]: o["output_value"] for o in out}["ip"] == "192.168.24.123"
-    assert lab_addresses(uc) == {"192.168.24.123": srv["id"]}
+    assert {o["output_key"]: o["output_value"] for o in out}["ip"] == ip
+    assert lab_addresses(uc) == {ip: srv["id"]}
 
     r = run_cli("stack", "delete", "v1", "--wait", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -143,10 +150,11 @@ def test_vm_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_path):
 
 def test_vm_fixed_ip_outside_the_lab_network_fails_in_one_line_and_leaves_nothing(uc, tmp_path):
     tpl = tmp_path / "vm.yaml"
-    tpl.write_text(SERVER.replace("192.168.24.123", "10.9.9.9"))
+    tpl.write_text(SERVER.replace("FIXED_IP", "10.9.9.9"))
     r = run_cli("stack", "create", "bad", "-t", str(tpl), "--wait", timeout=300)
     assert r.returncode != 0 and "Traceback" not in r.stderr
-    assert "fixed_ip 10.9.9.9 is not a free host address of ctlplane (192.168.24.0/24" in r.stderr
+    subnet = fixed_ip(uc).rsplit(".", 1)[0]
+    assert f"fixed_ip 10.9.9.9 is not a free host address of ctlplane ({subnet}.0/24" in r.stderr
     assert domains(uc.instance) == []
     run_cli("stack", "delete", "bad", "--wait", timeout=300)
     assert json.loads(run_cli("server", "list", "-f", "json").stdout) == []

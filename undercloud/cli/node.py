@@ -13,7 +13,8 @@ from undercloud.errors import InvalidInput, UndercloudError
 
 COLUMNS = ["uuid", "name", "power_state", "provision_state", "maintenance", "instance_uuid"]
 # where each verb leaves a node when its work succeeds
-TARGET = {"manage": "manageable", "inspect": "manageable", "provide": "available", "clean": "manageable"}
+TARGET = {"manage": "manageable", "inspect": "manageable", "provide": "available", "clean": "manageable",
+          "undeploy": "available"}
 # mirrors provisioning.states.BUSY | WAIT (the CLI does not import the service's modules)
 MOVING = {"verifying", "inspecting", "inspect wait", "cleaning", "clean wait", "deploying",
           "wait call-back", "deleting"}
@@ -90,6 +91,8 @@ _verb_command("inspect", "Read the hardware (CPUs, memory, disks, NICs) from the
 _verb_command("provide", "Clean the nodes and make them available to servers: manageable -> available.")
 _verb_command("clean", "Clean the nodes and keep them out of service: manageable -> manageable.")
 _verb_command("abort", "Abort a node waiting for a call-back (inspect wait, clean wait, wait call-back).")
+_verb_command("undeploy", "Tear down what a deploy left (media ejected, powered off), then clean: "
+              "active, deploy failed or error -> available. Recovers a node whose deploy failed.")
 
 
 @node.command(name="import")

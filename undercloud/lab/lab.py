@@ -39,7 +39,6 @@ from undercloud.host.run import run
 
 LIBVIRT_URI = "qemu:///system"
 IMAGES = Path("/var/lib/libvirt/images")
-SUBNET = "192.168.24"  # TripleO's ctlplane; per-lab (its own bridge), so homes do not clash
 START_TIMEOUT = 30.0
 LIBVIRTD_LOG = Path("/var/log/libvirt/undercloud-libvirtd.log")  # one libvirtd per machine
 USER = "admin"
@@ -185,15 +184,29 @@ class Lab:
         self._save(state)
         return f"/run/netns/{self.netns}"
 
+    @property
+    def subnet(self) -> str:
+        """This lab's /24 ("192.168.N"). Every lab's bridge lives in libvirtd's one namespace,
+        where two bridges with one subnet break each other's routes: so each home has its
+        own, derived from its instance (stable: agents keep their addresses)."""
+        h = hashlib.sha256(self.instance.encode()).digest()
+        return f"192.168.{24 + int.from_bytes(h[:2], 'big') % 200}"
+
     def _ensure_bridge(self, ns: str, state: dict) -> None:
+        cidr = f"{self.subnet}.0/24"
+        for line in self._ns(ns, "ip", "-o", "-4", "route", "show", cidr).stdout.splitlines():
+            other = line.split(" dev ", 1)[-1].split()[0] if " dev " in line else ""
+            if other and other != self.bridge:
+                raise LabError(f"subnet {cidr} of this lab is taken by {other} in libvirtd's namespace "
+                               f"(another undercloud home's lab?); remove that lab first")
         if self._ns(ns, "ip", "link", "show", self.bridge, check=False).returncode != 0:
             self._ns(ns, "ip", "link", "add", self.bridge, "type", "bridge")
         state["bridge"] = self.bridge
         self._save(state)
         self._ns(ns, "ip", "link", "set", self.bridge, "up")
         addrs = self._ns(ns, "ip", "-o", "addr", "show", "dev", self.bridge).stdout
-        if f"{SUBNET}.1/24" not in addrs:
-            self._ns(ns, "ip", "addr", "add", f"{SUBNET}.1/24", "dev", self.bridge)
+        if f"{self.subnet}.1/24" not in addrs:
+            self._ns(ns, "ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
 
     def network(self) -> tuple[str, str]:
         """The lab network without `lab up` (for VM servers and the undercloud's lab address):
@@ -205,7 +218,7 @@ class Lab:
         self._save = lambda _state: None  # type: ignore[method-assign]  # this instance only
         ns = self._ensure_libvirtd(scratch)
         self._ensure_bridge(ns, scratch)
-        return ns, f"{SUBNET}.1"
+        return ns, f"{self.subnet}.1"
 
     # ------------------------------------------------------------------- VMs
     def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int) -> str:
@@ -384,7 +397,7 @@ class Lab:
         healthy = ns_ok and bridge_ok and bmc_ok and all(d["state"] != "missing" for d in domains)
         return {
             "status": "up" if healthy else "degraded", "instance": self.instance, "netns": self.netns,
-            "bridge": f"{self.bridge} ({SUBNET}.1/24)" + ("" if bridge_ok else " MISSING"),
+            "bridge": f"{self.bridge} ({self.subnet}.1/24)" + ("" if bridge_ok else " MISSING"),
             "bmc": f"{bmc.get('type')} on 127.0.0.1:" + (str(bmc.get("port")) if bmc.get("type") == "redfish"
                                                           else ",".join(map(str, bmc.get("ports", []))))
                    + (f" (pid {bmc.get('pid')})" if bmc_ok else " NOT RUNNING"),

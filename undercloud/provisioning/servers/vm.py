@@ -224,9 +224,9 @@ class VMRealiser(Realiser):
         self._release(spec.id, gateway)
 
     def _release(self, server_id: str, gateway: str | None) -> None:
-        from undercloud.lab.lab import SUBNET
+        from undercloud.lab.lab import Lab
 
-        Addresses(self.env.home, gateway or f"{SUBNET}.1").release(server_id)
+        Addresses(self.env.home, gateway or f"{Lab(self.env.home).subnet}.1").release(server_id)
 
     def rebuild(self, spec: Spec) -> None:
         """A new disk from `spec.image` (the address, MAC and domain stay); the config drive is
