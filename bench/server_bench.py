@@ -3,6 +3,7 @@
     python bench/server_bench.py                       # container: 1 then 10 servers
     python bench/server_bench.py --types container,vm --counts 1,10
     python bench/server_bench.py --home $UNDERCLOUD_HOME --types baremetal   # after lab up + node import --provide
+    python bench/server_bench.py --types vm,baremetal --lab   # a one-node lab made (and removed) for it
     python bench/server_bench.py --fake 1000         # control-plane cost only: fake machines
 
 For each type and count: a stack of one OS::Heat::ResourceGroup of `count` servers
@@ -75,6 +76,26 @@ def why_not(client, ht: str) -> str | None:
         if not avail:
             return "no available node (undercloud lab up --nodes 1; node import --provide)"
     return None
+
+
+def lab_node(home: Path) -> None:
+    """`--lab`: a one-node Redfish lab in this home, its node enrolled and available (bare metal)."""
+    import json
+
+    from undercloud.config import Home
+    from undercloud.lab.lab import Lab
+
+    for args in (("image", "build", "deploy-ramdisk"),
+                 ("lab", "up", "--nodes", "1", "--bmc", "redfish", "--memory", "2048", "--disk", "8")):
+        r = cli(*args)
+        if r.returncode != 0:
+            raise SystemExit(f"--lab: {' '.join(args[:2])} failed: {r.stderr.strip()}")
+    env = Lab(Home(home)).instackenv
+    if json.loads(cli("node", "list", "-f", "json").stdout or "[]"):
+        return
+    r = cli("node", "import", str(env), "--provide")
+    if r.returncode != 0:
+        raise SystemExit(f"--lab: node import failed: {r.stderr.strip()}")
 
 
 def run_one(client, ht: str, count: int, template: Path, timeout: float) -> dict:
@@ -170,6 +191,8 @@ def main() -> int:
     ap.add_argument("--home", help="UNDERCLOUD_HOME to use (default: a new temporary one)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before giving up")
     ap.add_argument("--fake", type=int, metavar="N", help="only the in-process run of N fake servers")
+    ap.add_argument("--lab", action="store_true",
+                    help="baremetal: bring up a one-node virtual lab in this home first (taken down at the end)")
     args = ap.parse_args()
     if args.fake:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -189,6 +212,8 @@ def main() -> int:
     rows = []
     try:
         for ht in [t.strip() for t in args.types.split(",") if t.strip()]:
+            if ht == "baremetal" and args.lab:
+                lab_node(home)
             reason = why_not(client, ht)
             if reason:
                 print(f"{ht}: skipped: {reason}")
@@ -203,6 +228,11 @@ def main() -> int:
                       f"first agent {row['first_checked_in_s']:6.2f} s | all agents {row['all_checked_in_s']:6.2f} s "
                       f"| {row['per_server_s']:5.2f} s/server | delete {row['delete_s']:5.2f} s", flush=True)
     finally:
+        if args.lab or not args.home:  # the lab (bare metal) or lab network (VMs) this run made
+            from undercloud.lab.lab import Lab, available
+
+            if available() is None:
+                Lab(Home(home)).down()
         if not args.home:
             daemon.stop(Home(home))
             shutil.rmtree(home, ignore_errors=True)

@@ -258,7 +258,7 @@ def tail(path: Path, lines: int) -> str:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
+            fh.seek(max(0, size - 1024 * 1024))
             data = fh.read()
     except OSError:
         return ""
