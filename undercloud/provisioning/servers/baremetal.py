@@ -148,6 +148,7 @@ class BaremetalRealiser(Realiser):
                                 f"bare-metal servers take {' or '.join(self.disk_formats)}")
         if spec.image_path is None or not Path(spec.image_path).exists():
             raise RealiserError(f"the content of image {spec.image.get('name')} is missing from the image store")
+        node = current  # fresh from the nodes service (a claim's view carries no ports)
         macs = node.get("ports") or []
         if not macs:
             raise RealiserError(f"node {label} has no port (MAC address): the ramdisk could not find its NIC")

@@ -1,0 +1,212 @@
+"""The bare-metal realiser's control flow in-process, against the real nodes service, store,
+scheduler and image store, with `fake` BMCs (no machine: the full path with a real BMC and
+ramdisk is test_server_baremetal.py). Fast: seconds, no root, no VM.
+
+Covers what the lab test cannot afford to repeat: the call-back's token check, a call-back
+in the wrong state, a ramdisk's reported failure, the call-back timeout, delete in each
+state, and the media the hook inserts (a one-shot HTTP URL serving this deploy's ISO).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from undercloud.config import Home
+from undercloud.errors import Conflict
+from undercloud.images.store import ImageStore
+from undercloud.provisioning import states
+from undercloud.provisioning.drivers import fake
+from undercloud.provisioning.nodes import NodeService
+from undercloud.provisioning.scheduler import Request, Scheduler
+from undercloud.provisioning.servers import baremetal
+from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, Env, Spec
+from undercloud.store import Store
+
+GATEWAY = "192.0.2.1"
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    if not shutil.which("xorriso"):
+        pytest.skip("xorriso is not installed")
+    fake.reset()
+    home = Home(tmp_path / "uc").ensure()
+    store = Store(home.db_url).create_schema()
+    nodes = NodeService(store, workers=2)
+    images = ImageStore(home, store)
+    # A tiny stand-in for the deploy ramdisk ISO, and an image to deploy.
+    (tmp_path / "iso").mkdir()
+    (tmp_path / "iso" / "hello").write_text("ramdisk\n")
+    iso = tmp_path / "ramdisk.iso"
+    subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), str(tmp_path / "iso")], check=True)
+    disk = b"qcow2 stand-in" * 1000
+    regs = []
+    for name, fmt, data in (("deploy-ramdisk", "iso", iso.read_bytes()), ("overcloud-full", "qcow2", disk)):
+        sha = hashlib.sha256(data).hexdigest()
+        images.put_blob([data], sha, len(data))
+        regs.append({"name": name, "disk_format": fmt, "sha256": sha, "properties": {"hypervisor_type": "baremetal"}})
+    images.register(regs)
+    nodes.import_nodes(json.dumps({"nodes": [{
+        "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
+        "ports": [{"address": "52:54:00:aa:bb:01"}], "cpu": 1, "memory": 2048, "disk": 10, "arch": "x86_64",
+        "root_device": {"size": ">= 5"}}]}))
+    for verb in ("manage", "provide"):
+        nodes.act("bm-node", verb)
+        wait_state(nodes, {"manageable", "available"})
+    # The lab network is the lab's business (root, libvirtd): not needed to follow the flow.
+    monkeypatch.setattr(baremetal, "lab_network", lambda _home: ("/proc/self/ns/net", "br-test", GATEWAY))
+    env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images)
+    realiser = baremetal.BaremetalRealiser(env)
+    yield realiser, nodes, images
+    nodes.close()
+
+
+def wait_state(nodes: NodeService, want: set[str], timeout: float = 10) -> dict:
+    deadline = time.monotonic() + timeout
+    while (n := nodes.get("bm-node"))["provision_state"] not in want:
+        assert time.monotonic() < deadline, f"node is {n['provision_state']}, not {want}: {n['last_error']}"
+        time.sleep(0.02)
+    return n
+
+
+def spec_for(realiser, images, nodes) -> Spec:
+    sid = str(uuid.uuid4())
+    node = realiser.env.scheduler.claim(Request(instance_uuid=sid))
+    img = images.list(name="overcloud-full")[0]
+    return Spec(id=sid, name="bm0", hypervisor_type="baremetal", flavor={"name": "baremetal"}, image=img,
+                image_path=images.blob_path(img["checksum"]),
+                first_boot={"server_id": sid, "token": "server-token", "url": f"http://{GATEWAY}:8999"},
+                networks=[], node=node)
+
+
+def deploy_request(realiser, spec: Spec) -> dict:
+    """The request inside the ISO the hook inserted (what the ramdisk reads)."""
+    iso = realiser._dir(spec.id) / "deploy.iso"
+    out = subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso), "-extract", "/undercloud/deploy.json",
+                          str(iso.with_name("req.json"))], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(iso.with_name("req.json").read_text())
+
+
+def test_deploy_call_back_finish_and_delete(world, monkeypatch):
+    realiser, nodes, images = world
+    inserted = []
+    real_insert = fake.FakeDriver.insert_media
+
+    def insert(self, url):  # what a BMC does at insert: fetch the media
+        inserted.append(urllib.request.urlopen(url, timeout=10).read())
+        real_insert(self, url)
+
+    monkeypatch.setattr(fake.FakeDriver, "insert_media", insert)
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    n = wait_state(nodes, {states.DEPLOY_WAIT})
+    machine = fake.machine_state("fake-bm")
+    assert machine["power"] == "on" and machine["boot"].startswith("cd") and machine["media"]
+    assert inserted and inserted[0] == (realiser._dir(spec.id) / "deploy.iso").read_bytes()
+    assert realiser.status(spec).status == BUILD
+    with pytest.raises(OSError):  # the media was served for the insert only
+        urllib.request.urlopen(machine["media"], timeout=5)
+    req = deploy_request(realiser, spec)
+    assert req["image"]["checksum"] == spec.image["checksum"] and req["root_device"] == {"size": ">= 5"}
+    assert req["network"] == {"mac": "52:54:00:aa:bb:01", "address": "192.0.2.100", "prefix": 24}
+    assert req["url"] == f"http://{GATEWAY}:8999"
+    # Wrong or missing token: denied, nothing moves.
+    for token in ("nope", None, ""):
+        with pytest.raises(baremetal.DeployDenied):
+            realiser.callback(spec.id, token, True, None)
+    with pytest.raises(baremetal.DeployDenied):
+        realiser.callback(str(uuid.uuid4()), req["token"], True, None)
+    assert nodes.get("bm-node")["provision_state"] == states.DEPLOY_WAIT
+    assert realiser.callback(spec.id, req["token"], True, None)["acknowledged"] is True
+    n = wait_state(nodes, {states.ACTIVE})
+    assert machine["media"] is None and machine["boot"] == "disk" and machine["power"] == "on"
+    st = realiser.status(spec)
+    assert st.status == ACTIVE and st.addresses == {"ctlplane": ["192.0.2.100"]}
+    assert not (realiser._dir(spec.id) / "deploy.iso").exists()
+    with pytest.raises(Conflict, match="not waiting for this call-back"):  # a second call-back
+        realiser.callback(spec.id, req["token"], True, None)
+    realiser.delete(spec)
+    n = wait_state(nodes, {states.AVAILABLE})
+    assert n["instance_uuid"] is None and machine["power"] == "off"
+    assert realiser.status(spec).status == DELETED
+    assert not realiser._dir(spec.id).exists()
+
+
+def test_a_ramdisk_failure_fails_the_deploy_with_its_reason_and_undeploy_recovers(world):
+    realiser, nodes, images = world
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT})
+    token = deploy_request(realiser, spec)["token"]
+    realiser.callback(spec.id, token, False, "image checksum mismatch: x\nsecond line dropped")
+    n = wait_state(nodes, {states.DEPLOY_FAILED})
+    assert n["last_error"] == "deploy ramdisk: image checksum mismatch: x"
+    st = realiser.status(spec)
+    assert st.status == ERROR and st.reason == "node bm-node: deploy failed: deploy ramdisk: image checksum mismatch: x"
+    assert fake.machine_state("fake-bm")["power"] == "off"
+    realiser.delete(spec)
+    assert wait_state(nodes, {states.AVAILABLE})["instance_uuid"] is None
+
+
+def test_no_call_back_times_out_naming_it_and_delete_recovers(world, monkeypatch):
+    realiser, nodes, images = world
+    monkeypatch.setattr(baremetal, "CALLBACK_TIMEOUT", 0.2)
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT})
+    time.sleep(0.3)
+    st = realiser.status(spec)
+    assert st.status == ERROR
+    n = nodes.get("bm-node")
+    assert n["provision_state"] == states.DEPLOY_FAILED
+    assert n["last_error"] == "timed out after 0 s in 'wait call-back': the deploy ramdisk on node bm-node never called back"
+    realiser.delete(spec)
+    assert wait_state(nodes, {states.AVAILABLE})["instance_uuid"] is None
+
+
+def test_delete_while_waiting_aborts_then_undeploys(world):
+    realiser, nodes, images = world
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT})
+    realiser.delete(spec)
+    n = wait_state(nodes, {states.AVAILABLE})
+    events = [e["message"] for e in nodes.events("bm-node")]
+    assert any("wait call-back -> deploy failed (abort)" in e for e in events)
+    assert n["instance_uuid"] is None and realiser.status(spec).status == DELETED
+
+
+def test_a_bmc_error_in_the_deploy_step_names_the_bmc_and_hides_the_password(world, monkeypatch):
+    realiser, nodes, images = world
+
+    def broken(self, url):
+        raise fake.DriverError(f"cannot reach {self.where}: connection refused (password s3cret)")
+
+    monkeypatch.setattr(fake.FakeDriver, "insert_media", broken)
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    n = wait_state(nodes, {states.DEPLOY_FAILED})
+    assert n["last_error"] == "cannot reach fake BMC fake-bm: connection refused (password ******)"
+    assert "s3cret" not in json.dumps(nodes.events("bm-node"))
+
+
+def test_create_refuses_what_it_cannot_deploy(world):
+    realiser, nodes, images = world
+    spec = spec_for(realiser, images, nodes)
+    spec.image = {**spec.image, "disk_format": "oci", "name": "x"}
+    with pytest.raises(baremetal.RealiserError, match="image x is oci; bare-metal servers take qcow2 or raw"):
+        realiser.create(spec)
+    spec.image = images.list(name="overcloud-full")[0]  # a good image, but no deploy ramdisk
+    images.delete("deploy-ramdisk")
+    with pytest.raises(baremetal.RealiserError, match="no deploy-ramdisk ISO in the image store"):
+        realiser.create(spec)
+    assert nodes.get("bm-node")["provision_state"] == states.AVAILABLE
