@@ -27,7 +27,7 @@ from undercloud.provisioning.drivers import fake
 from undercloud.provisioning.nodes import NodeService
 from undercloud.provisioning.scheduler import Request, Scheduler
 from undercloud.provisioning.servers import baremetal
-from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, Env, Spec
+from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, SHUTOFF, Env, Spec
 from undercloud.store import Store
 
 GATEWAY = "192.0.2.1"
@@ -134,6 +134,10 @@ def test_deploy_call_back_finish_and_delete(world, monkeypatch):
     assert not (realiser._dir(spec.id) / "deploy.iso").exists()
     with pytest.raises(Conflict, match="not waiting for this call-back"):  # a second call-back
         realiser.callback(spec.id, req["token"], True, None)
+    realiser.power(spec, False)  # server power off/on = the node's, through its BMC
+    assert machine["power"] == "off" and realiser.status(spec).status == SHUTOFF
+    realiser.power(spec, True)
+    assert machine["power"] == "on" and realiser.status(spec).status == ACTIVE
     realiser.delete(spec)
     n = wait_state(nodes, {states.AVAILABLE})
     assert n["instance_uuid"] is None and machine["power"] == "off"

@@ -44,6 +44,7 @@ from undercloud.provisioning.servers.base import (
     BUILD,
     DELETED,
     ERROR,
+    SHUTOFF,
     Realiser,
     RealiserError,
     Spec,
@@ -191,6 +192,8 @@ class BaremetalRealiser(Realiser):
         if node["instance_uuid"] != spec.id:
             return Status(ERROR, reason=f"node {label} no longer serves this server")
         if ps == states.ACTIVE:
+            if spec.state.get("power") == "off" and node["power_state"] == "off":
+                return Status(SHUTOFF, addresses)
             return Status(ACTIVE, addresses)
         if ps == states.DEPLOY_WAIT:
             waited = time.time() - (node.get("provision_updated_at") or time.time())
@@ -204,6 +207,16 @@ class BaremetalRealiser(Realiser):
         if ps in states.FAILED:
             return Status(ERROR, addresses, reason=f"node {label}: {ps}: {node['last_error']}")
         return Status(BUILD, addresses, reason=f"node {label}: {ps}")
+
+    def power(self, spec: Spec, on: bool) -> None:
+        node = self._node(spec)
+        if node is None or node["instance_uuid"] != spec.id:
+            raise RealiserError("its node no longer serves this server")
+        try:
+            self.env.nodes.set_power(node["uuid"], "on" if on else "off")
+        except UndercloudError as exc:
+            raise RealiserError(f"node {node['name'] or node['uuid']}: {exc}") from None
+        spec.state["power"] = "on" if on else "off"
 
     def _fail_wait(self, node_id: str, reason: str) -> None:
         try:
