@@ -97,6 +97,10 @@ class ResourceGroup(Plugin):
 
     def attributes(self) -> dict:
         members = self.nested.members if self.nested else {}
+        # Computed at completion, before the cleanup phase deletes the members a shrink
+        # removes: only the members of the current definition count.
+        current = set(self.member_names(list(members)))
+        members = {n: m for n, m in members.items() if n in current}
         order = list(members)
         order.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
         refs_map = {n: members[n][0] for n in order}
