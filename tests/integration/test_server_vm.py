@@ -51,6 +51,14 @@ def files(instance: str) -> list[str]:
     return sorted(p.name for p in IMAGES.glob(f"{instance}-server-*"))
 
 
+def bridge_exists(home) -> bool:
+    from undercloud.lab.lab import libvirtd_pid
+
+    pid = libvirtd_pid()
+    return pid is not None and subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "link", "show",
+                                               f"br-{home.instance}"], capture_output=True).returncode == 0
+
+
 def lab_addresses(home) -> dict:
     try:
         return json.loads((Path(home.path) / "servers" / "lab-addresses.json").read_text())
@@ -144,6 +152,7 @@ def test_vm_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_path):
     assert domains(uc.instance) == []
     assert files(uc.instance) == []
     assert lab_addresses(uc) == {}
+    assert not bridge_exists(uc)  # the lab network went with the last server (no lab is up)
     assert json.loads(run_cli("server", "list", "-f", "json").stdout) == []
     assert srv["id"] not in run_cli("agent", "list", "-f", "json").stdout
 

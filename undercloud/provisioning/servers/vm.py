@@ -244,6 +244,16 @@ class VMRealiser(Realiser):
     def console(self, spec: Spec, lines: int = 100) -> str:
         return tail(self.files(spec)["console"], lines)
 
+    def cleanup(self) -> list[str]:
+        """The lab network once no server holds a lab address and no lab is up (`lab up`
+        owns it then): the bridge and the namespace's name go, as `lab down` removes them."""
+        from undercloud.lab.lab import Lab, libvirtd_pid
+
+        lab = Lab(self.env.home)
+        if lab.state() or libvirtd_pid() is None or Addresses(self.env.home, f"{lab.subnet}.1").held():
+            return []
+        return lab.down()
+
 
 def _virtual_size(path: Path) -> int:
     import json
