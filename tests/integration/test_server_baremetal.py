@@ -227,3 +227,22 @@ def test_a_corrupted_image_download_is_caught_on_the_node(lab):
     r = run_cli("stack", "delete", "bad", "--wait", timeout=300)
     assert r.returncode == 0, r.stderr
     assert wait_node(lab["node"], {"available"}, 300)["instance_uuid"] is None
+
+
+def test_node_inspect_boots_the_ramdisk_and_reports_the_inventory(lab):
+    name = lab["node"]
+    r = run_cli("node", "manage", name, "--wait", timeout=300)  # available -> manageable
+    assert r.returncode == 0, r.stderr
+    r = run_cli("node", "inspect", name, "--wait", timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:] + json.dumps(node_state(name))
+    node = node_state(name)
+    props = node["properties"]
+    # What the ramdisk saw: 1 vCPU, 2 GB, the 8 GiB disk (less 1, as Ironic counts), the NIC.
+    assert (props["cpus"], props["memory_mb"], props["local_gb"], props["cpu_arch"]) == (1, 2048, 7, "x86_64")
+    assert node["ports"] == [p["address"] for p in json.loads(lab["lab"].instackenv.read_text())["nodes"][0]["ports"]]
+    events = [e["message"] for e in cli_json("node", "events", name)]
+    assert any("inspecting -> inspect wait" in e for e in events)
+    assert any("inspect wait -> manageable" in e for e in events)
+    assert node["power_state"] == "off" and redfish(lab).media() is None
+    assert leftovers(lab, f"inspect-{node['uuid']}") == {"deploy files": False, "addresses": {},
+                                                          "media copies": 0, "media inserted": None}

@@ -63,6 +63,7 @@ def world(tmp_path, monkeypatch):
         wait_state(nodes, {"manageable", "available"})
     # The lab network is the lab's business (root, libvirtd): not needed to follow the flow.
     monkeypatch.setattr(baremetal, "lab_network", lambda _home: ("/proc/self/ns/net", "br-test", GATEWAY))
+    monkeypatch.setattr(baremetal, "serve_api", lambda *_a: None)
     env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images)
     realiser = baremetal.BaremetalRealiser(env)
     yield realiser, nodes, images
@@ -87,9 +88,9 @@ def spec_for(realiser, images, nodes) -> Spec:
                 networks=[], node=node)
 
 
-def deploy_request(realiser, spec: Spec) -> dict:
+def deploy_request(realiser, spec: Spec | str) -> dict:
     """The request inside the ISO the hook inserted (what the ramdisk reads)."""
-    iso = realiser._dir(spec.id) / "deploy.iso"
+    iso = realiser._dir(spec if isinstance(spec, str) else spec.id) / "deploy.iso"
     out = subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso), "-extract", "/undercloud/deploy.json",
                           str(iso.with_name("req.json"))], capture_output=True)
     assert out.returncode == 0, out.stderr
@@ -214,3 +215,40 @@ def test_create_refuses_what_it_cannot_deploy(world):
     with pytest.raises(baremetal.RealiserError, match="no deploy-ramdisk ISO in the image store"):
         realiser.create(spec)
     assert nodes.get("bm-node")["provision_state"] == states.AVAILABLE
+
+
+def test_inspection_boots_the_ramdisk_and_applies_what_it_reports(world):
+    realiser, nodes, images = world
+    nodes.act("bm-node", "manage")
+    wait_state(nodes, {states.MANAGEABLE})
+    node_id = nodes.get("bm-node")["uuid"]
+    nodes.act("bm-node", "inspect")
+    wait_state(nodes, {states.INSPECT_WAIT})
+    machine = fake.machine_state("fake-bm")
+    assert machine["power"] == "on" and machine["media"]
+    req = deploy_request(realiser, f"inspect-{node_id}")
+    assert req["mode"] == "inspect" and req["server_id"] == f"inspect-{node_id}"
+    assert req["network"] == {"mac": "52:54:00:aa:bb:01", "address": "192.0.2.100", "prefix": 24}
+    with pytest.raises(baremetal.DeployDenied):
+        realiser.callback(req["server_id"], "wrong", True, None, {"cpus": 64})
+    found = {"cpus": 4, "memory_mb": 2048, "local_gb": 7, "cpu_arch": "x86_64",
+             "macs": ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"], "disks": [{"name": "/dev/vda"}]}
+    realiser.callback(req["server_id"], req["token"], True, None, found)
+    n = wait_state(nodes, {states.MANAGEABLE})
+    assert {k: n["properties"][k] for k in ("cpus", "memory_mb", "local_gb", "cpu_arch")} == \
+        {"cpus": 4, "memory_mb": 2048, "local_gb": 7, "cpu_arch": "x86_64"}
+    assert n["ports"] == ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]  # a NIC found on the machine
+    assert machine["power"] == "off" and machine["media"] is None
+    assert not realiser._dir(f"inspect-{node_id}").exists()
+    assert baremetal.Addresses(realiser.env.home, GATEWAY).held() == {}
+
+
+def test_without_a_ramdisk_image_inspection_reads_the_bmc(world):
+    realiser, nodes, images = world
+    images.delete("deploy-ramdisk")
+    nodes.act("bm-node", "manage")
+    wait_state(nodes, {states.MANAGEABLE})
+    nodes.act("bm-node", "inspect")
+    n = wait_state(nodes, {states.MANAGEABLE, states.INSPECT_FAILED, states.INSPECT_WAIT})
+    assert n["provision_state"] == states.MANAGEABLE  # the fake BMC's inventory, as before
+    assert fake.machine_state("fake-bm")["media"] is None

@@ -362,8 +362,9 @@ def write_config_drive(iso: Path, device: str) -> int:
 
 
 # ---- calling back ------------------------------------------------------------------
-def call_back(req: dict, ok: bool, error: str | None = None, attempts: int = 10) -> None:
-    body = json.dumps({"ok": ok, "error": error}).encode()
+def call_back(req: dict, ok: bool, error: str | None = None, attempts: int = 10,
+              inventory: dict | None = None) -> None:
+    body = json.dumps({"ok": ok, "error": error, **({"inventory": inventory} if inventory else {})}).encode()
     url = f"{req['url'].rstrip('/')}/v1/deploy/servers/{req['server_id']}/callback"
     for attempt in range(attempts):
         r = urllib.request.Request(url, data=body, method="POST", headers={
@@ -402,10 +403,6 @@ def find_request() -> tuple[dict, bytes | None] | None:
 def deploy(req: dict, config_drive: bytes | None, workdir: Path = Path("/tmp")) -> dict:
     """Write the image described by `req`; returns timings. Raises DeployError."""
     t0 = time.monotonic()
-    net = req.get("network") or {}
-    if net.get("address"):
-        dev = set_address(net["mac"], net["address"], int(net.get("prefix", 24)), persist=False)
-        say(f"address {net['address']}/{net.get('prefix', 24)} on {dev}")
     root = pick_root_device(req.get("root_device") or {})
     say(f"root device {root['name']} ({root['size'] // 1024 ** 3} GiB)")
     image = req["image"]
@@ -443,14 +440,57 @@ def coldplug(rounds: int = 3) -> None:
         subprocess.run(["modprobe", "-q", mod], capture_output=True, timeout=60)
 
 
+def inventory() -> dict:
+    """What inspection reports (Ironic's basics): CPUs, memory, arch, disks, NICs, local_gb."""
+    mem_kb = 0
+    for line in _attr(Path("/proc/meminfo")).splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    disks = block_devices()
+    big = [d for d in disks if d["size"] >= MIN_ROOT_BYTES]
+    return {
+        "cpus": os.cpu_count() or 1,
+        "memory_mb": -(-mem_kb // 1024 // 256) * 256,  # the kernel keeps some: round up to 256 MiB
+        "cpu_arch": os.uname().machine,
+        # Ironic's local_gb: the root disk (smallest of at least 4 GiB) less 1 GiB for partitioning.
+        "local_gb": (min(d["size"] for d in big) // 1024 ** 3 - 1) if big else 0,
+        "disks": [{k: d[k] for k in ("name", "size", "model", "serial", "rotational")} for d in disks],
+        "macs": sorted(interfaces()),
+    }
+
+
+def _network(req: dict) -> None:
+    net = req.get("network") or {}
+    if net.get("address"):
+        mac = net.get("mac") or (sorted(interfaces()) or [""])[0]  # inspection may not know it yet
+        dev = set_address(mac, net["address"], int(net.get("prefix", 24)), persist=False)
+        say(f"address {net['address']}/{net.get('prefix', 24)} on {dev}")
+
+
 def ramdisk() -> int:
     coldplug()
     found = find_request()
     if found is None:
-        return 0  # booted without a deploy request (e.g. inspection): the agent loop follows
+        return 0  # booted without a request: the agent loop follows
     req, config_drive = found
+    if req.get("mode") == "inspect":
+        say(f"inspecting node {req.get('node')}")
+        try:
+            _network(req)
+            inv = inventory()
+        except DeployError as exc:
+            say(f"inspection failed: {exc}")
+            call_back(req, False, f"inspection: {exc}")
+        else:
+            say(f"found {inv['cpus']} CPUs, {inv['memory_mb']} MB, disks {[d['name'] for d in inv['disks']]}, "
+                f"MACs {inv['macs']}")
+            call_back(req, True, inventory=inv)
+        say("waiting for the undercloud to power off this machine")
+        while True:
+            time.sleep(3600)
     say(f"deploying server {req.get('server_id')}")
     try:
+        _network(req)
         done = deploy(req, config_drive)
     except DeployError as exc:
         say(f"deploy failed: {exc}")

@@ -33,6 +33,7 @@ STARTUP: list[str] = [
     "undercloud.api.stacks:startup",
     "undercloud.images.store:startup",
     "undercloud.provisioning.periodic:startup",
+    "undercloud.api.deploy:startup",
     "undercloud.api.servers:startup",
 ]
 

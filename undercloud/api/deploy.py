@@ -1,7 +1,8 @@
 """/v1/deploy: what the deploy ramdisk on a bare-metal node calls when it has written the
 image (or failed to). PUBLIC: the call carries the deploy's own token (`X-Deploy-Token`,
 made for that deploy only, stored as a hash); an unknown server and a wrong token get the
-same answer. The work behind it is the baremetal realiser's (provisioning/servers/baremetal.py).
+same answer. The work behind it is the baremetal realiser's (provisioning/servers/baremetal.py);
+`inspect-<node id>` in place of a server id is an inspection's call-back.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ router = APIRouter(prefix="/v1/deploy")
 class CallbackBody(BaseModel):
     ok: bool
     error: str | None = None
+    inventory: dict | None = None  # inspection: cpus, memory_mb, local_gb, cpu_arch, macs
 
 
 @router.post("/servers/{server_id}/callback", status_code=202)
@@ -28,6 +30,13 @@ def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context 
 
     realiser = ctx.servers.realiser("baremetal")
     try:
-        return realiser.callback(server_id, request.headers.get("x-deploy-token"), body.ok, body.error)
+        return realiser.callback(server_id, request.headers.get("x-deploy-token"), body.ok, body.error,
+                                 body.inventory)
     except DeployDenied as exc:
         return JSONResponse({"error": exc.message, "where": None}, status_code=401)
+
+
+def startup(ctx: Context) -> None:
+    """The bare-metal realiser drives the nodes' deploy, undeploy and inspection from the
+    start (an inspection needs no server), so it is made with the service."""
+    ctx.servers.realiser("baremetal")

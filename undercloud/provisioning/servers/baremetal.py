@@ -82,6 +82,10 @@ class BaremetalRealiser(Realiser):
         if env.nodes is not None:  # the node state machine's deploy/undeploy work is ours
             env.nodes.deploy_hook = self._deploy_step
             env.nodes.undeploy_hook = self._undeploy_step
+            # Inspection boots the same ramdisk where it can, else the BMC's inventory follows.
+            others = [st for st in env.nodes.inspect_steps
+                      if not isinstance(getattr(st, "__self__", None), BaremetalRealiser)]
+            env.nodes.inspect_steps = [self._inspect_step, *others]
 
     # ---- helpers ---------------------------------------------------------------------
     def _dir(self, server_id: str) -> Path:
@@ -271,17 +275,61 @@ class BaremetalRealiser(Realiser):
         log.info("node %s: deploy ramdisk booting from virtual media", node.label)
         return WAIT
 
+    def _inspect_step(self, node, driver) -> str | None:
+        """Boot the deploy ramdisk in inspection mode (it calls back with the inventory);
+        None where it cannot (no virtual media, no ramdisk image, no lab network)."""
+        from undercloud.provisioning.drivers import Driver
+        from undercloud.provisioning.nodes import WAIT
+
+        if type(driver).insert_media is Driver.insert_media or self.env.images is None:
+            return None
+        try:
+            base_iso = self.env.images.blob_path(self._deploy_image()["checksum"])
+            ns, _bridge, gateway = lab_network(self.env.home)
+        except RealiserError:
+            return None
+        serve_api(ns, gateway, self.env.api_port)
+        ident = f"inspect-{node.id}"
+        address = Addresses(self.env.home, gateway).take(ident)
+        token = secrets.token_urlsafe(32)
+        d = self._dir(ident)
+        d.mkdir(parents=True, exist_ok=True)
+        self._save_record(ident, {"node_id": node.id, "token_sha256": _sha(token), "mode": "inspect",
+                                  "gateway": gateway, "created_at": time.time()})
+        request = {"mode": "inspect", "url": f"http://{gateway}:{self.env.api_port}", "server_id": ident,
+                   "token": token, "node": node.label,
+                   "network": {"mac": node.macs[0] if node.macs else None, "address": address, "prefix": PREFIX}}
+        iso = baremetal_media.make_deploy_iso(base_iso, request, None, d / "deploy.iso")
+        driver.set_power("off")
+        _eject_quietly(driver)
+        with baremetal_media.serve_file(iso) as url:
+            driver.insert_media(url)
+        driver.set_boot_device("cd", persistent=False)
+        driver.set_power("on")
+        log.info("node %s: inspection ramdisk booting from virtual media", node.label)
+        return WAIT
+
     def _undeploy_step(self, node, driver) -> None:
         _eject_quietly(driver)
         driver.set_power("off")
         _drop_lab_media_copy(self.env.home, node)
 
     # ---- the ramdisk's call-back (api/deploy.py) ---------------------------------------
-    def callback(self, server_id: str, token: str | None, ok: bool, error: str | None) -> dict:
+    def callback(self, server_id: str, token: str | None, ok: bool, error: str | None,
+                 inventory: dict | None = None) -> dict:
+        """`server_id`: the server deployed, or `inspect-<node id>` for an inspection."""
         rec = self._record(server_id)
         if not rec or not token or not hmac.compare_digest(rec.get("token_sha256", ""), _sha(token)):
             raise DeployDenied("unknown server or wrong deploy token")
         node = self.env.nodes.get(rec["node_id"])
+        if rec.get("mode") == "inspect":
+            if node["provision_state"] != states.INSPECT_WAIT:
+                raise Conflict(f"node {node['name'] or node['uuid']} is not waiting for an inspection "
+                               f"(state '{node['provision_state']}')")
+            error = (error or "failed, without a reason").strip().splitlines()[0][:500] if not ok else None
+            threading.Thread(target=self._finish_inspect, args=(rec, server_id, ok, error, inventory),
+                             name=f"inspect-finish-{rec['node_id'][:8]}", daemon=True).start()
+            return {"acknowledged": True, "node": node["name"] or node["uuid"]}
         if node["provision_state"] != states.DEPLOY_WAIT or node["instance_uuid"] != server_id:
             raise Conflict(f"node {node['name'] or node['uuid']} is not waiting for this call-back "
                            f"(state '{node['provision_state']}')")
@@ -315,6 +363,26 @@ class BaremetalRealiser(Realiser):
                 log.warning("node %s: deploy finished but %s", record.label, exc)
         else:
             self._fail_wait(node_id, f"deploy ramdisk: {error}")
+
+
+    def _finish_inspect(self, rec: dict, ident: str, ok: bool, error: str | None, inventory: dict | None) -> None:
+        node_id = rec["node_id"]
+        record = self.env.nodes.record(node_id)
+        driver = drivers.get(record.driver, record.driver_info)
+        try:
+            driver.eject_media()
+            driver.set_power("off")
+        except DriverError as exc:
+            ok, error = False, f"finishing the inspection: {drivers.scrub(str(exc), record.driver_info)}"
+        _drop_lab_media_copy(self.env.home, record)
+        Addresses(self.env.home, rec["gateway"]).release(ident)
+        shutil.rmtree(self._dir(ident), ignore_errors=True)
+        inv = {k: v for k, v in (inventory or {}).items() if k in ("cpus", "memory_mb", "local_gb", "cpu_arch", "macs")}
+        try:
+            self.env.nodes.callback(node_id, ok=ok and bool(inv), inventory=inv if ok else None,
+                                    error=None if ok and inv else (error or "the ramdisk reported no inventory"))
+        except Conflict as exc:
+            log.warning("node %s: inspection finished but %s", record.label, exc)
 
 
 def _eject_quietly(driver) -> None:

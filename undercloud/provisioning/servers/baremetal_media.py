@@ -26,8 +26,8 @@ from undercloud.host.run import require, run
 MEDIA_NAME = "deploy.iso"  # the name the BMC sees (sushy-tools names its copy after it)
 
 
-def make_deploy_iso(base_iso: Path, request: dict, config_drive: Path, out: Path) -> Path:
-    """`base_iso` + the deploy request and config drive, written to `out` (mode 0600)."""
+def make_deploy_iso(base_iso: Path, request: dict, config_drive: Path | None, out: Path) -> Path:
+    """`base_iso` + the request (and the config drive, for a deploy), written to `out` (mode 0600)."""
     require("xorriso", "xorriso")
     work = out.parent
     req = work / ".deploy.json"
@@ -38,9 +38,9 @@ def make_deploy_iso(base_iso: Path, request: dict, config_drive: Path, out: Path
     partial.unlink(missing_ok=True)
     old = os.umask(0o077)
     try:
+        extra = ["-map", str(config_drive), "/undercloud/configdrive.iso"] if config_drive else []
         run(["xorriso", "-indev", str(base_iso), "-outdev", str(partial), "-boot_image", "any", "replay",
-             "-map", str(req), "/undercloud/deploy.json",
-             "-map", str(config_drive), "/undercloud/configdrive.iso"], timeout=300)
+             "-map", str(req), "/undercloud/deploy.json", *extra], timeout=300)
     finally:
         os.umask(old)
         req.unlink(missing_ok=True)
