@@ -3,7 +3,8 @@
 minimal: deploy from nothing (images built or taken from the cache), `openstack token
 issue`, `endpoint list` and a placement call through the generated clouds.yaml; a no-op
 re-deploy; a broken service configuration fails at its step naming node, service, health
-check and log tail, and a fixed re-deploy recovers; delete leaves nothing on the host.
+check and log tail, and a fixed re-deploy recovers; scale out to two controllers and back;
+delete leaves nothing on the host.
 ha: three controllers behind haproxy + a database node; keystone stopped on one
 controller, tokens are still issued through haproxy.
 """
@@ -131,6 +132,21 @@ def test_minimal_deploy_check_break_recover_delete(overcloud_home, tmp_path):
     fixed = deploy()
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     assert "UPDATE_COMPLETE" in fixed.stderr
+    assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+
+    # Scale out to two controllers and back: every node healthy, the removed one gone.
+    two = tmp_path / "two.yaml"
+    two.write_text("parameter_defaults:\n  ControllerCount: 2\n")
+    out = deploy("--example", "minimal", "-e", str(two))
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
+    assert {x["node"] for x in rows} == {"overcloud-controller-0", "overcloud-controller-1"}
+    assert all(x["health"] == "healthy" for x in rows), rows
+    back = deploy()
+    assert back.returncode == 0, back.stderr[-2000:]
+    rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
+    assert {x["node"] for x in rows} == {"overcloud-controller-0"}
+    assert not [c for c in host_objects(uc_home.instance)["containers"] if "controller-1" in c]
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
 
     assert host_objects(uc_home.instance)["containers"]
