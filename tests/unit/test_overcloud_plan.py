@@ -143,3 +143,15 @@ def test_deploy_bad_input_is_one_line_and_creates_nothing(uc_home, tmp_path, arg
     if "Invalid value" not in message:
         stacks = run_cli("stack", "list", "-f", "json")
         assert stacks.returncode == 0 and json.loads(stacks.stdout or "[]") == []
+
+
+def test_a_secret_set_in_an_environment_wins_and_is_kept(tmp_path):
+    env = tmp_path / "pw.yaml"
+    env.write_text("parameter_defaults:\n  AdminPassword: chosen-by-me\n")
+    plan_for(tmp_path, "minimal", [env])
+    kept = tmp_path / "home/overcloud/overcloud/secrets.json"
+    assert json.loads(kept.read_text())["AdminPassword"] == "chosen-by-me"
+    plan_for(tmp_path, "minimal")  # later deploys without that environment keep it
+    assert json.loads(kept.read_text())["AdminPassword"] == "chosen-by-me"
+    assert "chosen-by-me" in oc.clouds_yaml("overcloud", "http://x:5000/v3",
+                                             oc.load_secrets(tmp_path / "home", "overcloud")["AdminPassword"])
