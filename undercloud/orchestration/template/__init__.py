@@ -1,6 +1,6 @@
 """The HOT template language: load a template + environments, validate, resolve.
 
-The contract with the engine is /work/team/TEMPLATE_API.md; in short:
+The contract with the engine is docs/template-api.md; in short:
 `Bundle.from_paths(...)` -> `load(bundle, parameters)` -> `StackTemplate` with
 `parameters`, `resources`, `outputs`, `dependencies()`, `resolve(snippet, resolver)`,
 `nested(name, properties)` and `child_from_dict(...)`.
