@@ -8,7 +8,8 @@ Design (see docs/architecture.md, "The virtual lab"):
   runs already, the lab uses it and puts its bridge in libvirtd's namespace, since that is
   where libvirtd creates the VMs' taps. Either way the lab network (bridge
   `br-<instance>`, no uplink) never leaves the machine.
-- Domains `<instance>-node-N` (type qemu = TCG; KVM hangs guests here), qcow2 disks in
+- Domains `<instance>-node-N` (type qemu = TCG unless lab/accel.py's probe boot shows KVM
+  works; here KVM hangs guests), qcow2 disks in
   /var/lib/libvirt/images (reachable by the qemu user), MACs derived from the instance.
 - BMCs listen on 127.0.0.1 in the host namespace, where the undercloud service runs,
   and reach libvirt through its Unix socket: one sushy-tools Redfish emulator for all
@@ -36,6 +37,8 @@ from typing import Any
 from undercloud.config import Home
 from undercloud.errors import Conflict, UndercloudError
 from undercloud.host.run import run
+from undercloud.lab.accel import accelerator
+from undercloud.lab.accel import cached as accel_cached
 
 LIBVIRT_URI = "qemu:///system"
 IMAGES = Path("/var/lib/libvirt/images")
@@ -114,6 +117,12 @@ def _wait_for(what: str, check, timeout: float = START_TIMEOUT, log: Path | None
 
 def virsh(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
     return run(["virsh", "-c", LIBVIRT_URI, *args], check=check, timeout=timeout)
+
+
+def _accel_line(accel: dict | None) -> str:
+    if not accel:
+        return "not probed yet (decided at `lab up`)"
+    return f"{accel['type']} ({'TCG: ' if accel['type'] == 'qemu' else ''}{accel['reason']})"
 
 
 class Lab:
@@ -221,8 +230,8 @@ class Lab:
         return ns, f"{self.subnet}.1"
 
     # ------------------------------------------------------------------- VMs
-    def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int) -> str:
-        return f"""<domain type='qemu'>
+    def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int, domain_type: str = "qemu") -> str:
+        return f"""<domain type='{domain_type}'>
   <name>{name}</name>
   <memory unit='MiB'>{memory_mb}</memory>
   <vcpu>1</vcpu>
@@ -252,7 +261,7 @@ class Lab:
             self._save(state)
             run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), f"{disk_gb}G"], timeout=60)
             xml = self.dir / f"{name}.xml"
-            xml.write_text(self._domain_xml(name, disk, entry["mac"], memory_mb))
+            xml.write_text(self._domain_xml(name, disk, entry["mac"], memory_mb, state["accel"]["type"]))
             if virsh("domuuid", name, check=False, timeout=30).returncode == 0:  # ours, left by a lost lab
                 virsh("destroy", name, check=False, timeout=30)
                 virsh("undefine", name, check=False, timeout=30)
@@ -362,9 +371,11 @@ class Lab:
             raise LabError(f"--nodes must be between 1 and 64, got {nodes}")
         if self.state():
             raise Conflict(f"the lab of this home is already up ({self.state_file}); run `undercloud lab down` first")
+        accel = accelerator()  # KVM only when a probe boot shows it works (at most ~15 s, once per machine)
         self.dir.mkdir(parents=True, exist_ok=True)
         state: dict[str, Any] = {"instance": self.instance, "netns": self.netns, "memory_mb": memory_mb,
-                                 "disk_gb": disk_gb, "bmc_type": bmc, "created_at": time.time()}
+                                 "disk_gb": disk_gb, "bmc_type": bmc, "created_at": time.time(),
+                                 "accel": {"type": accel.type, "reason": accel.reason}}
         self._save(state)
         try:
             ns = self._ensure_libvirtd(state)
@@ -383,7 +394,9 @@ class Lab:
     def status(self) -> dict:
         state = self.state()
         if not state:
-            return {"status": "down", "instance": self.instance}
+            found = accel_cached()
+            return {"status": "down", "instance": self.instance,
+                    "accel": _accel_line(found._asdict() if found else None)}
         bmc = state.get("bmc") or {}
         domains = []
         for d in state.get("domains", []):
@@ -402,6 +415,7 @@ class Lab:
                                                           else ",".join(map(str, bmc.get("ports", []))))
                    + (f" (pid {bmc.get('pid')})" if bmc_ok else " NOT RUNNING"),
             "libvirtd": f"pid {libvirtd_pid()}" if libvirtd_pid() else "NOT RUNNING",
+            "accel": _accel_line(state.get("accel")),
             "nodes": domains, "instackenv": state.get("instackenv"),
         }
 

@@ -1,4 +1,4 @@
-"""`vm` servers: a libvirt domain (qemu, TCG) on the lab network.
+"""`vm` servers: a libvirt domain (TCG, or KVM where lab/accel.py's probe boot shows it works) on the lab network.
 
 Per server, all named `<instance>-server-<server id>` (libvirt's domain UUID is the server
 id) and kept in /var/lib/libvirt/images, where the qemu user can read them:
@@ -151,7 +151,9 @@ class VMRealiser(Realiser):
         ram = max(int(flavor.get("ram") or 512), 256)
         vcpus = max(int(flavor.get("vcpus") or 1), 1)
         q = quoteattr
-        return f"""<domain type='qemu'>
+        from undercloud.lab.accel import accelerator
+
+        return f"""<domain type={q(accelerator().type)}>
   <name>{self.name(spec)}</name>
   <uuid>{spec.id}</uuid>
   <memory unit='MiB'>{ram}</memory>
