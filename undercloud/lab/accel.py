@@ -82,7 +82,7 @@ def cached(key: dict | None = None) -> Accel | None:
         return None
     if not isinstance(data, dict) or (key is not None and data.get("key") != key):
         return None
-    return Accel(data["type"], f"{data['reason']} (probed {time.strftime('%Y-%m-%d', time.gmtime(data['at']))})")
+    return Accel(data["type"], f"{data['reason']}; probed {time.strftime('%Y-%m-%d', time.gmtime(data['at']))}")
 
 
 def probe_kernel() -> Path | None:
