@@ -22,8 +22,9 @@ def lab() -> None:
     undercloud node manage --wait NODE...  # the undercloud checks each BMC's credentials
     undercloud lab down                    # removes everything `up` made
 
-    VMs use software emulation (TCG). Everything is named after this home's instance, so
-    two homes can each run a lab.
+    VMs use software emulation (TCG) unless a short probe boot shows KVM works here
+    (UNDERCLOUD_ACCEL=kvm|qemu overrides; `lab status` shows which and why). Everything is
+    named after this home's instance, so two homes can each run a lab.
     """
 
 
@@ -47,7 +48,7 @@ def up(count: int, bmc: str, memory: int, disk: int):
 @lab.command()
 @formatted()
 def status():
-    """Show the lab: namespace, bridge, BMCs, and each VM's libvirt state."""
+    """Show the lab: namespace, bridge, BMCs, KVM or TCG (and why), each VM's libvirt state."""
     from undercloud.lab.lab import Lab
 
     return _flat(Lab().status())
