@@ -236,7 +236,9 @@ def event() -> None:
 @event.command("list")
 @click.argument("name")
 @click.option("--follow", is_flag=True, help="Keep printing new events until the operation ends.")
-@click.option("-n", "--nested-depth", type=int, default=None, help="Only events down to this nesting depth.")
+@click.option("-n", "--nested-depth", type=click.IntRange(min=0), default=None,
+              help="Only events down to this nesting depth (0: the stack itself; default: all). "
+                   "A nested stack's own events carry its name, its resources their path.")
 @format_option
 def event_list(name, follow, nested_depth, fmt):
     """List the events of stack NAME, oldest first."""
@@ -251,7 +253,7 @@ def event_list(name, follow, nested_depth, fmt):
             if len(page) < 5000:
                 break
             after = page[-1]["id"]
-        emit(events, fmt, EVENT_COLUMNS)
+        emit(events, fmt, EVENT_COLUMNS if nested_depth is None else ["stack_name", *EVENT_COLUMNS])
         return
     after = 0
     sid = client.get(f"/v1/stacks/{name}")["id"]

@@ -499,7 +499,10 @@ class StackService:
         for e in rows:
             if nested_depth is not None and e["path"] and e["path"].count(".") + 1 > nested_depth:
                 continue
-            out.append({"id": e["id"], "resource_name": f"{e['path']}.{e['resource_name']}" if e["path"] else e["resource_name"],
+            # a stack's own events (root or nested) carry the stack's name, a resource's its path
+            own = not e["path"] or (e["resource_type"] == "OS::Heat::Stack" and e["physical_id"] == e["stack_id"])
+            out.append({"id": e["id"], "resource_name": e["resource_name"] if own else f"{e['path']}.{e['resource_name']}",
+                        "stack_name": e["stack_name"],
                         "resource_type": e["resource_type"], "physical_resource_id": e["physical_id"] or "",
                         "resource_status": f"{e['action']}_{e['status']}", "resource_status_reason": e["reason"],
                         "event_time": iso(e["time"])})

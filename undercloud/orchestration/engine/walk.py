@@ -75,6 +75,7 @@ class StackNode:
         self.remaining = 0
         self.changed = False
         self.failed = False
+        self.announced = False  # its IN_PROGRESS event of this operation is written
 
     @property
     def ref(self) -> StackRef:
@@ -284,15 +285,15 @@ class ResTask:
             self.old_row["replaced_by"] = row["uuid"]
             w.writer.touch_row(self.old_row)
             self.stack.replaced.append(self.old_row)
+        w.changed(self.stack)
         w.event(self.stack, row, "CREATE", "IN_PROGRESS", reason)
-        self.stack.changed = True
 
     def transition(self, row: dict, action: str, status: str, reason: str) -> None:
         row["action"], row["status"], row["status_reason"] = action, status, reason
         row["updated_at"] = time.time()
+        self.w.changed(self.stack)
         self.w.writer.touch_row(row)
         self.w.event(self.stack, row, action, status, reason)
-        self.stack.changed = True
 
     # -- act --------------------------------------------------------------------------
     def make_plugin(self, cls: type[Plugin]) -> Plugin:
@@ -345,7 +346,8 @@ class ResTask:
             child_tmpl = self.stack.tmpl.nested(self.name, self.props)
         else:
             child_tmpl = plugin.nested_template(self.stack.tmpl)
-        if child_id and child_id in w.stack_rows:
+        new = not (child_id and child_id in w.stack_rows)
+        if not new:
             srow = w.stack_rows[child_id]
         else:
             srow = w.new_stack_row(self.stack, self.name, child_tmpl, self.props)
@@ -353,6 +355,9 @@ class ResTask:
                 row["nested_id"] = srow["id"]
                 w.writer.touch_row(row)
         child = StackNode(srow, child_tmpl, child_rows, parent_task=self)
+        if new and not plan:
+            child.announced = True
+            w.stack_event(srow, "CREATE", "IN_PROGRESS", "Stack CREATE started")
         self.child = child
         w.add_stack(child)
 
@@ -420,6 +425,7 @@ class ResTask:
         self.action = "CREATE" if self.row is None else "UPDATE"
         if self.row is None:
             self.row = new_row(self.stack, self.name, self.rd.type, "CREATE")
+            self.w.changed(self.stack)
             self.w.writer.insert_row(self.row)
             self.stack.current[self.name] = self.row
         self.fail(message)
@@ -472,6 +478,7 @@ class DelTask:
             self.state = "done"
             self.w.finished(self)
             return False
+        self.w.stack_deleting(self.stack)
         if row["action"] == "DELETE" and row["status"] == "IN_PROGRESS":
             return True  # resumed: delete is idempotent
         row["action"], row["status"], row["status_reason"] = "DELETE", "IN_PROGRESS", "state changed"
@@ -503,6 +510,10 @@ class DelTask:
 
     def finish(self, reason: str) -> None:
         w, row = self.w, self.row
+        child = w.stack_rows.get(row.get("nested_id") or "")
+        if child is not None:  # its last resource is gone (or it had none)
+            w.stack_deleting(child)
+            w.stack_event(child, "DELETE", "COMPLETE", "Stack DELETE completed successfully")
         w.event_for(self.stack, row, "DELETE", "COMPLETE", reason)
         w.writer.drop_row(row)
         if row.get("nested_id"):
@@ -518,7 +529,14 @@ class DelTask:
         row["action"], row["status"], row["status_reason"] = "DELETE", "FAILED", message
         self.w.writer.touch_row(row)
         self.w.event_for(self.stack, row, "DELETE", "FAILED", message)
-        self.w.failed_task(self, f"DELETE of {self.path} failed: {message}")
+        message = f"DELETE of {self.path} failed: {message}"
+        srow: dict | None = self.stack
+        while srow is not None and srow["id"] in self.w.deleting and srow["status"] != "FAILED":
+            srow.update(status="FAILED", status_reason=message, updated_at=time.time())
+            self.w.writer.touch_stack(srow)
+            self.w.stack_event(srow, "DELETE", "FAILED", message)
+            srow = self.w.stack_rows.get(srow.get("parent_id") or "")
+        self.w.failed_task(self, message)
 
     def waiting_for(self) -> str:
         if self.plugin is not None:
@@ -559,6 +577,9 @@ class Walk:
         self.same_files = False
         self.stacks: list[StackNode] = []
         self.pending_flush = False
+        # Existing nested stacks take this action when something in them changes.
+        self.nested_action = "ROLLBACK" if root_row["action"] == "ROLLBACK" else "UPDATE"
+        self.deleting: set[str] = set()  # nested stacks whose DELETE_IN_PROGRESS is written
 
     # -- loading ------------------------------------------------------------------------
     def load_rows(self, stack_rows: list[dict], res_rows: list[dict] | None) -> None:
@@ -612,6 +633,40 @@ class Walk:
             self.writer.event(self.root_id, stack, row["name"], row["type"], row.get("physical_id"),
                               action, status, reason)
 
+    def stack_event(self, srow: dict, action: str, status: str, reason: str) -> None:
+        """An event of a nested stack itself (the root's are the service's), as Heat names it."""
+        if self.plan is None:
+            self.writer.event(self.root_id, srow, srow["name"], "OS::Heat::Stack", srow["id"], action, status, reason)
+
+    def changed(self, stack: StackNode) -> None:
+        """Something in `stack` changes: on the first change of this operation a nested stack
+        goes IN_PROGRESS (its parent resource first), so untouched ones write nothing."""
+        stack.changed = True
+        if stack.announced or stack.parent_task is None or self.plan is not None:
+            return
+        stack.announced = True
+        parent = stack.parent_task
+        if parent.phase == "nested-quiet":
+            parent.phase = ""
+            parent.transition(parent.row, "UPDATE", "IN_PROGRESS", "nested stack changed")
+        row = stack.row
+        row["status"], row["status_reason"] = "IN_PROGRESS", f"Stack {row['action']} started"
+        row["updated_at"] = time.time()
+        self.writer.touch_stack(row)
+        self.stack_event(row, row["action"], "IN_PROGRESS", row["status_reason"])
+
+    def stack_deleting(self, srow: dict) -> None:
+        """A nested stack's first resource is being deleted: the stack is DELETE_IN_PROGRESS."""
+        if srow.get("parent_id") is None or srow["id"] in self.deleting or self.plan is not None:
+            return
+        self.deleting.add(srow["id"])
+        if srow["action"] == "DELETE" and srow["status"] == "IN_PROGRESS":
+            return  # resumed: written before the restart
+        srow.update(action="DELETE", status="IN_PROGRESS", status_reason="Stack DELETE started",
+                    updated_at=time.time())
+        self.writer.touch_stack(srow)
+        self.stack_event(srow, "DELETE", "IN_PROGRESS", "Stack DELETE started")
+
     def peer_finder(self, stack: StackNode):
         def find(reference_id: str) -> Plugin | None:
             for name, row in stack.current.items():
@@ -641,9 +696,12 @@ class Walk:
                 stack.tasks[d].dependents.append(task)
             task.waiting = len(task.needs)
         stack.remaining = len(stack.tasks)
-        if self.plan is None and stack.parent_task is not None and stack.row["status"] != "IN_PROGRESS":
-            # A nested stack row is touched only when something in it changes (see stack_done).
-            stack.row["action"] = "UPDATE"
+        if self.plan is None and stack.parent_task is not None and not stack.announced:
+            if self.resuming and stack.row["status"] == "IN_PROGRESS":
+                stack.announced = True  # its IN_PROGRESS event was written before the restart
+            else:
+                # A nested stack row is touched only when something in it changes (see changed).
+                stack.row["action"] = self.nested_action
         if not stack.tasks:
             self.stack_done(stack)
             return
@@ -662,14 +720,17 @@ class Walk:
                 except Exception as exc:
                     outputs[name] = {"value": None, "error": str(exc),
                                      "description": getattr(od, "description", "") or ""}
-            if outputs != stack.row.get("outputs"):
-                stack.changed = True if stack.row.get("outputs") is not None else stack.changed
+            if outputs != stack.row.get("outputs") and stack.row.get("outputs") is not None:
+                self.changed(stack)
             stack.row["outputs"] = outputs
             if stack.parent_task is not None:
                 if stack.changed or stack.row["status"] != "COMPLETE":
-                    stack.row["status"], stack.row["status_reason"] = "COMPLETE", f"Stack {stack.row['action']} completed successfully"
+                    self.changed(stack)
+                    reason = f"Stack {stack.row['action']} completed successfully"
+                    stack.row["status"], stack.row["status_reason"] = "COMPLETE", reason
                     stack.row["updated_at"] = time.time()
                     self.writer.touch_stack(stack.row)
+                    self.stack_event(stack.row, stack.row["action"], "COMPLETE", reason)
         if stack.parent_task is not None:
             stack.parent_task.child_done()
 
@@ -692,9 +753,17 @@ class Walk:
         while isinstance(stack, StackNode):
             if not stack.failed:
                 stack.failed = True
+                if stack.parent_task is not None:
+                    self.changed(stack)  # IN_PROGRESS first, if nothing in it had started
                 stack.row["status"], stack.row["status_reason"] = "FAILED", message
                 self.writer.touch_stack(stack.row)
+                if stack.parent_task is not None:
+                    self.stack_event(stack.row, stack.row["action"], "FAILED", message)
             parent = stack.parent_task
+            if parent is not None and parent.state not in ("done", "failed") and self.plan is None:
+                # its parent resource fails with it (and that one's stack, up to the root)
+                parent.fail(f"nested stack {stack.row['name']} failed: {message}")
+                return
             stack = parent.stack if parent is not None else None
 
     def call(self, task: Any, fn, action: str, poll: bool = False) -> None:
@@ -808,7 +877,17 @@ class Walk:
             self.wake.wait(max(0.0, min(timeout, FLUSH_EVERY)))
             self.wake.clear()
         if self.plan is None:
+            if self.failure is not None:
+                self.close_unfinished()
             self.writer.flush()
+
+    def close_unfinished(self) -> None:
+        """After a failure, nested stacks left part-way (what they waited for never started)
+        end FAILED with their parent resources, not IN_PROGRESS. Untouched ones stay as they are."""
+        for st in reversed(self.stacks):  # deepest first
+            if st.parent_task is not None and st.announced and st.remaining and not st.failed:
+                task = next(t for t in st.tasks.values() if t.state not in ("done", "failed"))
+                self.failed_task(task, f"cancelled: {self.failure}")
 
     def apply_signal(self, stack_id: str, name: str, payload: Any, done: threading.Event,
                      errors: list) -> None:
