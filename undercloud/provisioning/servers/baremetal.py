@@ -266,12 +266,7 @@ class BaremetalRealiser(Realiser):
         if not iso.exists():
             raise UndercloudError(f"no deploy media prepared for server {node.instance_uuid} "
                                   f"(deploy bare-metal nodes through `server create`)")
-        driver.set_power("off")
-        _eject_quietly(driver)
-        with baremetal_media.serve_file(iso) as url:
-            driver.insert_media(url)
-        driver.set_boot_device("cd", persistent=False)
-        driver.set_power("on")
+        _boot_from_media(driver, iso)
         log.info("node %s: deploy ramdisk booting from virtual media", node.label)
         return WAIT
 
@@ -300,12 +295,7 @@ class BaremetalRealiser(Realiser):
                    "token": token, "node": node.label,
                    "network": {"mac": node.macs[0] if node.macs else None, "address": address, "prefix": PREFIX}}
         iso = baremetal_media.make_deploy_iso(base_iso, request, None, d / "deploy.iso")
-        driver.set_power("off")
-        _eject_quietly(driver)
-        with baremetal_media.serve_file(iso) as url:
-            driver.insert_media(url)
-        driver.set_boot_device("cd", persistent=False)
-        driver.set_power("on")
+        _boot_from_media(driver, iso)
         log.info("node %s: inspection ramdisk booting from virtual media", node.label)
         return WAIT
 
@@ -383,6 +373,16 @@ class BaremetalRealiser(Realiser):
                                     error=None if ok and inv else (error or "the ramdisk reported no inventory"))
         except Conflict as exc:
             log.warning("node %s: inspection finished but %s", record.label, exc)
+
+
+def _boot_from_media(driver, iso) -> None:
+    """Power off, insert `iso` as virtual media (served once on loopback) and boot it once."""
+    driver.set_power("off")
+    _eject_quietly(driver)
+    with baremetal_media.serve_file(iso) as url:
+        driver.insert_media(url)
+    driver.set_boot_device("cd", persistent=False)
+    driver.set_power("on")
 
 
 def _eject_quietly(driver) -> None:
