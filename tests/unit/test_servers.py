@@ -92,7 +92,7 @@ def uc(tmp_path):
 # ---- flavors --------------------------------------------------------------------------
 def test_first_start_creates_default_flavors_once(uc):
     names = {f["name"]: f for f in uc.servers.flavors.list()}
-    assert set(names) == {"baremetal", "control", "compute", "container", "vm"}
+    assert set(names) == {"baremetal", "control", "compute", "container", "vm", "vm-control"}
     assert names["control"]["properties"]["capabilities:profile"] == "control"
     assert names["container"]["hypervisor_type"] == "container"
     assert names["compute"]["hypervisor_type"] == "baremetal"

@@ -39,11 +39,18 @@ def build_images(client: Client, hypervisor: str) -> dict[str, str]:
     targets = node_targets(hypervisor) + [t for name in wanted for t in catalog.targets(name)]
     records = build_targets(client, targets)
     refs = {r["name"]: (r.get("properties") or {}).get("podman_image") for r in records}
-    params = {}
+    params: dict = {}
+    sources = {}
     for param, name in overcloud.SERVICE_IMAGES.items():
         if not refs.get(name):
             raise UndercloudError(f"image {name} has no podman_image property after the build", "deploy")
         params[param] = refs[name]
+        record = next(r for r in records if r["name"] == name)
+        sources[refs[name]] = f"/v1/images/{record['id']}/file"
+    if hypervisor != "container":
+        # Container nodes share the host's podman, which has the images; VMs and bare metal
+        # load them from the image store when a Pod first needs one.
+        params["ServiceImageSources"] = sources
     return params
 
 
@@ -190,11 +197,6 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     client = Client(timeout=600)
     home = client.home.path
     overcloud.stack_dir(home, stack)  # refuses a bad name before any work
-    if hypervisor != "container":
-        # The services run from service images through podman: the qcow2 node image has
-        # neither yet, so such a deploy could only fail at step 1, minutes later.
-        raise UndercloudError(f"{hypervisor} nodes cannot run the overcloud services yet (the node image has no "
-                              f"podman and no service images): use --hypervisor container", "--hypervisor")
     role_list = overcloud.load_roles(overcloud.roles_file_for(example, roles))
     env_paths = [Path(e) for e in environments]
     for e in env_paths:

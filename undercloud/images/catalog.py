@@ -8,7 +8,7 @@ from undercloud.images.build import Target
 NODE = ("base", "agent")
 TYPE_ELEMENTS = {
     "oci": NODE,                                         # a system container: no kernel, no init
-    "qcow2": NODE + ("kernel", "node-boot", "growroot"),  # systemd, networkd, extlinux
+    "qcow2": NODE + ("kernel", "node-boot", "growroot", "container-host"),  # systemd, networkd, extlinux, podman
     "ramdisk": NODE + ("kernel", "deploy-ramdisk"),      # /init runs the agent, disk tools
 }
 IMAGES = {

@@ -45,6 +45,7 @@ IMAGES = Path("/var/lib/libvirt/images")
 START_TIMEOUT = 30.0
 LIBVIRTD_LOG = Path("/var/log/libvirt/undercloud-libvirtd.log")  # one libvirtd per machine
 USER = "admin"
+HOST_ADDRESS = 254  # the host's address on the lab network (servers take .100-.249)
 
 
 class LabError(UndercloudError):
@@ -216,6 +217,33 @@ class Lab:
         addrs = self._ns(ns, "ip", "-o", "addr", "show", "dev", self.bridge).stdout
         if f"{self.subnet}.1/24" not in addrs:
             self._ns(ns, "ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        self._ensure_host_link(ns)
+
+    @property
+    def host_link(self) -> str:
+        return f"{self.instance}-h"
+
+    def _ensure_host_link(self, ns: str) -> None:
+        """Put the host on the lab network (HOST_ADDRESS, a veth whose other end is a port
+        of the bridge), as TripleO's undercloud sat on its ctlplane: what runs on nodes
+        (the overcloud's virtual IP, a node's ssh) is then reachable from here, and only
+        through this link, never through the host's default route."""
+        if os.stat(ns).st_ino == os.stat("/proc/self/ns/net").st_ino:
+            return  # libvirtd (and so the bridge) is in the host's namespace: reachable already
+        cidr = f"{self.subnet}.0/24"
+        for line in run(["ip", "-o", "-4", "route", "show", cidr]).stdout.splitlines():
+            dev = line.split(" dev ", 1)[-1].split()[0] if " dev " in line else ""
+            if dev and dev != self.host_link:
+                raise LabError(f"subnet {cidr} of this lab is routed to {dev} on this host: "
+                               f"cannot put the host on the lab network")
+        peer = f"{self.instance}-n"
+        if run(["ip", "link", "show", self.host_link], check=False).returncode != 0:
+            run(["ip", "link", "add", self.host_link, "type", "veth", "peer", "name", peer,
+                 "netns", Path(ns).name])
+        self._ns(ns, "ip", "link", "set", peer, "master", self.bridge, "up")
+        if f"{self.subnet}.{HOST_ADDRESS}/24" not in run(["ip", "-o", "addr", "show", "dev", self.host_link]).stdout:
+            run(["ip", "addr", "add", f"{self.subnet}.{HOST_ADDRESS}/24", "dev", self.host_link])
+        run(["ip", "link", "set", self.host_link, "up"])
 
     def network(self) -> tuple[str, str]:
         """The lab network without `lab up` (for VM servers and the undercloud's lab address):
@@ -456,6 +484,8 @@ class Lab:
         if pool_dir.exists():
             shutil.rmtree(pool_dir)
             removed.append(f"virtual media in {pool_dir}")
+        if run(["ip", "link", "del", self.host_link], check=False).returncode == 0:
+            removed.append(f"host link {self.host_link}")
         ns = f"/run/netns/{self.netns}"
         if Path(ns).exists():
             if self._ns(ns, "ip", "link", "show", self.bridge, check=False).returncode == 0:

@@ -48,7 +48,8 @@ SERVICE_IMAGES = {
     "ContainerKeystoneImage": "service-keystone",
     "ContainerPlacementImage": "service-placement",
 }
-HYPERVISOR_FLAVORS = {"container": "container", "vm": "vm", "baremetal": "control"}
+# The node flavor of every role per hypervisor (an environment may set Overcloud<Role>Flavor).
+HYPERVISOR_FLAVORS = {"container": "container", "vm": "vm-control", "baremetal": "baremetal"}
 PASSWORDS = ("AdminPassword", "KeystoneDbPassword", "PlacementPassword", "PlacementDbPassword", "RabbitPassword")
 KEYS = ("KeystoneFernetKey0", "KeystoneFernetKey1", "KeystoneCredentialKey0", "KeystoneCredentialKey1")
 SECRETS = PASSWORDS + KEYS

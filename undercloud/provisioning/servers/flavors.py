@@ -24,6 +24,9 @@ DEFAULTS = {
     "compute": (1, 4096, 40, {**_BM, "capabilities:profile": "compute"}),
     "container": (1, 512, 10, {"hypervisor_type": "container"}),
     "vm": (1, 1024, 10, {"hypervisor_type": "vm"}),
+    # An overcloud controller as a VM (`undercloud deploy --hypervisor vm`): room for MariaDB,
+    # RabbitMQ, keystone and placement side by side.
+    "vm-control": (2, 4096, 20, {"hypervisor_type": "vm"}),
 }
 
 
