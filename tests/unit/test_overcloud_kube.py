@@ -99,3 +99,116 @@ def test_netns_mode_is_chosen_on_container_nodes(monkeypatch):
     assert kube.netns_prefix("keystone") == "uc1-node-0-keystone"
     monkeypatch.delenv("UNDERCLOUD_NODE_NETNS")
     assert kube.choose_mode({}) in ("podman", "process")
+
+
+@pytest.mark.parametrize("container, volumes, message", [
+    ({"securityContext": {"capabilities": {"add": ["NET_ADMIN", "NET_ADMINN"]}}}, [],
+     "pod ka: spec.containers[0].securityContext.capabilities.add[1]: unknown capability 'NET_ADMINN'"),
+    ({"securityContext": {"capabilities": {"drop": "ALL"}}}, [],
+     "pod ka: spec.containers[0].securityContext.capabilities.drop: expected a list of capability names"),
+    ({}, [{"name": "data", "persistentVolumeClaim": {"claimName": "My Data"}}],
+     "pod ka: spec.volumes[0].persistentVolumeClaim.claimName: 'My Data' is not a claim name"),
+    ({}, [{"name": "data", "persistentVolumeClaim": {}}],
+     "pod ka: spec.volumes[0].persistentVolumeClaim.claimName: None is not a claim name"),
+])
+def test_a_bad_capability_or_claim_is_one_line_naming_pod_and_path(env, container, volumes, message):
+    pod = {"kind": "Pod", "metadata": {"name": "ka"},
+           "spec": {"containers": [{"name": "c", "command": ["true"], **container}], "volumes": volumes}}
+    r = hooks.run(deployment({"kind": "List", "items": [pod]}), None, 30, env)
+    assert r["deploy_status_code"] == 2
+    assert r["deploy_stderr"].startswith(f"kube: {message}"), r["deploy_stderr"]
+    assert "\n" not in r["deploy_stderr"].strip()
+
+
+class FakeLibpod:
+    """The few libpod REST calls play_netns makes, on a Unix socket; records them."""
+
+    def __init__(self, path):
+        import http.server
+        import socketserver
+        import threading
+
+        self.calls, self.volumes = [], {}
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status, body=None):
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def handle_one(self, method):
+                size = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(size) if size else b""
+                path = self.path.removeprefix("/v4.0.0/libpod")
+                body = json.loads(raw) if raw and self.headers.get("Content-Type") == "application/json" else None
+                fake.calls.append((method, path.split("?")[0], body))
+                if path.startswith("/containers/json"):
+                    return self.reply(200, [])
+                if method == "GET" and path.startswith("/volumes/") and path.endswith("/exists"):
+                    return self.reply(204 if path.split("/")[2] in fake.volumes else 404)
+                if path == "/volumes/create":
+                    fake.volumes[body["Name"]] = body
+                    return self.reply(201, {"Name": body["Name"]})
+                if path == "/containers/create":
+                    return self.reply(201, {"Id": body["name"]})
+                return self.reply(200 if method == "PUT" else 204)
+
+            def do_GET(self):
+                self.handle_one("GET")
+
+            def do_POST(self):
+                self.handle_one("POST")
+
+            def do_PUT(self):
+                self.handle_one("PUT")
+
+            def do_DELETE(self):
+                self.handle_one("DELETE")
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def created(self):
+        return [b for m, p, b in self.calls if p == "/containers/create"]
+
+
+def test_netns_mode_maps_capabilities_and_claims_to_the_create_body(tmp_path, monkeypatch):
+    sock = tmp_path / "podman.sock"
+    api = FakeLibpod(sock)
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{sock}")
+    monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", "container:uc1-node-0")
+    pod = {"kind": "Pod", "metadata": {"name": "mysql"}, "spec": {
+        "containers": [{"name": "mysql", "image": "img:1", "command": ["run"],
+                        "securityContext": {"capabilities": {"add": ["NET_ADMIN", "CAP_NET_RAW"], "drop": ["mknod"]}},
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"},
+                                         {"name": "seed", "mountPath": "/seed", "readOnly": True}]}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "mysql-data"}},
+                    {"name": "seed", "persistentVolumeClaim": {"claimName": "seed"}}]}}
+    try:
+        kube.validate(pod)
+        kube.play_netns("mysql", pod, {})
+        (body,) = api.created()
+        assert body["cap_add"] == ["CAP_NET_ADMIN", "CAP_NET_RAW"] and body["cap_drop"] == ["CAP_MKNOD"]
+        assert body["volumes"] == [{"Name": "uc1-node-0-mysql-data", "Dest": "/var/lib/mysql", "Options": []},
+                                   {"Name": "uc1-node-0-seed", "Dest": "/seed", "Options": ["ro"]}]
+        # Per node, labelled for the node's deletion.
+        assert api.volumes["uc1-node-0-mysql-data"]["Label"] == {"undercloud.node": "uc1-node-0",
+                                                                  "undercloud.claim": "mysql-data"}
+        # Replacing the Pod keeps the volumes: they are not made again (nor removed).
+        api.calls.clear()
+        kube.play_netns("mysql", pod, {})
+        assert not [p for m, p, b in api.calls if p == "/volumes/create" or p.startswith("/volumes/") and m == "DELETE"]
+        assert api.created()[0]["volumes"][0]["Name"] == "uc1-node-0-mysql-data"
+        # A container without any gets empty lists (podman's defaults).
+        api.calls.clear()
+        kube.play_netns("web", {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "w", "image": "i"}]}}, {})
+        assert (api.created()[0]["cap_add"], api.created()[0]["volumes"]) == ([], [])
+    finally:
+        api.server.shutdown()
+        api.server.server_close()

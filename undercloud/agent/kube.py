@@ -2,7 +2,9 @@
 
 Subset: metadata.name; spec.containers[] with name, image, command, args, env
 (name/value), ports, volumeMounts, livenessProbe/readinessProbe (exec, httpGet,
-tcpSocket); spec.volumes[] hostPath, emptyDir, configMap; hostNetwork.
+tcpSocket), securityContext.capabilities (add/drop); spec.volumes[] hostPath, emptyDir,
+configMap, persistentVolumeClaim (claimName: a named podman volume, kept when the Pod is
+replaced); hostNetwork.
 
 How the Pod runs, in order of preference (options.kube_mode forces one):
 - `podman`: `podman kube play --replace` with the node's own podman (VMs, bare metal).
@@ -26,7 +28,9 @@ naming the Pod, its probe and the last lines of its container's log.
   (libpod REST, standard library only) as `NODE-<pod>-<container>` joined to NODE's
   network namespace, with runc and explicit ulimits; ConfigMap volumes are copied into
   the container before it starts (the archive API); probes run from the agent, which
-  shares that namespace.
+  shares that namespace. A persistentVolumeClaim is the named volume `NODE-<claimName>`
+  (labelled undercloud.node=NODE: deleting the node removes it), so two nodes on one host
+  never share one; capabilities become the create body's cap_add/cap_drop.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -72,6 +77,19 @@ class PodError(Exception):
     pass
 
 
+# Linux capabilities by their Kubernetes names (without CAP_), as capabilities(7) lists them.
+CAPABILITIES = frozenset("""
+AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE
+DAC_READ_SEARCH FOWNER FSETID IPC_LOCK IPC_OWNER KILL LEASE LINUX_IMMUTABLE MAC_ADMIN
+MAC_OVERRIDE MKNOD NET_ADMIN NET_BIND_SERVICE NET_BROADCAST NET_RAW PERFMON SETFCAP SETGID
+SETPCAP SETUID SYSLOG SYS_ADMIN SYS_BOOT SYS_CHROOT SYS_MODULE SYS_NICE SYS_PACCT SYS_PTRACE
+SYS_RAWIO SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG WAKE_ALARM
+""".split())
+# A claim name as Kubernetes names objects (a DNS label, dots allowed); it becomes part of a
+# podman volume name.
+CLAIM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
+
+
 def validate(pod: dict) -> str:
     if not isinstance(pod, dict) or pod.get("kind", "Pod") != "Pod":
         raise PodError("config must be a Kubernetes Pod (kind: Pod)")
@@ -84,7 +102,32 @@ def validate(pod: dict) -> str:
     for i, c in enumerate(containers):
         if not isinstance(c, dict) or not c.get("name"):
             raise PodError(f"spec.containers[{i}].name: required")
+        caps = (c.get("securityContext") or {}).get("capabilities") or {}
+        if not isinstance(caps, dict):
+            raise PodError(f"pod {name}: spec.containers[{i}].securityContext.capabilities: expected a map "
+                           f"with add and/or drop")
+        for key in ("add", "drop"):
+            where = f"pod {name}: spec.containers[{i}].securityContext.capabilities.{key}"
+            values = caps.get(key) or []
+            if not isinstance(values, list):
+                raise PodError(f"{where}: expected a list of capability names (e.g. NET_ADMIN)")
+            for j, cap in enumerate(values):
+                if not isinstance(cap, str) or cap.upper().removeprefix("CAP_") not in CAPABILITIES:
+                    raise PodError(f"{where}[{j}]: unknown capability {cap!r} (e.g. NET_ADMIN, NET_RAW, SYS_TIME)")
+    for i, v in enumerate((pod.get("spec") or {}).get("volumes") or []):
+        if isinstance(v, dict) and "persistentVolumeClaim" in v:
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if not isinstance(claim, str) or not CLAIM_NAME.match(claim):
+                raise PodError(f"pod {name}: spec.volumes[{i}].persistentVolumeClaim.claimName: {claim!r} is not a "
+                               f"claim name (lower-case letters, digits, '-' and '.', at most 63, starting and "
+                               f"ending with a letter or digit)")
     return name
+
+
+def capabilities(container: dict, key: str) -> list[str]:
+    """The container's capabilities to add or drop, as CAP_NAME (validated by `validate`)."""
+    caps = (container.get("securityContext") or {}).get("capabilities") or {}
+    return ["CAP_" + str(c).upper().removeprefix("CAP_") for c in caps.get(key) or []]
 
 
 def node_target() -> tuple[str, str] | None:
@@ -391,6 +434,18 @@ def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | Non
     return None
 
 
+def claim_volume(api: PodmanAPI, node: str, claim: str) -> str:
+    """The named volume behind a persistentVolumeClaim on this node, made when missing.
+    Per node (`NODE-<claim>`): two container nodes on one host never share one; the label
+    lets deleting the node remove it, and replacing a Pod keeps it."""
+    vname = f"{node}-{claim}"
+    status, _ = api.call("GET", f"/volumes/{vname}/exists")
+    if status != 204:
+        api.ok("POST", "/volumes/create", {"Name": vname, "Label": {"undercloud.node": node, "undercloud.claim": claim}},
+               what=f"create volume {vname}")
+    return vname
+
+
 def play_netns(name: str, pod: dict, configmaps: dict) -> str:
     target = node_target()
     if not target:
@@ -404,7 +459,7 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
     started = []
     for c in spec["containers"]:
         cname = f"{prefix}-{c['name']}"
-        mounts, binds = [], []
+        mounts, binds, named = [], [], []
         for m in c.get("volumeMounts") or []:
             v = volumes.get(m.get("name")) or {}
             if "configMap" in v:
@@ -415,6 +470,9 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
             elif "hostPath" in v:
                 binds.append({"destination": m["mountPath"], "source": v["hostPath"]["path"], "type": "bind",
                               "options": ["ro"] if m.get("readOnly") else []})
+            elif "persistentVolumeClaim" in v:
+                vname = claim_volume(api, node, v["persistentVolumeClaim"]["claimName"])
+                named.append({"Name": vname, "Dest": m["mountPath"], "Options": ["ro"] if m.get("readOnly") else []})
         create = {
             "name": cname, "image": c["image"],
             "netns": {"nsmode": "container", "value": node},
@@ -425,6 +483,9 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
                          {"type": "nproc", "soft": 4096, "hard": 4096}],
             "restart_policy": "always",
             "mounts": binds,
+            "volumes": named,
+            "cap_add": capabilities(c, "add"),
+            "cap_drop": capabilities(c, "drop"),
         }
         if c.get("command"):
             create["entrypoint"] = [str(a) for a in c["command"]]

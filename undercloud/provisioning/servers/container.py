@@ -378,9 +378,16 @@ class ContainerRealiser(Realiser):
 
     def delete(self, spec: Spec) -> None:
         found = self._find(spec)
+        names = {found["Names"][0]} if found is not None else set()
         if found is not None:
             self._remove(found["Names"][0])
+        if spec.state.get("container"):
+            names.add(spec.state["container"])
+        # Its declared volumes, and the service volumes (persistentVolumeClaims) the kube
+        # hook made for it (labelled undercloud.node=NAME; kept by rebuild and Pod replacement).
         vols = hp.podman("volume", "ls", "-q", "--filter", f"label={_label(spec)}").stdout.split()
+        for name in sorted(names):
+            vols += hp.podman("volume", "ls", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
         for v in vols:
             hp.podman("volume", "rm", "-f", v, check=False)
 
