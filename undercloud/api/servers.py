@@ -126,6 +126,12 @@ def list_hypervisors(ctx: Context = Depends(_ctx)):
     return ctx.servers.hosts()
 
 
+@router.get("/v1/hypervisors/{hypervisor_type}/network")
+def hypervisor_network(hypervisor_type: str, ctx: Context = Depends(_ctx)):
+    """The network servers of this type are on: subnet, gateway, addresses kept for VIPs."""
+    return ctx.servers.network(hypervisor_type)
+
+
 # ---- servers -------------------------------------------------------------------------
 class ActionBody(BaseModel):
     action: str  # power-on | power-off | rebuild

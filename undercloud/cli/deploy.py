@@ -54,6 +54,20 @@ def build_images(client: Client, hypervisor: str) -> dict[str, str]:
     return params
 
 
+def virtual_ip_parameters(client: Client, stack: str, hypervisor: str) -> dict:
+    """PublicVirtualIP (an address the nodes' network keeps for VIPs, the same at every
+    deploy of the stack; keepalived holds it on the haproxy nodes) and keepalived's
+    virtual_router_id. Container nodes only for now; without it the VIP is the first
+    haproxy node's own address and no keepalived runs. An environment may set both."""
+    from undercloud.orchestration import overcloud
+
+    if hypervisor != "container":
+        return {}
+    net = client.get(f"/v1/hypervisors/{hypervisor}/network")
+    vip = overcloud.choose_virtual_ip(client.home.path, stack, net.get("virtual_ips") or [])
+    return {"PublicVirtualIP": vip, "KeepalivedVirtualRouterId": overcloud.virtual_router_id(client.home.instance, vip)}
+
+
 class Progress:
     """Progress per role / step / service on stderr, from the stack's resources."""
 
@@ -204,6 +218,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
             raise UndercloudError("environment file not found", str(e))
     note(f"images: building what is missing for {hypervisor} nodes")
     images = build_images(client, hypervisor)
+    images.update(virtual_ip_parameters(client, stack, hypervisor))
     plan = overcloud.render(home, stack, role_list, images, hypervisor, example, env_paths)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
     secrets = overcloud.load_secrets(home, stack)

@@ -35,6 +35,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 BUILD, ACTIVE, SHUTOFF, ERROR, DELETED, REBUILD = "BUILD", "ACTIVE", "SHUTOFF", "ERROR", "DELETED", "REBUILD"
+# Host numbers of a lab /24 kept for virtual IPs (an overcloud's VIP, held by keepalived on
+# its haproxy nodes): no server is ever given one. .1 is the undercloud's, VM and bare-metal
+# servers take .100-.249 (vm_net.RANGE), the host's lab link .254 (lab.HOST_ADDRESS).
+VIP_HOSTS = range(250, 254)
+
+
+def virtual_ips(subnet: str) -> list[str]:
+    """The addresses kept for virtual IPs on the lab network `subnet` (e.g. 10.130.7.0/24).
+    Each realiser's `network_info()` offers these; `undercloud deploy` picks one per stack."""
+    import ipaddress
+
+    net = ipaddress.ip_network(subnet)
+    return [str(net.network_address + n) for n in VIP_HOSTS if n < net.num_addresses - 1]
 
 
 class RealiserError(Exception):
@@ -130,6 +143,11 @@ class Realiser:
     def cleanup(self) -> list[str]:
         """Remove shared host objects (networks...) no server uses any more; returns their names."""
         return []
+
+    def network_info(self) -> dict:
+        """The network servers of this type are on, made when missing: {"subnet", "gateway",
+        "virtual_ips"} (`virtual_ips(subnet)`: addresses no server gets, for an overcloud's VIP)."""
+        raise RealiserError(f"{self.hypervisor_type} servers have no lab network with virtual IPs here")
 
 
 _lock = threading.Lock()

@@ -14,6 +14,8 @@
   going with the containers). Address and port are derived from the home: they stay the
   same across restarts, which is what the agents hold. Containers can reach nothing else
   on the host: the address is on their own bridge only.
+- Addresses: the first free one of the subnet, never the gateway nor the ones kept for
+  virtual IPs (`base.virtual_ips`: .250-.253, which `network_info()` offers to deploy).
 - cpu/memory limits from the flavor (`--cpus`, `--memory`); where this host's cgroups
   refuse them the server runs without and says so in its notes.
 - First-boot data mounted read-only at /etc/undercloud-agent (config.json, user-data: run
@@ -43,6 +45,7 @@ from undercloud.provisioning.servers.base import (
     RealiserError,
     Spec,
     Status,
+    virtual_ips,
 )
 
 log = logging.getLogger("undercloud.servers.container")
@@ -175,6 +178,11 @@ class ContainerRealiser(Realiser):
             info = self._network()
         return f"http://{info['gateway']}:{self.env.api_port}"
 
+    def network_info(self) -> dict:
+        with self._lock:
+            info = self._network()
+        return {**info, "virtual_ips": virtual_ips(info["subnet"])}
+
     def startup(self) -> None:
         with self._lock:
             if self._inspect_network() is not None:
@@ -290,11 +298,15 @@ class ContainerRealiser(Realiser):
             if ipaddress.ip_address(want) not in subnet or want == info["gateway"]:
                 raise RealiserError(f"fixed_ip {want} is not a free address of the lab network {subnet} "
                                     f"({info['gateway']} is the undercloud's)")
+            if want in virtual_ips(info["subnet"]):
+                raise RealiserError(f"fixed_ip {want} is kept for virtual IPs on the lab network {subnet} "
+                                    f"({', '.join(virtual_ips(info['subnet']))})")
             spec.state["ip"] = want
             return want
         rows = json.loads(hp.podman("ps", "-a", "--format", "json", "--filter",
                                     f"label=undercloud.instance={self.instance}").stdout or "[]")
         used = {(r.get("Labels") or {}).get("undercloud.ip") for r in rows} | self._reserved | {info["gateway"]}
+        used |= set(virtual_ips(info["subnet"]))  # an overcloud's VIP (keepalived) may hold one
         for host in subnet.hosts():
             if str(host) not in used:
                 self._reserved.add(str(host))

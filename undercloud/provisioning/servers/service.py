@@ -125,6 +125,16 @@ class ServersService:
             except Exception as exc:  # noqa: BLE001 - one type's trouble must not stop the service
                 log.warning("servers: %s realiser start-up: %s", ht, exc)
 
+    def network(self, ht: str) -> dict:
+        """The network `ht` servers are on (made when missing): subnet, gateway and the
+        addresses kept for virtual IPs (`base.virtual_ips`), which `undercloud deploy` uses."""
+        realiser = self.realiser(ht)
+        self._check_available(ht, realiser)
+        try:
+            return {"hypervisor_type": ht, **realiser.network_info()}
+        except base.RealiserError as exc:
+            raise UndercloudError(str(exc), f"hypervisor {ht}") from None
+
     # ---- hypervisor hosts ----------------------------------------------------------
     def ensure_local_hosts(self) -> None:
         vcpus, mem, disk = host_capacity()

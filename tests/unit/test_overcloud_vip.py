@@ -1,0 +1,88 @@
+"""The overcloud's virtual IP: kept addresses, the per-stack choice, keepalived in the
+haproxy service when the VIP is its own address."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+from undercloud.errors import InvalidInput
+from undercloud.orchestration import overcloud as oc
+from undercloud.orchestration.overcloud import LIBRARY
+from undercloud.provisioning.servers import base
+
+
+def test_virtual_ips_are_kept_out_of_the_server_ranges():
+    from undercloud.provisioning.servers import vm_net
+
+    assert base.virtual_ips("10.130.7.0/24") == ["10.130.7.250", "10.130.7.251", "10.130.7.252", "10.130.7.253"]
+    assert not set(base.VIP_HOSTS) & set(vm_net.RANGE)
+    assert 254 not in base.VIP_HOSTS  # the host's own lab link (lab.HOST_ADDRESS)
+
+
+def test_container_addresses_skip_the_virtual_ips(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from undercloud.provisioning.servers import container
+
+    taken = [{"Labels": {"undercloud.ip": f"10.1.2.{n}"}} for n in range(2, 250)]
+    monkeypatch.setattr(container.hp, "podman", lambda *a, **k: SimpleNamespace(stdout=json.dumps(taken)))
+    env = SimpleNamespace(home=SimpleNamespace(instance="uc1", path=tmp_path))
+    r = container.ContainerRealiser(env)
+    info = {"subnet": "10.1.2.0/24", "gateway": "10.1.2.1"}
+    spec = SimpleNamespace(networks=[], state={})
+    assert r._allocate(spec, info) == "10.1.2.254"  # .250-.253 skipped
+    with pytest.raises(base.RealiserError, match="fixed_ip 10.1.2.251 is kept for virtual IPs"):
+        r._allocate(SimpleNamespace(networks=[{"fixed_ip": "10.1.2.251"}], state={}), info)
+
+
+def test_each_stack_keeps_its_own_virtual_ip_until_deleted(tmp_path):
+    home = tmp_path / "home"
+    kept = base.virtual_ips("10.1.2.0/24")
+    a = oc.choose_virtual_ip(home, "overcloud", kept)
+    assert a == "10.1.2.250"
+    assert oc.choose_virtual_ip(home, "overcloud", kept) == a  # the same at every deploy
+    b = oc.choose_virtual_ip(home, "other", kept)
+    assert b == "10.1.2.251"
+    for name in ("c", "d"):
+        oc.choose_virtual_ip(home, name, kept)
+    with pytest.raises(InvalidInput, match=r"all held by other overclouds \(c, d, other, overcloud\)"):
+        oc.choose_virtual_ip(home, "e", kept)
+    # Deleting an overcloud (its directory) frees its VIP.
+    import shutil
+    shutil.rmtree(oc.stack_dir(home, "other"))
+    assert oc.choose_virtual_ip(home, "e", kept) == b
+    # VRRP router ids: distinct for the VIPs of one home, in 1..255.
+    ids = {oc.virtual_router_id("uc123456", v) for v in kept}
+    assert len(ids) == len(kept) and all(1 <= i <= 255 for i in ids)
+
+
+def haproxy_role_data(tmp_path, vip: str) -> dict:
+    nodes = {"haproxy": ["10.1.2.2", "10.1.2.3"], "keystone": ["10.1.2.2"], "placement": ["10.1.2.3"]}
+    r = run_cli("stack", "create", "hap", "-t", str(LIBRARY / "services" / "haproxy.yaml"), "--wait",
+                "-P", f"ServiceNodes={json.dumps(nodes)}", "-P", f"VirtualIP={vip}",
+                "-P", "ContainerHaproxyImage=localhost/undercloud/service-haproxy:1", "-P", "KeepalivedVirtualRouterId=77")
+    assert r.returncode == 0, r.stderr
+    out = run_cli("stack", "output", "show", "hap", "role_data", "-f", "json")
+    assert out.returncode == 0, out.stderr
+    assert run_cli("stack", "delete", "hap", "--wait").returncode == 0
+    return json.loads(out.stdout)["output_value"]
+
+
+def test_keepalived_holds_a_dedicated_vip_and_nothing_else(uc_home, tmp_path):
+    rd = haproxy_role_data(tmp_path, "10.1.2.250")
+    kinds = [(i["kind"], i["metadata"]["name"]) for i in rd["kube"]]
+    assert kinds == [("ConfigMap", "haproxy-config"), ("Pod", "haproxy"),
+                     ("ConfigMap", "keepalived-config"), ("Pod", "keepalived")]
+    conf = rd["kube"][2]["data"]["keepalived.conf"]
+    assert "virtual_router_id 77" in conf and "10.1.2.250/32" in conf and "interface $VIP_INTERFACE" in conf
+    assert json.loads(rd["kube"][2]["data"]["config.json"])["command"] == ["/usr/local/bin/uc-keepalived-start",
+                                                                          "10.1.2.250"]
+    (ka,) = rd["kube"][3]["spec"]["containers"]
+    assert ka["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW", "NET_BROADCAST"]
+    assert ka["readinessProbe"]["httpGet"]["host"] == "10.1.2.250"
+    # The VIP being a haproxy node's own address (no PublicVirtualIP): no keepalived.
+    rd = haproxy_role_data(tmp_path, "10.1.2.2")
+    assert [i["metadata"]["name"] for i in rd["kube"]] == ["haproxy-config", "haproxy"]
