@@ -4,9 +4,12 @@ minimal: deploy from nothing (images built or taken from the cache), `openstack 
 issue`, `endpoint list` and a placement call through the generated clouds.yaml; a no-op
 re-deploy; a broken service configuration fails at its step naming node, service, health
 check and log tail, and a fixed re-deploy recovers; scale out to two controllers and back;
-delete leaves nothing on the host.
+delete leaves nothing on the host (containers, the database's volume, the network). The
+database outlives its Pod: a project made before a re-deploy that changes MariaDB's
+configuration (the Pod is replaced) is still there after.
 ha: three controllers behind haproxy + a database node; keystone stopped on one
-controller, tokens are still issued through haproxy.
+controller, tokens are still issued through haproxy; haproxy stopped on the controller
+holding the virtual IP, keepalived moves the VIP and tokens are still issued through it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -44,6 +48,30 @@ def host_objects(instance: str) -> dict:
     return {"containers": lines("ps", "-a", "--format", "{{.Names}}"),
             "volumes": lines("volume", "ls", "--format", "{{.Name}}"),
             "networks": lines("network", "ls", "--format", "{{.Name}}")}
+
+
+def container_id(name: str) -> str:
+    return subprocess.run(["podman", "inspect", "--format", "{{.Id}}", name], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def vip_holders(instance: str, nodes: list[str], vip: str) -> list[str]:
+    """The nodes whose network namespace has the virtual IP on an interface."""
+    held = []
+    for node in nodes:
+        pid = subprocess.run(["podman", "inspect", "--format", "{{.State.Pid}}", f"{instance}-{node}"],
+                             capture_output=True, text=True).stdout.strip()
+        addrs = subprocess.run(["nsenter", "-t", pid, "-n", "ip", "-o", "-4", "addr", "show"],
+                               capture_output=True, text=True).stdout
+        if f" {vip}/" in addrs:
+            held.append(node)
+    return held
+
+
+def virtual_ip() -> str:
+    out = run_cli("stack", "output", "show", "overcloud", "VirtualIP", "-f", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["output_value"]
 
 
 @pytest.fixture
@@ -96,6 +124,12 @@ def test_minimal_deploy_check_break_recover_delete(overcloud_home, tmp_path):
     rows = json.loads(status.stdout)
     assert {x["service"] for x in rows} == {"haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement"}
     assert all(x["health"] == "healthy" for x in rows), rows
+    # The endpoints are on a virtual IP of its own (kept out of the node addresses), which
+    # keepalived holds on the haproxy node.
+    vip = virtual_ip()
+    assert endpoints["keystone"] == f"http://{vip}:5000/v3"
+    assert vip not in {x["address"] for x in rows}
+    assert vip_holders(uc_home.instance, ["overcloud-controller-0"], vip) == ["overcloud-controller-0"]
 
     # No change: nothing to do, and it says so.
     again = deploy()
@@ -134,22 +168,36 @@ def test_minimal_deploy_check_break_recover_delete(overcloud_home, tmp_path):
     assert "UPDATE_COMPLETE" in fixed.stderr
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
 
-    # Scale out to two controllers and back: every node healthy, the removed one gone.
+    # Scale out to two controllers and back: every node healthy, the removed one gone. The
+    # same deploys change MariaDB's configuration (its Pod is replaced, twice): the data
+    # lives in the node's volume, so a project made before is still there.
+    made = openstack(clouds, "project", "create", "kept-across-pods", "-f", "json")
+    assert made.returncode == 0, made.stderr
+    mysql = f"{uc_home.instance}-overcloud-controller-0-mysql-mysql"
+    first_mysql = container_id(mysql)
     two = tmp_path / "two.yaml"
-    two.write_text("parameter_defaults:\n  ControllerCount: 2\n")
+    two.write_text("parameter_defaults:\n  ControllerCount: 2\n  MysqlMaxConnections: 500\n")
     out = deploy("--example", "minimal", "-e", str(two))
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
     assert {x["node"] for x in rows} == {"overcloud-controller-0", "overcloud-controller-1"}
     assert all(x["health"] == "healthy" for x in rows), rows
+    assert container_id(mysql) not in ("", first_mysql)  # replaced
+    kept = openstack(clouds, "project", "show", "kept-across-pods", "-f", "json")
+    assert kept.returncode == 0, kept.stderr
+    assert json.loads(kept.stdout)["id"] == json.loads(made.stdout)["id"]
     back = deploy()
     assert back.returncode == 0, back.stderr[-2000:]
     rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
     assert {x["node"] for x in rows} == {"overcloud-controller-0"}
     assert not [c for c in host_objects(uc_home.instance)["containers"] if "controller-1" in c]
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+    assert openstack(clouds, "project", "show", "kept-across-pods", "-f", "value", "-c", "id").returncode == 0
 
-    assert host_objects(uc_home.instance)["containers"]
+    objects = host_objects(uc_home.instance)
+    assert objects["containers"]
+    assert f"{uc_home.instance}-overcloud-controller-0-mysql-data" in objects["volumes"]
+    assert not [v for v in objects["volumes"] if "controller-1" in v]  # went with its node
     gone = run_cli("overcloud", "delete", "--yes", timeout=600)
     assert gone.returncode == 0, gone.stderr
     assert run_cli("stack", "list", "-f", "json").stdout.strip() in ("", "[]")
@@ -172,7 +220,7 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert all(x["health"] == "healthy" for x in status), status
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
 
-    # Stop keystone on the controller holding the virtual IP: haproxy sends to the others.
+    # Stop keystone on one controller: haproxy sends to the others.
     victim = f"{uc_home.instance}-overcloud-controller-0-keystone-keystone"
     stop = subprocess.run(["podman", "stop", "-t", "2", victim], capture_output=True, text=True)
     assert stop.returncode == 0, stop.stderr
@@ -185,6 +233,26 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     eps = openstack(clouds, "endpoint", "list", "-f", "value", "-c", "Service Type")
     assert eps.returncode == 0 and "placement" in eps.stdout
 
+    # Stop haproxy on the controller holding the virtual IP: its keepalived gives the VIP
+    # up (haproxy's health check fails) and another controller takes it.
+    vip = virtual_ip()
+    controllers = sorted(n for n in nodes if "controller" in n)
+    (holder,) = vip_holders(uc_home.instance, controllers, vip)
+    stop = subprocess.run(["podman", "stop", "-t", "2", f"{uc_home.instance}-{holder}-haproxy-haproxy"],
+                          capture_output=True, text=True)
+    assert stop.returncode == 0, stop.stderr
+    holders = [holder]
+    for _ in range(60):  # keepalived: 3 failed checks 2 s apart, then the others' election
+        holders = vip_holders(uc_home.instance, controllers, vip)
+        if len(holders) == 1 and holders != [holder]:
+            break
+        time.sleep(0.5)
+    assert len(holders) == 1 and holders != [holder], (holder, holders)
+    for _ in range(3):
+        t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
+        assert t.returncode == 0, t.stderr
+
+    assert any(v.endswith("-overcloud-database-0-mysql-data") for v in host_objects(uc_home.instance)["volumes"])
     gone = run_cli("overcloud", "delete", "--yes", timeout=600)
     assert gone.returncode == 0, gone.stderr
     assert host_objects(uc_home.instance) == {"containers": [], "volumes": [], "networks": []}
