@@ -144,3 +144,30 @@ def test_uc_start_errors_are_one_line_and_never_start_the_service(tmp_path, conf
     assert r.returncode == 64
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("uc-start: ") and msg in lines[0], r.stderr
+
+
+def test_prune_outputs_keeps_the_newest_and_any_in_use(tmp_path, monkeypatch):
+    import json
+    import os
+    import time
+
+    from undercloud.images import build
+
+    monkeypatch.setenv("UNDERCLOUD_CACHE", str(tmp_path))
+    now = time.time()
+    ages = {"new1": 10, "new2": 20, "in-use": 60, "old": 7200, "older": 9000}  # seconds since last use
+    for name, age in ages.items():
+        d = tmp_path / "outputs" / name
+        d.mkdir(parents=True)
+        (d / "manifest.json").write_text(json.dumps({"label": "x (oci)", "artifacts": []}))
+        os.utime(d / "manifest.json", (now - age, now - age))
+    other = tmp_path / "outputs" / "other-image"
+    other.mkdir()
+    (other / "manifest.json").write_text(json.dumps({"label": "y (oci)", "artifacts": []}))
+    os.utime(other / "manifest.json", (now - 9999, now - 9999))
+    said = []
+    build.prune_outputs("x (oci)", said.append, keep=2)
+    left = sorted(p.name for p in (tmp_path / "outputs").iterdir())
+    # Two newest kept; "in-use" is third but was used a minute ago (another home may be uploading it).
+    assert left == ["in-use", "new1", "new2", "other-image"]
+    assert len(said) == 2 and all(s.startswith("pruned cached outputs ") for s in said)

@@ -148,7 +148,7 @@ def test_unknown_image_and_flavor_are_named(uc):
     st = uc.stack("s1", image="nope")
     assert "no image named 'nope'" in st["stack_status_reason"]
     st = uc.stack("s2", flavor="huge")
-    assert "no flavor 'huge' (flavors: baremetal, compute, container, control, vm)" in st["stack_status_reason"]
+    assert "no flavor 'huge' (flavors: baremetal, compute, container, control, vm, vm-control)" in st["stack_status_reason"]
     assert uc.servers.list() == []
 
 

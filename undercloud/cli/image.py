@@ -224,6 +224,9 @@ def build_targets(client: Client, targets: list, no_cache: bool = False) -> list
             done += result.current
             continue
         for art in result.artifacts:
+            if not art.path.exists():
+                raise UndercloudError(f"{t.label}: build output {art.path} vanished before its upload "
+                                      f"(removed from the shared cache by another build?): run again", "image build")
             push_blob(client, art.path, art.sha256)
         done += client.post("/v1/images", json={"images": result.registrations(), "replace": True})
         note(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")

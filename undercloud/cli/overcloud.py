@@ -100,7 +100,7 @@ def status(stack):
 
 @overcloud.command()
 @STACK_OPTION
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete(stack, yes):
     """Delete the overcloud: its stack (servers and the services on them) and its plan,
     secrets and clouds.yaml in the home. Nothing of it is left on the host."""

@@ -30,6 +30,7 @@ from undercloud.images.store import sha256_file
 
 BUILDER_VERSION = 1
 KEEP_OUTPUTS = 2  # cached outputs kept per image and type
+IN_USE_SECONDS = 900  # ... and any used this recently (a concurrent build may be uploading it)
 PARENT = {"packages": "debootstrap", "image": "packages", "service": "image"}
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
@@ -397,7 +398,10 @@ def prune_outputs(label: str, say: Callable[[str], None], keep: int = KEEP_OUTPU
         elif data.get("label") == label:
             found.append((m.stat().st_mtime, d))
     stale = [d for t, d in found if t == 0.0]
-    for d in stale + [d for _, d in sorted((f for f in found if f[0]), reverse=True)[keep:]]:
+    # Outputs used in the last minutes stay whatever their rank: another home's build may
+    # have just taken them and still be uploading them to its image store.
+    recent = time.time() - IN_USE_SECONDS
+    for d in stale + [d for t, d in sorted((f for f in found if f[0]), reverse=True)[keep:] if t < recent]:
         with rootfs.locked(d.name):
             shutil.rmtree(d, ignore_errors=True)
         say(f"pruned cached outputs {d.name[:12]}")

@@ -1,0 +1,128 @@
+"""The overcloud on VM and bare-metal nodes (`undercloud deploy --hypervisor vm|baremetal`).
+
+vm: `minimal` on one libvirt VM (TCG here): the node's own podman loads each service image
+from the image store the first time a Pod needs it; the real `openstack` client reaches
+the virtual IP on the lab network through the host's link to it (`token issue`, `endpoint
+list`, a placement call); a no-op re-deploy; delete leaves no domain, disk or link behind.
+baremetal: a lab node behind the Redfish emulator, deployed the Ironic direct way, runs the
+load balancer and the cache (the other services mapped to OS::Heat::None, to keep the test
+short: the services are the same Pods as on VMs), reachable from the host.
+
+Needs root, libvirt/qemu, podman, debootstrap and the OpenStack client (skips otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import urllib.request
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.e2e.test_overcloud import deploy, need_overcloud_tools, openstack, overcloud_home  # noqa: F401
+from tests.integration.test_server_baremetal import lab  # noqa: F401  (the one-node Redfish lab fixture)
+
+pytestmark = pytest.mark.timeout(2400)
+
+LIGHT = """\
+resource_registry:
+  OS::TripleO::Services::MySQL: OS::Heat::None
+  OS::TripleO::Services::RabbitMQ: OS::Heat::None
+  OS::TripleO::Services::Keystone: OS::Heat::None
+  OS::TripleO::Services::Placement: OS::Heat::None
+"""
+
+
+def need_lab() -> None:
+    from undercloud.lab.lab import available
+
+    why = available()
+    if why:
+        pytest.skip(f"VM nodes cannot run here: {why}")
+
+
+def domains(instance: str) -> list[str]:
+    p = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True, text=True)
+    return [n for n in p.stdout.split() if n.startswith(f"{instance}-server-")]
+
+
+def host_link_exists(instance: str) -> bool:
+    return subprocess.run(["ip", "link", "show", f"{instance}-h"], capture_output=True).returncode == 0
+
+
+def test_minimal_on_vm_nodes(overcloud_home):  # noqa: F811
+    uc_home = overcloud_home
+    need_overcloud_tools()
+    need_lab()
+    r = deploy("--hypervisor", "vm")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for words in ("step 3 (bootstrap) on Controller: keystone", "step 4 on Controller: healthy on every node",
+                  "CREATE_COMPLETE"):
+        assert words in r.stderr, r.stderr[-3000:]
+    endpoints = dict(line.split() for line in r.stdout.splitlines())
+    from undercloud.lab.lab import Lab
+    subnet = Lab(uc_home).subnet
+    assert endpoints["keystone"].startswith(f"http://{subnet}.")  # the VIP is on the lab network
+    clouds = str(uc_home.path / "overcloud" / "overcloud" / "clouds.yaml")
+
+    # The service images came from the image store into the VM's own podman.
+    step3 = json.loads(run_cli("stack", "resource", "show", "overcloud",
+                               "ControllerDeployment_Step3.overcloud-controller-0", "-f", "json").stdout)
+    assert "localhost/undercloud/service-keystone:" in step3["attributes"]["deploy_stdout"]
+    assert "loaded from the undercloud" in step3["attributes"]["deploy_stdout"]
+
+    token = openstack(clouds, "token", "issue", "-f", "json")
+    assert token.returncode == 0, token.stderr
+    assert json.loads(token.stdout)["id"]
+    eps = openstack(clouds, "endpoint", "list", "-f", "json")
+    assert eps.returncode == 0, eps.stderr
+    assert ("placement", "public", endpoints["placement"]) in {
+        (e["Service Type"], e["Interface"], e["URL"]) for e in json.loads(eps.stdout)}
+    rp = openstack(clouds, "resource", "provider", "list", "-f", "json")
+    assert rp.returncode == 0, rp.stderr
+    assert json.loads(rp.stdout) == []
+    rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
+    assert {x["service"] for x in rows} == {"haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement"}
+    assert all(x["health"] == "healthy" for x in rows), rows
+
+    again = deploy("--hypervisor", "vm")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "no change since the last deploy" in again.stderr
+
+    assert domains(uc_home.instance) and host_link_exists(uc_home.instance)
+    gone = run_cli("overcloud", "delete", "--yes", timeout=600)
+    assert gone.returncode == 0, gone.stderr
+    assert domains(uc_home.instance) == []
+    assert not host_link_exists(uc_home.instance)  # the lab network went with the last server
+
+
+def test_services_on_bare_metal_nodes(lab, tmp_path):  # noqa: F811
+    need_overcloud_tools()
+    uc_home = lab["home"]
+    env = tmp_path / "light.yaml"
+    env.write_text(LIGHT)
+    try:
+        r = deploy("--hypervisor", "baremetal", "-e", str(env))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "step 2 on Controller: healthy on every node" in r.stderr
+        rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
+        assert {x["service"] for x in rows} == {"haproxy", "memcached"}
+        assert all(x["health"] == "healthy" for x in rows), rows
+        address = rows[0]["address"]
+        assert address.startswith(lab["lab"].subnet + ".")
+        # From the host, over its link to the lab network: haproxy's health page, memcached.
+        with urllib.request.urlopen(f"http://{address}:1936/healthz", timeout=10) as resp:
+            assert resp.status == 200
+        with socket.create_connection((address, 11211), timeout=10) as s:
+            s.sendall(b"version\r\n")
+            assert s.recv(100).startswith(b"VERSION")
+        node = run_cli("node", "show", lab["node"], "-f", "json")
+        assert json.loads(node.stdout)["provision_state"] == "active"
+    finally:
+        gone = run_cli("overcloud", "delete", "--yes", timeout=900)
+    assert gone.returncode == 0, gone.stderr
+    node = json.loads(run_cli("node", "show", lab["node"], "-f", "json").stdout)
+    assert node["provision_state"] == "available"  # cleaned and back in the pool
+    assert uc_home.path.exists()
