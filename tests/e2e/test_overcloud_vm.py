@@ -5,7 +5,7 @@ from the image store the first time a Pod needs it; the real `openstack` client 
 the virtual IP on the lab network through the host's link to it (`token issue`, `endpoint
 list`, a placement call); a no-op re-deploy; delete leaves no domain, disk or link behind.
 baremetal: a lab node behind the Redfish emulator, deployed the Ironic direct way, runs the
-load balancer and the cache (the other services mapped to OS::Heat::None, to keep the test
+load balancer (its virtual IP held by keepalived) and the cache (the other services mapped to OS::Heat::None, to keep the test
 short: the services are the same Pods as on VMs), reachable from the host.
 
 Needs root, libvirt/qemu, podman, debootstrap and the OpenStack client (skips otherwise).
@@ -64,7 +64,7 @@ def test_minimal_on_vm_nodes(overcloud_home):  # noqa: F811
     endpoints = dict(line.split() for line in r.stdout.splitlines())
     from undercloud.lab.lab import Lab
     subnet = Lab(uc_home).subnet
-    assert endpoints["keystone"].startswith(f"http://{subnet}.")  # the VIP is on the lab network
+    assert endpoints["keystone"].startswith(f"http://{subnet}.25")  # the VIP: kept for it on the lab network
     clouds = str(uc_home.path / "overcloud" / "overcloud" / "clouds.yaml")
 
     # The service images came from the image store into the VM's own podman.
@@ -112,8 +112,11 @@ def test_services_on_bare_metal_nodes(lab, tmp_path):  # noqa: F811
         assert all(x["health"] == "healthy" for x in rows), rows
         address = rows[0]["address"]
         assert address.startswith(lab["lab"].subnet + ".")
-        # From the host, over its link to the lab network: haproxy's health page, memcached.
-        with urllib.request.urlopen(f"http://{address}:1936/healthz", timeout=10) as resp:
+        # The virtual IP: an address of its own on the lab network, held by keepalived.
+        vip = dict(line.split() for line in r.stdout.splitlines())["keystone"].split("/")[2].split(":")[0]
+        assert vip.startswith(lab["lab"].subnet + ".") and vip != address
+        # From the host, over its link to the lab network: haproxy's health page on the VIP, memcached.
+        with urllib.request.urlopen(f"http://{vip}:1936/healthz", timeout=10) as resp:
             assert resp.status == 200
         with socket.create_connection((address, 11211), timeout=10) as s:
             s.sendall(b"version\r\n")

@@ -162,7 +162,7 @@ def test_call_back_carries_the_deploy_token_in_a_header_only(monkeypatch, capsys
         srv.close()
 
 
-def test_config_drive_becomes_the_last_partition_of_the_written_disk(tmp_path):
+def test_config_drive_goes_to_the_end_of_the_disk_leaving_room_to_grow_root(tmp_path):
     for tool in ("sfdisk", "xorriso"):
         if not shutil.which(tool):
             pytest.skip(f"{tool} is not installed")
@@ -179,7 +179,10 @@ def test_config_drive_becomes_the_last_partition_of_the_written_disk(tmp_path):
     start = deploy.write_config_drive(iso, str(disk))
     table = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, text=True,
                                       check=True).stdout)["partitiontable"]["partitions"]
-    assert [p["start"] for p in table] == [2048, start] and start >= 2048 + 40960
+    assert [p["start"] for p in table] == [2048, start]
+    sectors = 64 * 1024 * 1024 // 512
+    end = start + table[1]["size"]
+    assert start % 2048 == 0 and sectors - 2048 <= end < sectors  # in the disk's last MiB, not after root
     with open(disk, "rb") as f:
         f.seek(start * 512)
         assert f.read(iso.stat().st_size) == iso.read_bytes()

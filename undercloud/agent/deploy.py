@@ -346,13 +346,19 @@ def write_image(image: Path, disk_format: str, device: str) -> None:
 
 
 def write_config_drive(iso: Path, device: str) -> int:
-    """The config drive as a new last partition of `device`; returns its start sector."""
+    """The config drive as a new partition at the very end of `device` (as Ironic puts it),
+    so the root partition before it can still grow to fill the disk; returns its start
+    sector."""
     sectors = -(-iso.stat().st_size // 512)
     sectors = -(-sectors // 2048) * 2048  # whole MiB
+    with open(device, "rb") as f:
+        disk = f.seek(0, os.SEEK_END) // 512  # a block device or an image file
+    start = (disk - 1 - sectors) // 2048 * 2048  # MiB-aligned; the last sector stays free (GPT backup)
     sh("sfdisk", "--append", "--no-reread", "--no-tell-kernel", "-q", device,
-       input=f"size={sectors}, type=83\n".encode(), timeout=60)
+       input=f"start={start}, size={sectors}, type=83\n".encode(), timeout=60)
     table = json.loads(sh("sfdisk", "--json", device, timeout=60))["partitiontable"]
-    start = max(p["start"] for p in table["partitions"])
+    if start not in [p["start"] for p in table["partitions"]]:
+        raise DeployError(f"config drive partition: sfdisk did not place it at sector {start} of {device}")
     with open(iso, "rb") as src, open(device, "r+b") as dst:
         dst.seek(start * 512)
         while chunk := src.read(CHUNK):

@@ -57,12 +57,9 @@ def build_images(client: Client, hypervisor: str) -> dict[str, str]:
 def virtual_ip_parameters(client: Client, stack: str, hypervisor: str) -> dict:
     """PublicVirtualIP (an address the nodes' network keeps for VIPs, the same at every
     deploy of the stack; keepalived holds it on the haproxy nodes) and keepalived's
-    virtual_router_id. Container nodes only for now; without it the VIP is the first
-    haproxy node's own address and no keepalived runs. An environment may set both."""
+    virtual_router_id. An environment may set both."""
     from undercloud.orchestration import overcloud
 
-    if hypervisor != "container":
-        return {}
     net = client.get(f"/v1/hypervisors/{hypervisor}/network")
     vip = overcloud.choose_virtual_ip(client.home.path, stack, net.get("virtual_ips") or [])
     return {"PublicVirtualIP": vip, "KeepalivedVirtualRouterId": overcloud.virtual_router_id(client.home.instance, vip)}

@@ -51,7 +51,14 @@ from undercloud.provisioning.servers.base import (
     Status,
 )
 from undercloud.provisioning.servers.vm import fixed_ip
-from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX, Addresses, lab_network, serve_api
+from undercloud.provisioning.servers.vm_net import (
+    NETWORK,
+    PREFIX,
+    Addresses,
+    lab_network,
+    lab_network_info,
+    serve_api,
+)
 
 log = logging.getLogger("undercloud.servers.baremetal")
 
@@ -129,6 +136,9 @@ class BaremetalRealiser(Realiser):
         if not shutil.which("xorriso"):
             return "xorriso is not installed (apt-get install xorriso)"
         return None
+
+    def network_info(self) -> dict:
+        return lab_network_info(self.env.home)
 
     def agent_url(self, spec: Spec) -> str:
         ns, _bridge, gateway = lab_network(self.env.home)

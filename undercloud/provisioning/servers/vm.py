@@ -34,7 +34,14 @@ from undercloud.provisioning.servers.base import (
     Spec,
     Status,
 )
-from undercloud.provisioning.servers.vm_net import NETWORK, Addresses, lab_network, serve_api, server_mac
+from undercloud.provisioning.servers.vm_net import (
+    NETWORK,
+    Addresses,
+    lab_network,
+    lab_network_info,
+    serve_api,
+    server_mac,
+)
 
 IMAGES = Path("/var/lib/libvirt/images")
 SHUTDOWN_GRACE = 20.0  # seconds a guest gets to power off cleanly before it is cut
@@ -88,6 +95,9 @@ class VMRealiser(Realiser):
             if not shutil.which(tool):
                 return f"{tool} is not installed (apt-get install {pkg})"
         return None
+
+    def network_info(self) -> dict:
+        return lab_network_info(self.env.home)
 
     def agent_url(self, spec: Spec) -> str:
         """The undercloud on the lab network: the bridge's address, the API's port."""

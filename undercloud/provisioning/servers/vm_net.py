@@ -48,6 +48,17 @@ def lab_network(home) -> tuple[str, str, str]:
     return ns, lab.bridge, gateway
 
 
+def lab_network_info(home) -> dict:
+    """`Realiser.network_info()` of VM and bare-metal servers: the lab network, made if
+    missing, and the addresses it keeps for virtual IPs."""
+    from undercloud.lab.lab import Lab
+    from undercloud.provisioning.servers.base import virtual_ips
+
+    _ns, _bridge, gateway = lab_network(home)
+    subnet = f"{Lab(home).subnet}.0/{PREFIX}"
+    return {"subnet": subnet, "gateway": gateway, "virtual_ips": virtual_ips(subnet)}
+
+
 def server_mac(server_id: str) -> str:
     """A stable MAC per server in OpenStack's fa:16:3e range."""
     h = hashlib.sha256(server_id.encode()).digest()
