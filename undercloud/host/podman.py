@@ -74,16 +74,23 @@ def api_service(socket_path: Path = API_SOCKET, timeout: float = 30) -> Path:
         except OSError:
             return False
 
+    import fcntl
+
     if answers():
         return socket_path
     require("podman", "podman")
     socket_path.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"], env=env(),
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
-    deadline = time.monotonic() + timeout
-    while not answers():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"podman system service did not answer on {socket_path} within {timeout:g} s")
-        time.sleep(0.2)
+    # Several undercloud services (homes) may start at once: one starts it, the others wait.
+    with open(socket_path.parent / f"{socket_path.name}.undercloud-lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if answers():
+            return socket_path
+        subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"], env=env(),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not answers():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"podman system service did not answer on {socket_path} within {timeout:g} s")
+            time.sleep(0.2)
     return socket_path
