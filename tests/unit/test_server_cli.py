@@ -16,7 +16,7 @@ def test_flavor_cli_create_list_show_delete_and_bad_input(uc_home):
     made = json.loads(r.stdout)
     assert made["hypervisor_type"] == "container" and made["properties"]["capabilities:profile"] == "control"
     names = [f["name"] for f in json.loads(run_cli("flavor", "list", "-f", "json").stdout)]
-    assert names == ["baremetal", "compute", "container", "control", "ct-small", "vm"]
+    assert names == ["baremetal", "compute", "container", "control", "ct-small", "vm", "vm-control"]
     assert json.loads(run_cli("flavor", "show", "control", "-f", "json").stdout)["hypervisor_type"] == "baremetal"
 
     for args, message in [
@@ -35,7 +35,7 @@ def test_flavor_cli_create_list_show_delete_and_bad_input(uc_home):
     assert run_cli("flavor", "delete", "ct-small").returncode == 0
     r = run_cli("flavor", "show", "ct-small")
     assert r.returncode != 0 and r.stderr.strip().endswith("no flavor 'ct-small' (flavors: baremetal, compute, "
-                                                           "container, control, vm)")
+                                                           "container, control, vm, vm-control)")
 
 
 def test_server_cli_lists_and_names_what_is_missing(uc_home):
