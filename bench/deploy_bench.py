@@ -81,10 +81,10 @@ def main() -> None:
                 rows.append((f"{label}:   of which stack create -> healthy", stack, GOALS[ex]))
             rows.append((f"{label}: no-op re-deploy", noop, GOALS["no-op"]))
             rows.append((f"{label}: delete", delete, None))
-    print(f"{'what':<46} {'seconds':>8} {'goal':>6} {'ratio':>6}")
+    print(f"{'what':<56} {'seconds':>8} {'goal':>6} {'ratio':>6}")
     for what, secs, goal in rows:
         ratio = f"{secs / goal:5.2f}x" if goal else ""
-        print(f"{what:<46} {secs:8.1f} {goal or '':>6} {ratio:>6}")
+        print(f"{what:<56} {secs:8.1f} {goal or '':>6} {ratio:>6}")
 
 
 if __name__ == "__main__":
