@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     hook.add_argument("group", help="script, apply-config, json-file or kube")
     sv = sub.add_parser("supervise", help="(internal) run a Pod's containers as supervised processes.")
     sv.add_argument("spec", type=Path)
+    pf = sub.add_parser("prefetch-images", help="(internal) load the images later deploy steps need.")
+    pf.add_argument("spec", type=Path)
     ac = sub.add_parser("apply-config", help="Render an os-apply-config template tree (like os-apply-config).")
     ac.add_argument("-t", "--templates", type=Path, required=True, help="Template root (mirrors /).")
     ac.add_argument("-o", "--output", type=Path, default=Path("/"), help="Output root (default /).")
@@ -46,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "supervise":
         from undercloud.agent.kube import supervise
         return supervise(args.spec)
+    if args.cmd == "prefetch-images":
+        from undercloud.agent.kube import prefetch
+        return prefetch(args.spec)
     if args.cmd == "apply-config":
         from undercloud.agent import apply as oac
         try:

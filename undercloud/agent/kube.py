@@ -156,22 +156,29 @@ def _pod_running(name: str) -> bool:
     return p.returncode == 0 and p.stdout.strip() == "Running"
 
 
-def ensure_images(pods: list[dict], sources: dict) -> str:
-    """podman mode: load each image the Pods name and this node's podman lacks from the
-    undercloud's image store. `sources` (options.image_sources) maps an image reference to
-    its download path (`/v1/images/ID/file`, public by id) on the undercloud (UNDERCLOUD_URL);
-    the content is checked against the X-Image-Sha256 the store sends. Returns what it did."""
+def _images_dir() -> Path:
+    path = state_dir() / "images"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def load_image(ref: str, source: str) -> str:
+    """Load `ref` into this node's podman from the undercloud's image store unless it is
+    there; `source` is its download path (`/v1/images/ID/file`, public by id) on the
+    undercloud (UNDERCLOUD_URL), the content checked against the X-Image-Sha256 the store
+    sends. One image at a time per reference (a lock file): a step's hook and the
+    background prefetch never load one twice. Returns what it did ("" when present)."""
+    import fcntl
     import urllib.parse
 
-    done = []
-    refs = dict.fromkeys(c.get("image") for p in pods for c in (p.get("spec") or {}).get("containers") or [])
-    for ref in [r for r in refs if r and r in sources]:
+    work = _images_dir()
+    key = hashlib.sha256(ref.encode()).hexdigest()[:16]
+    with open(work / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if _run(["podman", "image", "exists", ref], timeout=60).returncode == 0:
-            continue
-        url = urllib.parse.urljoin(os.environ.get("UNDERCLOUD_URL", "").rstrip("/") + "/", str(sources[ref]))
-        work = state_dir() / "images"
-        work.mkdir(exist_ok=True)
-        archive = work / f"download-{os.getpid()}.tar"
+            return ""
+        url = urllib.parse.urljoin(os.environ.get("UNDERCLOUD_URL", "").rstrip("/") + "/", str(source))
+        archive = work / f"download-{key}.tar"  # ours alone while we hold the image's lock
         started = time.monotonic()
         try:
             digest = hashlib.sha256()
@@ -195,8 +202,51 @@ def ensure_images(pods: list[dict], sources: dict) -> str:
                     raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: {t.stderr.strip()[-200:]}")
         finally:
             archive.unlink(missing_ok=True)
-        done.append(f"image {ref}: loaded from the undercloud in {time.monotonic() - started:.1f} s\n")
-    return "".join(done)
+        return f"image {ref}: loaded from the undercloud in {time.monotonic() - started:.1f} s\n"
+
+
+def ensure_images(pods: list[dict], sources: dict) -> str:
+    """podman mode: load each image the Pods name that this node's podman lacks and
+    `sources` (options.image_sources: reference -> download path) offers."""
+    refs = dict.fromkeys(c.get("image") for p in pods for c in (p.get("spec") or {}).get("containers") or [])
+    return "".join(load_image(ref, sources[ref]) for ref in refs if ref and ref in sources)
+
+
+def start_prefetch(refs: list, sources: dict) -> None:
+    """Load the images the node's later steps need (options.image_prefetch) in a detached
+    process, so they download and load while this step's services start; a step that
+    needs one still loading waits for it (the per-image lock). Failures are left to the
+    step that needs the image, which reports them."""
+    todo = [r for r in dict.fromkeys(refs or []) if isinstance(r, str) and r in sources]
+    if not todo:
+        return
+    spec = _images_dir() / f"prefetch-{os.getpid()}.json"
+    spec.write_text(json.dumps({"sources": {r: sources[r] for r in todo}}))
+    log = open(_images_dir() / "prefetch.log", "ab")
+    subprocess.Popen([sys.executable, "-m", "undercloud.agent", "prefetch-images", str(spec)],
+                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=podman_env())
+
+
+def prefetch(spec_file: Path) -> int:
+    """`prefetch-images`: one at a time per node (a second one exits at once)."""
+    import fcntl
+
+    try:
+        sources = json.loads(spec_file.read_text())["sources"]
+    finally:
+        spec_file.unlink(missing_ok=True)
+    with open(_images_dir() / "prefetch.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0
+        for ref, source in sources.items():
+            try:
+                sys.stdout.write(load_image(ref, source))
+            except (OSError, PodError, subprocess.SubprocessError) as exc:
+                sys.stdout.write(f"prefetch: {exc}\n")
+            sys.stdout.flush()
+    return 0
 
 
 def play_podman(name: str, pod: dict, spec_file: Path) -> tuple[int, str, str]:
@@ -605,6 +655,7 @@ def hook_kube(c: dict) -> dict:
     if mode == "podman" and options.get("image_sources"):
         try:
             outs.append(ensure_images(pods, options["image_sources"]))
+            start_prefetch(options.get("image_prefetch") or [], options["image_sources"])
         except PodError as exc:
             return {"deploy_stdout": "".join(outs), "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1,
                     "deploy_failure_reason": str(exc)}
