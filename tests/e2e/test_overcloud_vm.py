@@ -129,4 +129,5 @@ def test_services_on_bare_metal_nodes(lab, tmp_path):  # noqa: F811
     assert gone.returncode == 0, gone.stderr
     node = json.loads(run_cli("node", "show", lab["node"], "-f", "json").stdout)
     assert node["provision_state"] == "available"  # cleaned and back in the pool
-    assert uc_home.path.exists()
+    assert run_cli("stack", "list", "-f", "json").stdout.strip() in ("", "[]")
+    assert not (uc_home.path / "overcloud" / "overcloud").exists()  # plan, secrets, VIP freed

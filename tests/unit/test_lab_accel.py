@@ -160,3 +160,12 @@ def test_probe_kernel_takes_the_newest_built_kernel(host):
     (cache / "outputs" / "junk").mkdir()
     (cache / "outputs" / "junk" / "manifest.json").write_text("not json")
     assert accel.probe_kernel() == newer / "vmlinuz"
+
+
+def test_route_devices_names_each_route_s_device():
+    from undercloud.lab.lab import _route_devices
+
+    out = ("192.168.24.0/24 dev br-uc123456 proto kernel scope link src 192.168.24.1 \n"
+           "192.168.24.0/24 via 10.0.0.1 dev eth0 \nunreachable 192.168.24.0/24 \n")
+    assert _route_devices(out) == ["br-uc123456", "eth0"]
+    assert _route_devices("") == []

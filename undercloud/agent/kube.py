@@ -222,9 +222,9 @@ def start_prefetch(refs: list, sources: dict) -> None:
         return
     spec = _images_dir() / f"prefetch-{os.getpid()}.json"
     spec.write_text(json.dumps({"sources": {r: sources[r] for r in todo}}))
-    log = open(_images_dir() / "prefetch.log", "ab")
-    subprocess.Popen([sys.executable, "-m", "undercloud.agent", "prefetch-images", str(spec)],
-                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=podman_env())
+    with open(_images_dir() / "prefetch.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "undercloud.agent", "prefetch-images", str(spec)],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=podman_env())
 
 
 def prefetch(spec_file: Path) -> int:

@@ -37,16 +37,15 @@ def build_images(client: Client, hypervisor: str) -> dict[str, str]:
 
     wanted = sorted(set(overcloud.SERVICE_IMAGES.values()))
     targets = node_targets(hypervisor) + [t for name in wanted for t in catalog.targets(name)]
-    records = build_targets(client, targets)
-    refs = {r["name"]: (r.get("properties") or {}).get("podman_image") for r in records}
+    records = {r["name"]: r for r in build_targets(client, targets)}
     params: dict = {}
     sources = {}
     for param, name in overcloud.SERVICE_IMAGES.items():
-        if not refs.get(name):
+        ref = (records.get(name, {}).get("properties") or {}).get("podman_image")
+        if not ref:
             raise UndercloudError(f"image {name} has no podman_image property after the build", "deploy")
-        params[param] = refs[name]
-        record = next(r for r in records if r["name"] == name)
-        sources[refs[name]] = f"/v1/images/{record['id']}/file"
+        params[param] = ref
+        sources[ref] = f"/v1/images/{records[name]['id']}/file"
     if hypervisor != "container":
         # Container nodes share the host's podman, which has the images; VMs and bare metal
         # load them from the image store when a Pod first needs one.

@@ -7,6 +7,7 @@ pointing at the file below.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from collections.abc import Sequence
@@ -73,8 +74,6 @@ def api_service(socket_path: Path = API_SOCKET, timeout: float = 30) -> Path:
                 return b" 200 " in s.recv(64)
         except OSError:
             return False
-
-    import fcntl
 
     if answers():
         return socket_path

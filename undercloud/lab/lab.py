@@ -120,6 +120,11 @@ def virsh(*args: str, check: bool = True, timeout: float = 60) -> subprocess.Com
     return run(["virsh", "-c", LIBVIRT_URI, *args], check=check, timeout=timeout)
 
 
+def _route_devices(routes: str) -> list[str]:
+    """The devices `ip -o route show` lines send traffic to."""
+    return [line.split(" dev ", 1)[1].split()[0] for line in routes.splitlines() if " dev " in line]
+
+
 def _accel_line(accel: dict | None) -> str:
     if not accel:
         return "not probed yet (decided at `lab up`)"
@@ -204,9 +209,8 @@ class Lab:
 
     def _ensure_bridge(self, ns: str, state: dict) -> None:
         cidr = f"{self.subnet}.0/24"
-        for line in self._ns(ns, "ip", "-o", "-4", "route", "show", cidr).stdout.splitlines():
-            other = line.split(" dev ", 1)[-1].split()[0] if " dev " in line else ""
-            if other and other != self.bridge:
+        for other in _route_devices(self._ns(ns, "ip", "-o", "-4", "route", "show", cidr).stdout):
+            if other != self.bridge:
                 raise LabError(f"subnet {cidr} of this lab is taken by {other} in libvirtd's namespace "
                                f"(another undercloud home's lab?); remove that lab first")
         if self._ns(ns, "ip", "link", "show", self.bridge, check=False).returncode != 0:
@@ -231,9 +235,8 @@ class Lab:
         if os.stat(ns).st_ino == os.stat("/proc/self/ns/net").st_ino:
             return  # libvirtd (and so the bridge) is in the host's namespace: reachable already
         cidr = f"{self.subnet}.0/24"
-        for line in run(["ip", "-o", "-4", "route", "show", cidr]).stdout.splitlines():
-            dev = line.split(" dev ", 1)[-1].split()[0] if " dev " in line else ""
-            if dev and dev != self.host_link:
+        for dev in _route_devices(run(["ip", "-o", "-4", "route", "show", cidr]).stdout):
+            if dev != self.host_link:
                 raise LabError(f"subnet {cidr} of this lab is routed to {dev} on this host: "
                                f"cannot put the host on the lab network")
         peer = f"{self.instance}-n"
