@@ -26,12 +26,15 @@ def only(tmp_path, text, **kw) -> str:
     ("- a\n", ":1: the template is not a YAML mapping"),
     ("resources: {}\n", ":1: Template format version not found: heat_template_version is missing"),
     ("AWSTemplateFormatVersion: '2010-09-09'\n", "CloudFormation-style templates are not supported"),
-    (V + "outputs:\n  o: {value: " + "[" * 3000 + "]" * 3000 + "}\n", ": data nests too deeply to be processed"),
+    # PyYAML >= 6.0.4 stops at 1,000 levels itself (its message, with the line); older ones reach ours.
+    (V + "outputs:\n  o: {value: " + "[" * 3000 + "]" * 3000 + "}\n",
+     (":3: invalid YAML: while increasing flow level exceeded maximum nesting depth",
+      ": data nests too deeply to be processed")),
 ])
 def test_malformed_documents(tmp_path, text, expected):
     msg = only(tmp_path, text)
     assert msg.startswith(str(tmp_path / "t.yaml")), msg
-    assert expected in msg, msg
+    assert any(e in msg for e in ((expected,) if isinstance(expected, str) else expected)), msg
     assert "\n" not in msg
 
 
