@@ -10,10 +10,20 @@ import pytest
 
 from tests.conftest import run_cli
 from undercloud.errors import InvalidInput
-from undercloud.orchestration import overcloud as oc
+from undercloud.orchestration.overcloud import clouds, library
+from undercloud.orchestration.overcloud import plan as op
+from undercloud.orchestration.overcloud import roles as oroles
+from undercloud.orchestration.overcloud import secrets as osecrets
 from undercloud.orchestration.template import Bundle, TemplateError, load
 
-IMAGES = {k: f"localhost/undercloud/{v}:0123456789abcdef" for k, v in oc.SERVICE_IMAGES.items()}
+
+class oc:  # noqa: N801 - the package's functions under one short name, as the tests read them
+    load_roles, roles_file_for, STEPS = oroles.load_roles, oroles.roles_file_for, library.STEPS
+    clouds_yaml, load_secrets, digest = clouds.clouds_yaml, osecrets.load_secrets, op.digest
+
+
+def images_for(lib: op.Library) -> dict:
+    return {k: f"localhost/undercloud/{v}:0123456789abcdef" for k, v in lib.images().items()}
 
 
 def roles_file(tmp_path: Path, text: str) -> Path:
@@ -47,7 +57,9 @@ def test_bad_roles_are_one_line_with_file_and_line(tmp_path, text, where, messag
 def test_shipped_roles():
     default = oc.load_roles(oc.roles_file_for("minimal", None))
     assert [(r.name, r.count) for r in default] == [("Controller", 1)]
-    assert default[0].service_names == ["haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement"]
+    lib = op.resolve(default, [])
+    assert lib.service_names("Controller")[:6] == ["haproxy", "mysql", "rabbitmq", "memcached", "keystone",
+                                                   "placement"]
     ha = oc.load_roles(oc.roles_file_for("ha", None))
     assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Database", 1)]
     with pytest.raises(InvalidInput, match="unknown example"):
@@ -56,7 +68,8 @@ def test_shipped_roles():
 
 def plan_for(tmp_path: Path, example: str, envs: list[Path] = ()):  # noqa: B006 - read only
     roles = oc.load_roles(oc.roles_file_for(example, None))
-    return oc.render(tmp_path / "home", "overcloud", roles, IMAGES, "container", example, list(envs))
+    lib = op.resolve(roles, op.environments_for(example, list(envs)))
+    return op.render(tmp_path / "home", "overcloud", roles, lib, images_for(lib), "container", example, list(envs))
 
 
 def loaded(plan, parameters=None):
@@ -98,13 +111,15 @@ def test_disabling_a_service_with_os_heat_none(tmp_path):
 def test_secrets_are_stable_private_and_hidden(tmp_path):
     first = plan_for(tmp_path, "minimal")
     secrets = json.loads((tmp_path / "home/overcloud/overcloud/secrets.json").read_text())
-    assert set(secrets) == set(oc.SECRETS)
+    assert set(secrets) == set(first.secret_names)
+    assert {"AdminPassword", "KeystoneFernetKey0", "PlacementDbPassword", "RabbitPassword"} <= set(secrets)
+    assert len(secrets["KeystoneFernetKey0"]) == 44 and len(secrets["AdminPassword"]) == 24
     for f in (tmp_path / "home/overcloud/overcloud/secrets.json", first.dir / "secrets.yaml"):
         assert stat.S_IMODE(f.stat().st_mode) == 0o600
     plan_for(tmp_path, "minimal")
     assert json.loads((tmp_path / "home/overcloud/overcloud/secrets.json").read_text()) == secrets
-    tmpl = loaded(first, {k: secrets[k] for k in oc.SECRETS})
-    for k in oc.SECRETS:
+    tmpl = loaded(first, {k: secrets[k] for k in first.secret_names})
+    for k in first.secret_names:
         assert tmpl.parameters[k].hidden
     rendered = first.template.read_text() + (first.dir / "deploy-parameters.yaml").read_text()
     assert not any(v in rendered for v in secrets.values())

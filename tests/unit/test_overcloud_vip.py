@@ -9,8 +9,9 @@ import pytest
 
 from tests.conftest import run_cli
 from undercloud.errors import InvalidInput
-from undercloud.orchestration import overcloud as oc
-from undercloud.orchestration.overcloud import LIBRARY
+from undercloud.orchestration.overcloud import addresses as oc
+from undercloud.orchestration.overcloud.library import LIBRARY
+from undercloud.orchestration.overcloud.secrets import stack_dir
 from undercloud.provisioning.servers import base
 
 
@@ -52,17 +53,24 @@ def test_each_stack_keeps_its_own_virtual_ip_until_deleted(tmp_path):
         oc.choose_virtual_ip(home, "e", kept)
     # Deleting an overcloud (its directory) frees its VIP.
     import shutil
-    shutil.rmtree(oc.stack_dir(home, "other"))
+    shutil.rmtree(stack_dir(home, "other"))
     assert oc.choose_virtual_ip(home, "e", kept) == b
     # VRRP router ids: distinct for the VIPs of one home, in 1..255.
     ids = {oc.virtual_router_id("uc123456", v) for v in kept}
     assert len(ids) == len(kept) and all(1 <= i <= 255 for i in ids)
 
 
+FRONTENDS = [{"name": "keystone_public", "port": 5000, "backend_port": 15000, "mode": "http", "check": "GET /v3",
+              "servers": ["10.1.2.2"]},
+             {"name": "db", "port": 3306, "backend_port": 13306, "mode": "tcp", "check": "",
+              "servers": ["10.1.2.2", "10.1.2.3"]}]
+
+
 def haproxy_role_data(tmp_path, vip: str) -> dict:
     nodes = {"haproxy": ["10.1.2.2", "10.1.2.3"], "keystone": ["10.1.2.2"], "placement": ["10.1.2.3"]}
     r = run_cli("stack", "create", "hap", "-t", str(LIBRARY / "services" / "haproxy.yaml"), "--wait",
                 "-P", f"ServiceNodes={json.dumps(nodes)}", "-P", f"VirtualIP={vip}",
+                "-P", f"ServiceData={json.dumps({'haproxy': FRONTENDS})}",
                 "-P", "ContainerHaproxyImage=localhost/undercloud/service-haproxy:1", "-P", "KeepalivedVirtualRouterId=77")
     assert r.returncode == 0, r.stderr
     out = run_cli("stack", "output", "show", "hap", "role_data", "-f", "json")
@@ -83,6 +91,12 @@ def test_keepalived_holds_a_dedicated_vip_and_nothing_else(uc_home, tmp_path):
     (ka,) = rd["kube"][3]["spec"]["containers"]
     assert ka["securityContext"]["capabilities"]["add"] == ["NET_ADMIN", "NET_RAW", "NET_BROADCAST"]
     assert ka["readinessProbe"]["httpGet"]["host"] == "10.1.2.250"
+    # One frontend per declaration, balancing over the nodes running its service.
+    cfg = rd["kube"][0]["data"]["haproxy.cfg"]
+    assert ("listen keystone_public\n  bind *:5000\n  mode http\n  balance roundrobin\n  option httpchk GET /v3\n"
+            "  server keystone_public-10.1.2.2 10.1.2.2:15000 check\n") in cfg
+    assert ("listen db\n  bind *:3306\n  mode tcp\n  balance roundrobin\n"
+            "  server db-10.1.2.2 10.1.2.2:13306 check\n  server db-10.1.2.3 10.1.2.3:13306 check\n") in cfg
     # The VIP being a haproxy node's own address (no PublicVirtualIP): no keepalived.
     rd = haproxy_role_data(tmp_path, "10.1.2.2")
     assert [i["metadata"]["name"] for i in rd["kube"]] == ["haproxy-config", "haproxy"]

@@ -47,14 +47,15 @@ def clouds_yaml(stack):
     This is the one command that reveals them (as TripleO's overcloudrc did). The
     endpoint is the virtual IP in front of the APIs, which this host reaches directly.
     """
-    from undercloud.orchestration import overcloud as oc
+    from undercloud.orchestration.overcloud.clouds import clouds_yaml as render
+    from undercloud.orchestration.overcloud.secrets import load_secrets
 
     client = Client()
     endpoints = _outputs(client, stack).get("EndpointMap") or {}
     if not endpoints.get("keystone"):
         raise UndercloudError(f"stack {stack} has no keystone endpoint yet (not deployed?)", "--stack")
-    secrets = oc.load_secrets(client.home.path, stack)
-    click.echo(oc.clouds_yaml(stack, endpoints["keystone"], secrets["AdminPassword"]), nl=False)
+    secrets = load_secrets(client.home.path, stack)
+    click.echo(render(stack, endpoints["keystone"], secrets["AdminPassword"]), nl=False)
 
 
 def probe(address: str, check: str, timeout: float = 2.0) -> str:
@@ -105,7 +106,7 @@ def delete(stack, yes):
     """Delete the overcloud: its stack (servers and the services on them) and its plan,
     secrets and clouds.yaml in the home. Nothing of it is left on the host."""
     from undercloud.cli.stack import wait_for
-    from undercloud.orchestration import overcloud as oc
+    from undercloud.orchestration.overcloud.secrets import stack_dir
 
     client = Client()
     try:
@@ -117,5 +118,5 @@ def delete(stack, yes):
     start = time.monotonic()
     s = client.delete(f"/v1/stacks/{stack}")
     wait_for(client, s["id"], deleting=True)
-    shutil.rmtree(oc.stack_dir(client.home.path, stack), ignore_errors=True)
+    shutil.rmtree(stack_dir(client.home.path, stack), ignore_errors=True)
     note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")

@@ -321,6 +321,11 @@ class Builder:
             return arts
         layers = self.stack()
         with rootfs.locked(self.key):
+            # Another build of the same content (another home) may have made them while we
+            # waited for the lock: take those, never remove what it may be uploading.
+            arts = None if self.no_cache else self.cached_outputs()
+            if arts is not None:
+                return arts
             out = rootfs.cache_dir() / "outputs" / self.key
             manifest = out / "manifest.json"
             shutil.rmtree(out, ignore_errors=True)
@@ -335,12 +340,14 @@ class Builder:
                 shutil.rmtree(tmp / "work", ignore_errors=True)
                 for a in arts:
                     a.path = out / a.path.name
+                # The manifest goes in with the outputs (one rename): a directory without
+                # one is never seen by another build.
+                (tmp / manifest.name).write_text(json.dumps({"label": self.t.label, "artifacts": [
+                    {"role": a.role, "file": a.path.name, "sha256": a.sha256, "size": a.size,
+                     "disk_format": a.disk_format} for a in arts]}))
                 os.rename(tmp, out)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-            manifest.write_text(json.dumps({"label": self.t.label, "artifacts": [
-                {"role": a.role, "file": a.path.name, "sha256": a.sha256, "size": a.size,
-                 "disk_format": a.disk_format} for a in arts]}))
         prune_outputs(self.t.label, self.say)
         for key in rootfs.prune_layers():
             self.say(f"pruned cached layer {key[:12]}")

@@ -1,0 +1,208 @@
+"""The service library's declarations: read before the stack exists, checked one line per
+problem, and everything the plan derives from them (registry, images, secrets, databases,
+keystone registrations, endpoints, haproxy frontends)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from undercloud.orchestration.overcloud import library
+from undercloud.orchestration.overcloud import plan as op
+from undercloud.orchestration.overcloud.roles import load_roles
+from undercloud.orchestration.template import Bundle, TemplateError, load
+
+COMMON = """\
+  ServiceNodes: {type: json, default: {}}
+  VirtualIP: {type: string, default: ""}
+  EndpointMap: {type: json, default: {}}
+  ServiceData: {type: json, default: {}}
+  RoleName: {type: string, default: ""}
+"""
+
+# A service of the user's own, declared the way the library's are.
+FOO = """\
+heat_template_version: wallaby
+parameters:
+""" + COMMON + """\
+  ContainerFooImage: {type: string}
+  FooPassword: {type: string, hidden: true}
+  FooDbPassword: {type: string, hidden: true}
+resources:
+  Pod:
+    type: OS::Heat::Value
+    properties:
+      type: json
+      value: {apiVersion: v1, kind: Pod, metadata: {name: foo},
+              spec: {containers: [{name: foo, image: {get_param: ContainerFooImage}}]}}
+outputs:
+  role_data:
+    value:
+      service_type: OS::TripleO::Services::Foo
+      service_name: foo_api
+      step: 4
+      health_check: "HTTP GET :19999/"
+      images: {ContainerFooImage: service-foo}
+      secrets: {FooPassword: password, FooDbPassword: password}
+      databases: [{name: foo, user: foo, password: FooDbPassword}]
+      keystone: [{user: foo, password: FooPassword, service: foo, type: widget, description: Widgets, endpoint: widget}]
+      endpoints: {widget: {port: 9999, path: /v1}}
+      haproxy: [{name: foo_api, port: 9999, backend_port: 19999, check: GET /}]
+      kube: [{get_attr: [Pod, value]}]
+"""
+
+
+def test_every_library_template_declares_itself_consistently():
+    registry = library.builtin_registry()
+    assert {"OS::TripleO::Services::HAproxy", "OS::TripleO::Services::Keystone"} <= set(registry)
+    services = [library.read_service(t, p) for t, p in registry.items()]
+    assert library.conflicts(services) == []
+    assert library.endpoint_problems(services) == []
+    for s in services:
+        assert s.name and s.step in library.STEPS and s.health_check, s.type
+        assert s.images and all(v.startswith("service-") for v in s.images.values()), s.type
+    # The element behind every declared image exists (service-X is built from element X).
+    elements = Path(library.LIBRARY).parent / "images" / "elements"
+    for s in services:
+        for image in s.images.values():
+            assert (elements / image.removeprefix("service-")).is_dir(), image
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("change, where, message", [
+    (("step: 4", "step: 9"), "outputs.role_data.value.step", "deploy steps are 1..5"),
+    (("images: {ContainerFooImage: service-foo}", "images: {ContainerBarImage: service-foo}"),
+     "outputs.role_data.value.images.ContainerBarImage", "not a parameter of this template"),
+    (("images: {ContainerFooImage: service-foo}", "images: {ContainerFooImage: foo}"),
+     "outputs.role_data.value.images.ContainerFooImage", "service-<element>"),
+    (("FooPassword: {type: string, hidden: true}", "FooPassword: {type: string}"),
+     "outputs.role_data.value.secrets.FooPassword", "declare it hidden: true"),
+    (("FooPassword: password,", "FooPassword: secret,"), "outputs.role_data.value.secrets.FooPassword",
+     "unknown secret kind 'secret'"),
+    (("password: FooDbPassword}]", "password: KeystoneDbPassword}]"), "outputs.role_data.value.databases.0.password",
+     "not one of this template's secrets"),
+    (("service_name: foo_api", "service_name: {get_param: RoleName}"), "outputs.role_data.value.service_name",
+     "no intrinsic functions"),
+    (("backend_port: 19999,", "backend: 19999,"), "outputs.role_data.value.haproxy.0", "backend_port is required"),
+    (("type: widget, description: Widgets, endpoint: widget}", "type: widget}"),
+     "outputs.role_data.value.keystone.0", "needs both type and endpoint"),
+    (("endpoints: {widget: {port: 9999, path: /v1}}", "endpoints: {widget: {port: 99999}}"),
+     "outputs.role_data.value.endpoints.widget.port", "expected a port number"),
+    (("databases: [{name: foo,", "databases: [{name: Foo-DB,"), "outputs.role_data.value.databases.0.name",
+     "lower-case identifier"),
+    (("  ServiceData: {type: json, default: {}}\n", ""), "parameters", "missing: ServiceData"),
+    (("service_type: OS::TripleO::Services::Foo", "service_type: OS::TripleO::Services::Bar"),
+     "outputs.role_data.value.service_type", "registry maps OS::TripleO::Services::Foo to it"),
+])
+def test_a_bad_declaration_is_one_line_naming_file_line_and_path(tmp_path, change, where, message):
+    assert change[0] in FOO
+    path = write(tmp_path, "foo.yaml", FOO.replace(*change))
+    with pytest.raises(TemplateError) as exc:
+        library.read_service("OS::TripleO::Services::Foo", path)
+    line = exc.value.problems[0]  # one line per problem (a renamed key is two: unknown, and one missing)
+    assert len(exc.value.problems) <= 2
+    assert line.startswith(f"{path}:") and f": {where}: " in line and message in line, line
+    lineno = int(line.split(":")[1])
+    assert lineno > 0
+
+
+def test_role_data_must_carry_the_declarations(tmp_path):
+    path = write(tmp_path, "foo.yaml", "heat_template_version: wallaby\nparameters: {}\nresources: {}\n")
+    with pytest.raises(TemplateError, match="outputs.role_data.value: a service template outputs role_data"):
+        library.read_service("OS::TripleO::Services::Foo", path)
+
+
+def roles_with(tmp_path: Path, *extra: str) -> list:
+    services = ["HAproxy", "MySQL", "RabbitMQ", "Memcached", "Keystone", "Placement", *extra]
+    text = "- name: Controller\n  CountDefault: 1\n  ServicesDefault:\n" + "".join(
+        f"    - OS::TripleO::Services::{s}\n" for s in services)
+    return load_roles(write(tmp_path, "roles_data.yaml", text))
+
+
+def test_a_service_of_your_own_is_wired_by_its_declarations_alone(tmp_path):
+    write(tmp_path, "foo.yaml", FOO)
+    env = write(tmp_path, "env.yaml", "resource_registry:\n  OS::TripleO::Services::Foo: foo.yaml\n")
+    roles = roles_with(tmp_path, "Foo")
+    lib = op.resolve(roles, [env])
+    assert lib.images()["ContainerFooImage"] == "service-foo"
+    assert lib.secrets()["FooDbPassword"] == "password"
+    assert lib.services_at("Controller", 4) == ["placement", "foo_api"]
+    images = {k: f"localhost/undercloud/{v}:1" for k, v in lib.images().items()}
+    plan = op.render(tmp_path / "home", "overcloud", roles, lib, images, "container", None, [env])
+    secrets = json.loads((tmp_path / "home/overcloud/overcloud/secrets.json").read_text())
+    assert secrets["FooPassword"] and secrets["FooDbPassword"] != secrets["FooPassword"]
+    rendered = yaml.safe_load(plan.template.read_text())
+    assert rendered["parameters"]["FooDbPassword"]["hidden"] is True
+    assert "widget" in rendered["resources"]["EndpointMap"]["properties"]["value"]
+    assert "foo_api" in rendered["resources"]["ServiceNodes"]["properties"]["value"]
+    # The whole plan validates with the new service in it (the engine's own loader).
+    tmpl = load(Bundle.from_paths(str(plan.template), env_paths=[str(e) for e in plan.environments]),
+                {k: secrets[k] for k in plan.secret_names}, stack_name="overcloud", partial=True)
+    assert tmpl.resources["ControllerFoo"].type == "OS::TripleO::Services::Foo"
+    # ServiceData names the secrets (get_param); their values are in secrets.yaml only.
+    assert {"name": "foo", "user": "foo", "password": {"get_param": "FooDbPassword"}} in \
+        rendered["resources"]["ServiceData"]["properties"]["value"]["databases"]
+    assert [d["name"] for d in rendered["resources"]["ServiceData"]["properties"]["value"]["databases"]] == \
+        ["foo", "keystone", "placement"]
+    frontends = rendered["resources"]["ServiceData"]["properties"]["value"]["haproxy"]
+    assert {"name": "foo_api", "port": 9999, "backend_port": 19999, "mode": "http", "check": "GET /",
+            "servers": {"get_attr": ["ServiceNodes", "value", "foo_api"]}} in frontends
+    for f in plan.dir.rglob("*"):
+        if f.is_file() and f.name != "secrets.yaml":
+            assert secrets["FooDbPassword"] not in f.read_text(), f
+
+
+def test_disabled_services_declare_nothing(tmp_path):
+    env = write(tmp_path, "off.yaml", "resource_registry:\n  OS::TripleO::Services::Placement: OS::Heat::None\n")
+    lib = op.resolve(roles_with(tmp_path), [env])
+    assert "placement" not in lib.service_names()
+    assert "ContainerPlacementImage" not in lib.images() and "PlacementPassword" not in lib.secrets()
+    assert lib.services_at("Controller", 4) == []
+
+
+def test_two_services_cannot_claim_one_port_or_endpoint(tmp_path):
+    write(tmp_path, "foo.yaml", FOO.replace("port: 9999, backend_port", "port: 5000, backend_port"))
+    env = write(tmp_path, "env.yaml", "resource_registry:\n  OS::TripleO::Services::Foo: foo.yaml\n")
+    with pytest.raises(TemplateError, match=r"foo.yaml: outputs.role_data.value: haproxy port 5000 is also declared "
+                                            r"by .*keystone.yaml"):
+        op.resolve(roles_with(tmp_path, "Foo"), [env])
+    write(tmp_path, "foo.yaml", FOO.replace("endpoint: widget}]", "endpoint: gadget}]"))
+    with pytest.raises(TemplateError, match="no enabled service declares the endpoint 'gadget'"):
+        op.resolve(roles_with(tmp_path, "Foo"), [env])
+
+
+def test_a_library_template_is_registered_by_its_own_service_type(tmp_path):
+    (tmp_path / "services").mkdir()
+    write(tmp_path / "services", "foo.yaml", FOO)
+    assert library.builtin_registry(tmp_path) == {"OS::TripleO::Services::Foo": tmp_path / "services" / "foo.yaml"}
+    write(tmp_path / "services", "bar.yaml", FOO)
+    with pytest.raises(TemplateError, match="foo.yaml: .*OS::TripleO::Services::Foo is also declared by bar.yaml"):
+        library.builtin_registry(tmp_path)
+
+
+INIT_SQL = Path(library.LIBRARY).parent / "images/elements/mariadb/static/usr/local/bin/uc-mariadb-init-sql"
+
+
+def test_mariadb_init_sql_is_idempotent_and_quotes_passwords(tmp_path):
+    dbs = write(tmp_path, "dbs.json", json.dumps([{"name": "nova_api", "user": "nova", "password": "a'b\\c"}]))
+    out = subprocess.run([sys.executable, str(INIT_SQL), str(dbs)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "CREATE DATABASE IF NOT EXISTS `nova_api`;",
+        "CREATE USER IF NOT EXISTS 'nova'@'%' IDENTIFIED BY 'a\\'b\\\\c';",
+        "ALTER USER 'nova'@'%' IDENTIFIED BY 'a\\'b\\\\c';",
+        "GRANT ALL PRIVILEGES ON `nova_api`.* TO 'nova'@'%';"]
+    bad = write(tmp_path, "bad.json", json.dumps([{"name": "x`; DROP", "user": "u", "password": "secret-pw"}]))
+    out = subprocess.run([sys.executable, str(INIT_SQL), str(bad)], capture_output=True, text=True)
+    assert out.returncode == 1 and "databases[0].name: expected a lower-case identifier" in out.stderr
+    assert "secret-pw" not in out.stderr

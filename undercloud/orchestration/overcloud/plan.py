@@ -1,0 +1,200 @@
+"""The overcloud plan: roles_data.yaml + the service library -> a stack's files.
+
+As TripleO did, `overcloud.j2.yaml` is rendered with Jinja2 from the roles (one server
+group, service chain and deploy steps 1..5 per role) into a *plan* directory kept in the
+home, `$UNDERCLOUD_HOME/overcloud/<stack>/plan/`, beside the service templates and the
+registry generated from them; generated environments carry the images, flavors and
+secrets. What the services declare (library.py) becomes the registry, the secrets (hidden
+parameters of the top-level template), the endpoint map, and `ServiceData`: the databases
+MariaDB makes, the users and catalog entries keystone registers, haproxy's frontends.
+
+Secrets are given twice: as stack parameters (hidden in the top-level template, so the
+engine masks them in every property, attribute and message) and, for the service
+templates, as parameter_defaults in `secrets.yaml` (mode 600). Never printed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from undercloud.errors import InvalidInput
+from undercloud.orchestration.overcloud import library as lib
+from undercloud.orchestration.overcloud.library import LIBRARY, STEPS, Service
+from undercloud.orchestration.overcloud.roles import HAPROXY, Role, example_dir
+from undercloud.orchestration.overcloud.secrets import load_secrets, secrets_given, stack_dir, write_private
+from undercloud.orchestration.template.source import TemplateError
+
+STEP_NAMES = {1: "load balancer", 2: "database and messaging", 3: "bootstrap", 4: "API services",
+              5: "compute and agents"}
+# The node flavor of every role per hypervisor (an environment may set Overcloud<Role>Flavor).
+HYPERVISOR_FLAVORS = {"container": "container", "vm": "vm-control", "baremetal": "baremetal"}
+
+
+@dataclass
+class Library:
+    """The services of a set of roles, as your environments map them."""
+
+    registry: dict[str, Path]             # the library's own: type -> template
+    per_role: dict[str, list[Service]]    # role -> its services in order (disabled: name "")
+
+    @property
+    def enabled(self) -> list[Service]:
+        """Every service some role runs with a template, once each."""
+        out: dict[tuple, Service] = {}
+        for services in self.per_role.values():
+            for s in services:
+                if s.template is not None:
+                    out.setdefault((s.type, s.template), s)
+        return list(out.values())
+
+    def images(self) -> dict[str, str]:
+        return {p: image for s in self.enabled for p, image in s.images.items()}
+
+    def secrets(self) -> dict[str, str]:
+        return {n: k for s in self.enabled for n, k in s.secrets.items()}
+
+    def service_names(self, role: str | None = None) -> list[str]:
+        roles = [role] if role else list(self.per_role)
+        return list(dict.fromkeys(s.name for r in roles for s in self.per_role[r] if s.name))
+
+    def services_at(self, role: str, step: int) -> list[str]:
+        return [s.name for s in self.per_role[role] if s.name and s.step == step]
+
+
+def resolve(roles: list[Role], environments: list[Path], library: Path = LIBRARY) -> Library:
+    """Read the declarations of every service of `roles`, through the library's registry
+    and then `environments` (yours, in order). Problems: `file:line: path: message`."""
+    builtin = lib.builtin_registry(library)
+    pairs = [(role.resource(t), t) for role in roles for t in role.services]
+    targets = lib.effective_types(pairs, builtin, environments)
+    read: dict[tuple, Service] = {}
+    per_role = {}
+    for role in roles:
+        per_role[role.name] = []
+        for t in role.services:
+            target = targets[(role.resource(t), t)]
+            key = (t, str(target))
+            if key not in read:
+                read[key] = lib.declared_or_plain(t, target)
+            per_role[role.name].append(read[key])
+    out = Library(builtin, per_role)
+    problems = lib.conflicts(out.enabled) + lib.endpoint_problems(out.enabled)
+    if problems:
+        raise TemplateError(problems)
+    return out
+
+
+@dataclass
+class Plan:
+    dir: Path
+    template: Path
+    environments: list[Path]
+    roles: list[Role]
+    library: Library
+
+    @property
+    def secret_names(self) -> list[str]:
+        return sorted(self.library.secrets())
+
+    def services_at(self, role: Role, step: int) -> list[str]:
+        return self.library.services_at(role.name, step)
+
+
+def service_data(enabled: list[Service]) -> dict:
+    """`ServiceData`, every service template's view of what the others declared, with
+    secrets as get_param (their values never appear in the plan's files)."""
+    databases = [{"name": d["name"], "user": d["user"], "password": {"get_param": d["password"]}}
+                 for s in enabled for d in s.databases]
+    keystone = []
+    for s in enabled:
+        for k in s.keystone:
+            entry: dict[str, Any] = {"user": k["user"], "password": {"get_param": k["password"]}}
+            if "type" in k:
+                entry.update(name=k.get("service", k["type"]), type=k["type"],
+                             description=k.get("description", ""),
+                             url={"get_attr": ["EndpointMap", "value", k["endpoint"]]})
+            keystone.append(entry)
+    haproxy = [{"name": f["name"], "port": f["port"], "backend_port": f["backend_port"],
+                "mode": f.get("mode", "http"), "check": f.get("check", ""),
+                "servers": {"get_attr": ["ServiceNodes", "value", s.name]}}
+               for s in enabled for f in s.haproxy]
+    return {"databases": sorted(databases, key=lambda d: d["name"]),
+            "keystone": sorted(keystone, key=lambda k: k["user"]),
+            "haproxy": sorted(haproxy, key=lambda f: f["port"])}
+
+
+def render(home: Path, stack: str, roles: list[Role], library: Library, images: dict[str, Any],
+           hypervisor: str, example: str | None, environments: list[Path]) -> Plan:
+    """Write the plan directory; returns the template and environments, in merge order:
+    registry, deploy parameters (images, flavors), secrets, the example, yours."""
+    import jinja2
+
+    if hypervisor not in HYPERVISOR_FLAVORS:
+        raise InvalidInput(f"unknown hypervisor type {hypervisor!r} ({', '.join(HYPERVISOR_FLAVORS)})",
+                           "--hypervisor")
+    for e in environments:
+        if not e.is_file():
+            raise InvalidInput("environment file not found", str(e))
+    enabled = library.enabled
+    haproxy_roles = [r for r in roles if any(s.type == HAPROXY and s.template for s in library.per_role[r.name])]
+    if not haproxy_roles:
+        raise InvalidInput(f"no role runs {HAPROXY} (is it mapped to OS::Heat::None?): the API services need "
+                           "it in front", "roles")
+    endpoints = sorted((name, spec["port"], spec.get("path", "")) for s in enabled
+                       for name, spec in s.endpoints.items())
+    base = stack_dir(home, stack)
+    plan = base / "plan"
+    tmp = base / f".plan.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        shutil.copytree(LIBRARY / "services", tmp / "services")
+        (tmp / "overcloud-resource-registry.yaml").write_text(
+            lib.registry_lines({t: tmp / "services" / p.name for t, p in library.registry.items()}, tmp))
+        j2 = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                                loader=jinja2.FileSystemLoader(str(LIBRARY)))
+        data = yaml.safe_dump(service_data(enabled), sort_keys=False, default_flow_style=False, width=1000)
+        text = j2.get_template("overcloud.j2.yaml").render(
+            roles=roles, service_names=library.service_names(), haproxy_role=haproxy_roles[0].name,
+            steps=STEPS, secrets=sorted(library.secrets()), endpoints=endpoints,
+            role_service_names={r.name: library.service_names(r.name) for r in roles},
+            service_data=data.rstrip())
+        (tmp / "overcloud.yaml").write_text(text)
+        params: dict[str, Any] = dict(images)
+        for r in roles:
+            params[f"Overcloud{r.name}Flavor"] = HYPERVISOR_FLAVORS[hypervisor]
+        registry = {f"OS::TripleO::{r.name}Server": "OS::Nova::Server" for r in roles}
+        (tmp / "deploy-parameters.yaml").write_text(
+            "# Generated by `undercloud deploy`: node servers, service images, node flavors, the virtual IP.\n"
+            + yaml.safe_dump({"resource_registry": registry, "parameter_defaults": params}, sort_keys=True))
+        kinds = library.secrets()
+        secrets = load_secrets(home, stack, kinds, secrets_given(environments, set(kinds)))
+        write_private(tmp / "secrets.yaml", "# Generated secrets (hidden parameters), kept across re-deploys.\n"
+                       + yaml.safe_dump({"parameter_defaults": {k: secrets[k] for k in sorted(kinds)}},
+                                        sort_keys=True))
+        shutil.rmtree(plan, ignore_errors=True)
+        os.rename(tmp, plan)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    envs = [plan / "overcloud-resource-registry.yaml", plan / "deploy-parameters.yaml", plan / "secrets.yaml"]
+    if example:
+        envs.append(example_dir(example) / "environment.yaml")
+    envs += [e.resolve() for e in environments]
+    return Plan(plan, plan / "overcloud.yaml", envs, roles, library)
+
+
+def environments_for(example: str | None, environments: list[Path]) -> list[Path]:
+    """The environments whose registries decide the services: the example's, then yours."""
+    return ([example_dir(example) / "environment.yaml"] if example else []) + list(environments)
+
+
+def digest(bundle_json: dict) -> str:
+    return hashlib.sha256(json.dumps(bundle_json, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,90 @@
+"""The overcloud's secrets and the private files of a stack's directory.
+
+Secrets (passwords, fernet and credential keys) are the ones the enabled services declare
+(`secrets: {Name: password|fernet}`), generated once per stack and kept in
+`$UNDERCLOUD_HOME/overcloud/<stack>/secrets.json` (mode 600) so re-deploys keep them; one
+set in an environment wins and is kept. Never printed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import secrets as _secrets
+import string
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from undercloud.errors import InvalidInput
+
+
+def _password(n: int = 24) -> str:
+    alphabet = string.ascii_letters + string.digits
+    return "".join(_secrets.choice(alphabet) for _ in range(n))
+
+
+def _fernet_key() -> str:
+    return base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+
+GENERATORS = {"password": _password, "fernet": _fernet_key}
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only root can read, atomically (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
+        f.write(text)
+    tmp.replace(path)
+
+
+def stack_dir(home: Path, stack: str) -> Path:
+    if not re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", stack):
+        raise InvalidInput("a stack name starts with a letter and has letters, digits, _ . - only", "--stack")
+    return home / "overcloud" / stack
+
+
+def load_secrets(home: Path, stack: str, kinds: dict[str, str] | None = None,
+                 given: dict[str, str] | None = None) -> dict[str, Any]:
+    """The stack's secrets: every name of `kinds` (name -> password | fernet) made on first
+    use, `given` ones (set in your environments) taking their place; kept for re-deploys,
+    so every user of a secret (services, clouds.yaml) agrees."""
+    path = stack_dir(home, stack) / "secrets.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    changed = False
+    for k, v in (given or {}).items():
+        if data.get(k) != v:
+            data[k], changed = v, True
+    for k, kind in (kinds or {}).items():
+        if not data.get(k):
+            data[k], changed = GENERATORS[kind](), True
+    if changed:
+        write_private(path, json.dumps(data, indent=2, sort_keys=True))
+    return data
+
+
+def secrets_given(environments: list[Path], names: set[str]) -> dict[str, str]:
+    """The secrets of `names` your environments set (parameters or parameter_defaults; the
+    last wins)."""
+    out: dict[str, str] = {}
+    for e in environments:
+        try:
+            doc = yaml.safe_load(e.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue  # the template loader reports it with file and line
+        if not isinstance(doc, dict):
+            continue
+        for section in ("parameter_defaults", "parameters"):
+            values = doc.get(section) or {}
+            if isinstance(values, dict):
+                out.update({k: str(v) for k, v in values.items() if k in names and v not in (None, "")})
+    return out
