@@ -177,7 +177,7 @@ def download_to(client: Client, img: dict, out: Path) -> None:
 @image.command()
 @click.argument("name", required=False)
 @click.option("--all", "all_", is_flag=True, help="Build every image a default deploy needs.")
-@click.option("--type", "types", multiple=True, type=click.Choice(["oci", "qcow2", "ramdisk"]),
+@click.option("--type", "types", multiple=True, type=click.Choice(["oci", "qcow2", "ramdisk", "guest"]),
               help="Output(s) to build (default: the image's usual outputs).")
 @click.option("--element", "elements", multiple=True, metavar="E",
               help="Add an element to the image (repeatable).")
@@ -195,6 +195,8 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
       overcloud-full   the node image: oci (containers), qcow2 (VMs and bare metal)
       deploy-ramdisk   kernel + initramfs with the agent, and a bootable ISO
       service-NAME     a service's container image (memcached, haproxy, ...)
+      guest-tiny       a tiny qcow2 for overcloud instances (busybox; DHCP, metadata,
+                       user data), for the overcloud's Glance; not built by --all
 
     Builds run here (they need root: chroot, loop devices), cached by content in
     $UNDERCLOUD_CACHE (default ~/.cache/undercloud): an unchanged image is not rebuilt, a

@@ -6,7 +6,7 @@ Stages, each cached by the content that made it (see rootfs.py):
                      elements' package-installs                           those phase scripts
   3. image           static/, extra-data.d, install.d, post-install.d, key: 2 + every element
                      finalise.d                                           file + the agent source
-  4. outputs         oci / qcow2 / ramdisk from the read-only stack   key: 3 + output type
+  4. outputs         oci / qcow2 / ramdisk / guest from the stack      key: 3 + output type
 A service image (layer_on) builds its shared base layer with stages 1-3, then its own
 layer (its packages and scripts) on top; the podman image has exactly those two layers.
 """
@@ -35,7 +35,8 @@ PARENT = {"packages": "debootstrap", "image": "packages", "service": "image"}
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
-HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",)}
+HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",), "guest": ()}
+GUEST_TREE = "guest"  # a guest output is the disk made of this directory of the image tree
 
 
 class BuildFailed(UndercloudError):
@@ -45,7 +46,7 @@ class BuildFailed(UndercloudError):
 @dataclass(frozen=True)
 class Target:
     name: str
-    type: str  # oci | qcow2 | ramdisk
+    type: str  # oci | qcow2 | ramdisk | guest
     elements: tuple[str, ...]
     layer_on: tuple[str, ...] = ()  # service images: elements of the shared base layer
     elements_path: tuple[Path, ...] = ()
@@ -90,6 +91,9 @@ class Result:
                 {"name": t.name, "disk_format": "iso", "sha256": by["iso"].sha256,
                  "properties": {**base, "kernel_id": "#0", "ramdisk_id": "#1"}},
             ]
+        if t.type == "guest":  # no hypervisor_type: the undercloud never boots its own servers on it
+            return [{"name": t.name, "disk_format": "qcow2", "sha256": by["disk"].sha256,
+                     "properties": {**props, "usage": "guest"}}]
         art = by["oci"] if t.type == "oci" else by["disk"]
         return [{"name": t.name, "disk_format": art.disk_format, "sha256": art.sha256,
                  "properties": {**props, "hypervisor_type": ht}} for ht in HYPERVISORS[t.type]]
@@ -380,6 +384,11 @@ class Builder:
             self.say("qcow2: partition, ext4, extlinux, qemu-img convert")
             path = disk.qcow2(root, out, self.log)
             return [art("disk", path, "qcow2")]
+        if self.t.type == "guest":
+            self.say(f"guest: /{GUEST_TREE} as a disk: partition, ext4, extlinux, qemu-img convert")
+            path = disk.qcow2(root / GUEST_TREE, out, self.log, min_mb=16, spare_mb=4,
+                              tree=f"/{GUEST_TREE}/", element="guest-tiny")
+            return [art("disk", path, "qcow2")]
         if self.t.type == "ramdisk":
             self.say("ramdisk: kernel, initramfs (cpio + zstd), ISO (isolinux)")
             kernel, initramfs, iso = disk.ramdisk(root, out, self.t.name, self.log)
@@ -446,5 +455,7 @@ def build(target: Target, *, no_cache: bool = False, registered: list[dict] | No
 def _covers(current: list[dict], target: Target) -> bool:
     if target.type == "ramdisk":
         return any(r["disk_format"] == "iso" for r in current)
+    if target.type == "guest":
+        return any(r["disk_format"] == "qcow2" for r in current)
     have = {r.get("hypervisor_type") for r in current}
     return all(ht in have for ht in HYPERVISORS[target.type])

@@ -10,10 +10,12 @@ TYPE_ELEMENTS = {
     "oci": NODE,                                         # a system container: no kernel, no init
     "qcow2": NODE + ("kernel", "node-boot", "growroot", "container-host"),  # systemd, networkd, extlinux, podman
     "ramdisk": NODE + ("kernel", "deploy-ramdisk"),      # /init runs the agent, disk tools
+    "guest": ("base", "guest-tiny"),                     # an overcloud instance: no agent, no systemd
 }
 IMAGES = {
     "overcloud-full": ("oci", "qcow2"),
     "deploy-ramdisk": ("ramdisk",),
+    "guest-tiny": ("guest",),  # for the overcloud's Glance; a deploy does not need it
 }
 SERVICE_BASE = ("base", "service-base")
 SERVICES = ("memcached", "haproxy", "mariadb", "rabbitmq", "keystone", "placement")  # service-NAME; element NAME
@@ -26,7 +28,7 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ())
         return [Target(name, "oci", (name.removeprefix("service-"), *extra), layer_on=SERVICE_BASE)]
     if not types:
         if name not in IMAGES:
-            raise InvalidInput(f"unknown image {name!r}: give --type (oci, qcow2, ramdisk) to build it "
+            raise InvalidInput(f"unknown image {name!r}: give --type (oci, qcow2, ramdisk, guest) to build it "
                                f"from the default elements of that type plus --element", "image build")
         types = IMAGES[name]
     return [Target(name, t, TYPE_ELEMENTS[t] + tuple(e for e in extra if e not in TYPE_ELEMENTS[t]))
@@ -35,5 +37,5 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ())
 
 def default_targets() -> list[Target]:
     """What a default deploy needs (`image build --all`)."""
-    out = [t for name in IMAGES for t in targets(name)]
+    out = [t for name, types in IMAGES.items() if "guest" not in types for t in targets(name)]
     return out + [t for s in SERVICES for t in targets(f"service-{s}")]

@@ -122,23 +122,28 @@ def loop_mount(image: Path, offset: int, size: int):
         mnt.rmdir()
 
 
-def qcow2(root: Path, out: Path, log: Callable[[str], None]) -> Path:
-    """A whole-disk image: MBR + one bootable ext4 partition with extlinux."""
+def qcow2(root: Path, out: Path, log: Callable[[str], None], min_mb: int = 512, spare_mb: int = 256,
+          tree: str = "/", element: str = "node-boot") -> Path:
+    """A whole-disk image: MBR + one bootable ext4 partition with extlinux, made of `root`
+    (the image's `tree`) with `spare_mb` free (a node's logs and first boot; a guest needs
+    next to nothing)."""
     for tool, pkg in (("sfdisk", "fdisk"), ("mkfs.ext4", "e2fsprogs"), ("extlinux", "extlinux"),
                       ("qemu-img", "qemu-utils"), ("losetup", "mount")):
         require(tool, pkg)
-    if not (root / "boot" / "extlinux" / "extlinux.conf").exists():
-        raise UndercloudError("the image has no /boot/extlinux/extlinux.conf (add the node-boot element)",
+    conf = root / "boot" / "extlinux" / "extlinux.conf"
+    if not conf.exists():
+        raise UndercloudError(f"the image has no {tree}boot/extlinux/extlinux.conf (add the {element} element)",
                               "qcow2")
     used = tree_size(root)
-    fs_mb = max(512, int(used / 2**20 * 1.25) + 256)  # room for logs and the first boot
+    fs_mb = max(min_mb, int(used / 2**20 * 1.25) + spare_mb)
     offset = 2048 * 512
     raw = out / "disk.raw"
     with open(raw, "wb") as f:
         f.truncate(offset + fs_mb * 2**20)
     run(["sfdisk", "-q", str(raw)], input="label: dos\nstart=2048, type=83, bootable\n")
-    # 64bit and metadata_csum are left out: extlinux (syslinux 6.04) cannot boot from them.
-    r = run(["mkfs.ext4", "-q", "-F", "-L", ROOT_LABEL, "-O", "^64bit,^metadata_csum",
+    # 64bit and metadata_csum are left out: extlinux (syslinux 6.04) cannot boot from them;
+    # 4 KiB blocks always (a small file system gets 1 KiB ones, whose files extlinux fails to load).
+    r = run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-L", ROOT_LABEL, "-O", "^64bit,^metadata_csum",
              "-E", f"offset={offset}", "-d", str(root), str(raw), f"{fs_mb}M"])
     log(r.stdout + r.stderr)
     with loop_mount(raw, offset, fs_mb * 2**20) as mnt:
