@@ -25,7 +25,7 @@ def test_guest_tiny_is_a_guest_target_without_agent_or_systemd_and_not_in_all():
     assert [e.name for e in els] == ["base", "kernel", "guest-tiny"]
     pkgs = elements.packages(els)
     assert set(pkgs) == {"busybox-static", "linux-image-cloud-amd64"}  # no systemd, no python for an agent
-    assert "guest-tiny" not in {t.name for t in catalog.default_targets()}  # a deploy does not need it
+    assert "guest-tiny" not in {t.name for t in catalog.default_targets([])}  # a deploy does not need it
     # --type guest with extra elements: the guest defaults plus the operator's own
     [mine] = catalog.targets("my-guest", ("guest",), ("my-files",))
     assert mine.elements == ("base", "guest-tiny", "my-files")

@@ -194,7 +194,8 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
     Images the undercloud knows:
       overcloud-full   the node image: oci (containers), qcow2 (VMs and bare metal)
       deploy-ramdisk   kernel + initramfs with the agent, and a bootable ISO
-      service-NAME     a service's container image (memcached, haproxy, ...)
+      service-NAME     a service's container image, from element NAME (memcached,
+                       haproxy, ...: every one the service library declares)
       guest-tiny       a tiny qcow2 for overcloud instances (busybox; DHCP, metadata,
                        user data), for the overcloud's Glance; not built by --all
 
@@ -207,7 +208,12 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
 
     if all_ == bool(name):
         raise InvalidInput("give an image NAME or --all (not both)", "image build")
-    targets = catalog.default_targets() if all_ else catalog.targets(name, types, elements)
+    if all_:
+        from undercloud.orchestration.overcloud.library import library_images
+
+        targets = catalog.default_targets(library_images())
+    else:
+        targets = catalog.targets(name, types, elements)
     return build_targets(Client(timeout=600), [t.with_elements_path(elements_path) for t in targets], no_cache)
 
 

@@ -17,8 +17,7 @@ IMAGES = {
     "deploy-ramdisk": ("ramdisk",),
     "guest-tiny": ("guest",),  # for the overcloud's Glance; a deploy does not need it
 }
-SERVICE_BASE = ("base", "service-base")
-SERVICES = ("memcached", "haproxy", "mariadb", "rabbitmq", "keystone", "placement")  # service-NAME; element NAME
+SERVICE_BASE = ("base", "service-base")  # service-NAME: this shared layer + element NAME
 
 
 def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> list[Target]:
@@ -35,7 +34,8 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ())
             for t in dict.fromkeys(types)]
 
 
-def default_targets() -> list[Target]:
-    """What a default deploy needs (`image build --all`)."""
+def default_targets(service_images: list[str]) -> list[Target]:
+    """What a deploy needs (`image build --all`): the node images and `service_images`
+    (the service library declares which)."""
     out = [t for name, types in IMAGES.items() if "guest" not in types for t in targets(name)]
-    return out + [t for s in SERVICES for t in targets(f"service-{s}")]
+    return out + [t for s in service_images for t in targets(s)]

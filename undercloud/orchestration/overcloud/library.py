@@ -223,6 +223,11 @@ def builtin_registry(library: Path = LIBRARY) -> dict[str, Path]:
     return out
 
 
+def library_images(library: Path = LIBRARY) -> list[str]:
+    """Every service image the library's templates declare (`image build --all`)."""
+    return sorted({image for t, p in builtin_registry(library).items() for image in read_service(t, p).images.values()})
+
+
 def registry_lines(registry: dict[str, Path], base: Path) -> str:
     """The library's resource_registry as an environment file (paths relative to `base`)."""
     body = {"resource_registry": {t: str(p.relative_to(base)) for t, p in sorted(registry.items())}}
