@@ -112,6 +112,14 @@ def stop(home: Home, timeout: float = 30.0) -> int | None:
     return p
 
 
+def _is_stderr(path: Path) -> bool:
+    try:
+        a, b = os.fstat(2), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> None:
     """Run the service in the foreground until SIGTERM/SIGINT."""
     import logging
@@ -121,14 +129,23 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
     from undercloud.api.app import create_app, run_startup
     from undercloud.api.context import Context, api_port
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    home.ensure()
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if not _is_stderr(home.file("service.log")):  # e.g. under systemd: the journal, and the home's log
+        handlers.append(logging.FileHandler(home.file("service.log")))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        handlers=handlers)
     ctx = Context(home, db_url)
     _ = ctx.admin_token  # created before any client needs it
     port = api_port(home)
     home.file("service.pid").write_text(str(os.getpid()))
     Path(home.file("service.json")).write_text(json.dumps({"pid": os.getpid(), "port": port}))
     stops = run_startup(ctx)
-    config = uvicorn.Config(create_app(ctx), host=host, port=port, log_level="warning", access_log=False)
+    logging.getLogger("undercloud.service").info("serving %s on http://%s:%d (pid %d)", home.path, host, port,
+                                                 os.getpid())
+    # log_config=None: uvicorn's own warnings go through the handlers above
+    config = uvicorn.Config(create_app(ctx), host=host, port=port, log_level="warning", access_log=False,
+                            log_config=None)
     server = uvicorn.Server(config)
     try:
         server.run()

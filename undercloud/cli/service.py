@@ -1,12 +1,22 @@
-"""`undercloud service start|stop|status` and `undercloud serve`."""
+"""`undercloud service start|stop|status|install|uninstall` and `undercloud serve`."""
 
 from __future__ import annotations
+
+import errno
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import click
 
 from undercloud.api import daemon
 from undercloud.cli.output import formatted, note
 from undercloud.config import Home
+from undercloud.errors import InvalidInput
 
 
 @click.group()
@@ -54,3 +64,131 @@ def status():
 def serve(db: str | None) -> None:
     """Run the undercloud service in the foreground (for systemd or debugging)."""
     daemon.serve(Home.current(), db)
+
+
+# --- a systemd unit, for operators who run the service as their other services -----------------
+
+UNIT_DIR = "/etc/systemd/system"
+_ROOT_HINT = {errno.EACCES: " (run as root, e.g. with sudo)", errno.EPERM: " (run as root, e.g. with sudo)"}
+
+
+def _quote(value: str) -> str:
+    """One word of a unit file: specifiers and variables escaped, quoted when it has spaces."""
+    value = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{value}"' if any(c.isspace() for c in value) or not value else value
+
+
+def _unit_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]*", name):
+        raise InvalidInput(f"bad unit name {name!r}: letters, digits, '_', '.', '@', '-'", where="--name")
+    return name.removesuffix(".service") + ".service"
+
+
+def render_unit(home: Path, user: str, executable: list[str]) -> str:
+    """The unit running `undercloud serve` for one home as one user."""
+    return f"""\
+# Written by `undercloud service install`; remove with `undercloud service uninstall`.
+[Unit]
+Description=Undercloud service (home {str(home).replace("%", "%%")})
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+User={user}
+Environment={_quote(f"UNDERCLOUD_HOME={home}")}
+ExecStart={" ".join(_quote(a) for a in executable)} serve
+# stderr goes to the journal; the service also appends to the home's service.log
+SyslogIdentifier=undercloud
+Restart=on-failure
+RestartSec=5
+# Stop the service alone: what it started (container nodes, the podman API service, lab BMCs)
+# keeps running, as with `undercloud service stop`, and the next start takes it up again.
+KillMode=process
+TimeoutStopSec=60
+LimitNOFILE=65536
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def _executable() -> list[str]:
+    """How to run this very installation: its `undercloud` script, else its Python."""
+    script = Path(sys.executable).with_name("undercloud")
+    return [str(script)] if os.access(script, os.X_OK) else [sys.executable, "-m", "undercloud"]
+
+
+def _systemctl(*args: str) -> None:
+    """Run systemctl when systemd manages this machine (not in containers or CI machines)."""
+    if Path("/run/systemd/system").is_dir() and shutil.which("systemctl"):
+        subprocess.run(["systemctl", *args], check=False)
+
+
+@service.command()
+@click.option("--home", "home_dir", type=click.Path(file_okay=False),
+              help="The home to serve [default: $UNDERCLOUD_HOME, else the user's ~/.local/share/undercloud]")
+@click.option("--user", default=None, help="Run the service as this user [default: the current user]")
+@click.option("--name", default="undercloud", show_default=True, help="Unit name (one per home)")
+@click.option("--unit-dir", default=UNIT_DIR, show_default=True, type=click.Path(file_okay=False),
+              help="Where to write the unit")
+@click.option("--print", "print_only", is_flag=True, help="Print the unit instead of writing it")
+def install(home_dir: str | None, user: str | None, name: str, unit_dir: str, print_only: bool):
+    """Write a systemd unit that runs `undercloud serve` for a home.
+
+    Then: `systemctl enable --now NAME`, `systemctl status NAME`, `systemctl restart NAME`,
+    `journalctl -u NAME`. The database URL, if not the home's SQLite file, goes in a drop-in
+    (`systemctl edit NAME`: `[Service]` `Environment=UNDERCLOUD_DB=...`), not in the unit.
+    """
+    unit = _unit_name(name)
+    user = user or pwd.getpwuid(os.getuid()).pw_name
+    try:
+        account = pwd.getpwnam(user)
+    except KeyError:
+        raise InvalidInput(f"no such user: {user}", where="--user") from None
+    if home_dir:
+        home = Path(home_dir).expanduser().resolve()
+    elif os.environ.get("UNDERCLOUD_HOME") and account.pw_uid == os.getuid():
+        home = Home.current().path
+    else:
+        home = Path(account.pw_dir) / ".local" / "share" / "undercloud"
+    text = render_unit(home, user, _executable())
+    if print_only:
+        click.echo(text, nl=False)
+        return
+    path = Path(unit_dir) / unit
+    tmp = path.with_name(f".{unit}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InvalidInput(f"cannot write the unit: {exc.strerror}{_ROOT_HINT.get(exc.errno, '')}",
+                           where=str(path)) from None
+    _systemctl("daemon-reload")
+    note(f"wrote {path} (home {home}, user {user})")
+    running = daemon.pid(Home(home))
+    if running:
+        note(f"a service for this home runs already (pid {running}): `undercloud service stop` it first")
+    note(f"start it at boot and now: systemctl enable --now {unit.removesuffix('.service')}")
+
+
+@service.command()
+@click.option("--name", default="undercloud", show_default=True, help="Unit name")
+@click.option("--unit-dir", default=UNIT_DIR, show_default=True, type=click.Path(file_okay=False))
+def uninstall(name: str, unit_dir: str):
+    """Stop and disable the systemd unit and remove it (the home and its state stay)."""
+    unit = _unit_name(name)
+    path = Path(unit_dir) / unit
+    if not path.exists():
+        note(f"not installed: {path}")
+        return
+    _systemctl("disable", "--now", unit)
+    try:
+        path.unlink()
+    except OSError as exc:
+        raise InvalidInput(f"cannot remove the unit: {exc.strerror}{_ROOT_HINT.get(exc.errno, '')}",
+                           where=str(path)) from None
+    _systemctl("daemon-reload")
+    note(f"removed {path}")
