@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
 import subprocess
 import time
 import uuid
@@ -105,6 +106,7 @@ def lab(work: Path, metadata: dict[str, str]):
         def boot(disk: Path) -> subprocess.Popen:
             return spawn("qemu-system-x86_64", "-accel", "tcg", "-m", "128", "-display", "none", "-monitor", "none",
                          "-no-reboot", "-serial", f"file:{work / 'console.log'}",
+                         "-qmp", f"unix:{work / 'qmp.sock'},server=on,wait=off",
                          "-netdev", "tap,id=n0,ifname=tap0,script=no,downscript=no",
                          "-device", f"virtio-net-pci,netdev=n0,mac={MAC}",
                          "-drive", f"file={disk},format=qcow2,if=virtio", log="qemu.log")
@@ -132,6 +134,20 @@ def wait_console(work: Path, qemu: subprocess.Popen, pattern: str, deadline: flo
                         f"dnsmasq:\n{(work / 'dnsmasq.log').read_text()[-1500:]}\n"
                         f"http:\n{(work / 'http.log').read_text()[-1000:]}")
         time.sleep(0.2)
+
+
+def qmp(work: Path, command: str) -> None:
+    """One QEMU monitor command (what libvirt sends for Nova), e.g. system_powerdown."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(work / "qmp.sock"))
+        f = s.makefile("rw")
+        f.readline()  # the greeting
+        for cmd in ("qmp_capabilities", command):
+            f.write(json.dumps({"execute": cmd}) + "\n")
+            f.flush()
+            while "return" not in (reply := json.loads(f.readline())):  # events may come first
+                assert "error" not in reply, reply
 
 
 def instance_disk(guest: dict, work: Path) -> Path:
@@ -167,6 +183,10 @@ def test_boots_takes_dhcp_and_static_route_reads_instance_id_and_runs_user_data(
         m = wait_console(tmp_path, qemu, r"^guest-tiny: instance-id (\S+)", deadline)
         t_id = time.monotonic() - start
         wait_console(tmp_path, qemu, r"^guest-tiny: user-data exit \d+", deadline)
+        # Nova's stop: the ACPI power button; the guest powers off (qemu -no-reboot exits)
+        qmp(tmp_path, "system_powerdown")
+        wait_console(tmp_path, qemu, r"^guest-tiny: power button: powering off", deadline)
+        qemu.wait(timeout=60)
         console = (tmp_path / "console.log").read_text(errors="replace")
     print(f"\nguest-tiny under TCG: address line after {t_addr:.1f} s, instance-id after {t_id:.1f} s")
     assert f"guest-tiny: address {ADDR}/24" in console
