@@ -1,0 +1,276 @@
+"""Glance and Nova control services: their start and probe scripts (uc-nova-start,
+uc-nova-check, loaded from the element as modules) and what their service templates
+render (configs, Pods, literal declarations). The real services run in
+tests/integration/test_glance_nova_services.py."""
+
+from __future__ import annotations
+
+import configparser
+import http.server
+import importlib.machinery
+import importlib.util
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from undercloud.images import elements
+from undercloud.orchestration.template import Bundle, load
+from undercloud.orchestration.template.stack import PlaceholderResolver
+
+BIN = elements.SHIPPED / "nova" / "static" / "usr" / "local" / "bin"
+SERVICES = Path(__file__).resolve().parents[2] / "undercloud" / "overcloud" / "services"
+
+# `nova-manage cell_v2 list_cells` as nova 26 prints it (passwords masked).
+LIST_CELLS = """\
++-------+--------------------------------------+-------------------------------------------+--------------------------------------------------+----------+
+|  Name |                 UUID                 |               Transport URL               |               Database Connection                | Disabled |
++-------+--------------------------------------+-------------------------------------------+--------------------------------------------------+----------+
+| cell0 | 00000000-0000-0000-0000-000000000000 |                   none:/                  | mysql+pymysql://nova:****@10.217.92.2/nova_cell0 |  False   |
+| cell1 | beeebff4-0c52-4410-b595-c80bcf9e5c18 | rabbit://openstack:****@10.217.92.2:5672/ |    mysql+pymysql://nova:****@10.217.92.2/nova    |  False   |
++-------+--------------------------------------+-------------------------------------------+--------------------------------------------------+----------+
+"""
+
+
+def script(name: str):
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(BIN / name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def start():
+    return script("uc-nova-start")
+
+
+@pytest.fixture
+def check():
+    return script("uc-nova-check")
+
+
+# ---- uc-nova-start --------------------------------------------------------------------
+
+def test_cells_are_read_from_the_list_cells_table(start):
+    assert start.cells(LIST_CELLS) == {"cell0": start.CELL0, "cell1": "beeebff4-0c52-4410-b595-c80bcf9e5c18"}
+    assert start.cells("") == {}
+
+
+def test_cell0_database_sits_beside_the_main_one(start):
+    assert (start.cell0_connection("mysql+pymysql://nova:p%40ss@10.0.0.9/nova?charset=utf8")
+            == "mysql+pymysql://nova:p%40ss@10.0.0.9/nova_cell0?charset=utf8")
+    with pytest.raises(start.Failed, match="names no database"):
+        start.cell0_connection("mysql+pymysql://nova:x@10.0.0.9/")
+
+
+def _sync(start, monkeypatch, tmp_path, table):
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[database]\nconnection = mysql+pymysql://nova:secret@db/nova\n")
+    monkeypatch.setattr(start, "NOVA_CONF", str(conf))
+    calls = []
+
+    def manage(*args):
+        calls.append(list(args))
+        return table if args[:2] == ("cell_v2", "list_cells") else ""
+    monkeypatch.setattr(start, "manage", manage)
+    start.sync_databases()
+    return calls
+
+
+def test_first_start_maps_cell0_and_creates_cell1(start, monkeypatch, tmp_path):
+    calls = _sync(start, monkeypatch, tmp_path, "")
+    assert calls == [["api_db", "sync"], ["cell_v2", "list_cells"],
+                     ["cell_v2", "map_cell0", "--database_connection", "mysql+pymysql://nova:secret@db/nova_cell0"],
+                     ["cell_v2", "create_cell", "--name", "cell1"], ["db", "sync"]]
+
+
+def test_a_restart_converges_the_cells_and_never_makes_a_second_cell1(start, monkeypatch, tmp_path):
+    calls = _sync(start, monkeypatch, tmp_path, LIST_CELLS)
+    assert ["cell_v2", "create_cell", "--name", "cell1"] not in calls
+    assert calls[2] == ["cell_v2", "update_cell", "--cell_uuid", start.CELL0, "--database_connection",
+                        "mysql+pymysql://nova:secret@db/nova_cell0", "--transport-url", "none:///"]
+    assert calls[3] == ["cell_v2", "update_cell", "--cell_uuid", "beeebff4-0c52-4410-b595-c80bcf9e5c18"]
+    assert calls[-1] == ["db", "sync"]
+
+
+def test_database_connection_is_read_from_nova_conf(start, tmp_path):
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[DEFAULT]\nx = %(y)s\n[database]\nconnection = mysql+pymysql://nova:a%b@db/nova\n")
+    assert start.database_connection(str(conf)) == "mysql+pymysql://nova:a%b@db/nova"
+    conf.write_text("[DEFAULT]\n")
+    with pytest.raises(start.Failed, match=r"\[database\] connection is not set"):
+        start.database_connection(str(conf))
+
+
+def test_commands_per_service(start, monkeypatch, tmp_path):
+    nodisc = tmp_path / "no-discover.conf"
+    monkeypatch.setattr(start, "NO_DISCOVER", str(nodisc))
+    api = start.command("api", {"listen": "0.0.0.0:18774", "processes": 2}, True)
+    assert api[:6] == ["uwsgi", "--plugin", "python3", "--http-socket", "0.0.0.0:18774", "--wsgi-file"]
+    assert api[6] == "/usr/bin/nova-api-wsgi" and api[api.index("--processes") + 1] == "2"
+    assert "--lazy-apps" in api and api[api.index("--threads") + 1] == "1"
+    meta = start.command("metadata", {"listen": "0.0.0.0:18775"}, False)
+    assert meta[4:7] == ["0.0.0.0:18775", "--wsgi-file", "/usr/bin/nova-metadata-wsgi"]
+    assert start.command("conductor", {}, False) == ["nova-conductor", "--config-file", start.NOVA_CONF]
+    assert start.command("scheduler", {}, True) == ["nova-scheduler", "--config-file", start.NOVA_CONF]
+    assert not nodisc.exists()
+    # Only the bootstrap scheduler maps new compute hosts: the others turn it off.
+    assert start.command("scheduler", {}, False)[-2:] == ["--config-file", str(nodisc)]
+    parsed = configparser.ConfigParser()
+    parsed.read(nodisc)
+    assert parsed.getint("scheduler", "discover_hosts_in_cells_interval") == -1
+
+
+@pytest.fixture
+def http_server():
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(300)  # nova's version document answers 300 on some paths
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}/"
+    srv.shutdown()
+
+
+def test_wait_http_returns_once_the_api_answers_and_fails_after_its_timeout(start, http_server):
+    start.wait_http(http_server, timeout=5)
+    with pytest.raises(start.Failed, match="did not answer within 0 s"):
+        start.wait_http("http://127.0.0.1:9/", timeout=0.5, pause=0.1)
+
+
+def test_bad_usage_is_one_line_and_exit_1():
+    r = subprocess.run([sys.executable, str(BIN / "uc-nova-start"), "compute"], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "uc-nova-start: usage: uc-nova-start api|metadata|conductor|scheduler"]
+
+
+# ---- uc-nova-check --------------------------------------------------------------------
+
+def test_check_reads_the_database_and_host_from_nova_conf(check, tmp_path, monkeypatch):
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[DEFAULT]\nservice_down_time = 30\n"
+                    "[database]\nconnection = mysql+pymysql://nova:p%40ss@10.0.0.9:3307/nova\n")
+    monkeypatch.setattr(check.socket, "gethostname", lambda: "ctl-0")
+    db, host, down = check.settings(str(conf))
+    assert db == {"host": "10.0.0.9", "port": 3307, "user": "nova", "password": "p@ss", "database": "nova"}
+    assert (host, down) == ("ctl-0", 30)
+    conf.write_text("[DEFAULT]\nhost = h1\n[database]\nconnection = mysql+pymysql://nova:x@db/nova\n")
+    assert check.settings(str(conf))[1:] == ("h1", 60)
+    conf.write_text("[database]\nconnection = sqlite:////var/lib/nova/nova.sqlite\n")
+    with pytest.raises(ValueError, match="not a MySQL URL"):
+        check.settings(str(conf))
+
+
+def test_check_verdict_is_up_only_for_a_recent_report_not_forced_down(check):
+    assert check.verdict("nova-conductor", "h", (3, 0), 60) is None
+    assert "no service record" in check.verdict("nova-conductor", "h", None, 60)
+    assert "last report 61 s ago" in check.verdict("nova-scheduler", "h", (61, 0), 60)
+    assert "forced down" in check.verdict("nova-scheduler", "h", (1, 1), 60)
+
+
+def test_check_usage_is_exit_2():
+    r = subprocess.run([sys.executable, str(BIN / "uc-nova-check")], capture_output=True, text=True)
+    assert r.returncode == 2 and "usage: uc-nova-check" in r.stderr
+
+
+# ---- templates ------------------------------------------------------------------------
+
+NODES = {"mysql": ["10.0.0.9"], "rabbitmq": ["10.0.0.9", "10.0.0.8"], "memcached": ["10.0.0.2", "10.0.0.3"],
+         "glance_api": ["10.0.0.3", "10.0.0.2"], "nova_api": ["10.0.0.2", "10.0.0.3"],
+         "nova_conductor": ["10.0.0.3"], "nova_scheduler": ["10.0.0.3", "10.0.0.2"], "nova_metadata": ["10.0.0.2"]}
+SECRETS = {"GlancePassword": "gp", "GlanceDbPassword": "gdb", "NovaPassword": "np", "NovaDbPassword": "ndb",
+           "NovaApiDbPassword": "nadb", "NeutronPassword": "qp", "RabbitPassword": "rp", "MetadataSecret": "ms"}
+TEMPLATES = ("glance-api", "nova-api", "nova-conductor", "nova-scheduler", "nova-metadata")
+
+
+def render(name: str) -> tuple[dict, dict, dict]:
+    """(config files, Pod, role_data declarations) of a service template with test values."""
+    path = SERVICES / f"{name}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    given = {"ServiceNodes": NODES, "EndpointMap": {"keystone": "http://10.0.0.250:5000/v3"}, **SECRETS}
+    given.update({p: "localhost/undercloud/service-x:1" for p in doc["parameters"] if p.startswith("Container")})
+    t = load(Bundle.from_paths(str(path), []), {k: v for k, v in given.items() if k in doc["parameters"]})
+    files = t.resolve(t.resources["ConfigFiles"].properties, PlaceholderResolver())["value"]
+    pod = t.resolve(t.resources["Pod"].properties, PlaceholderResolver())["value"]
+    return files, pod, doc["outputs"]["role_data"]["value"]
+
+
+def ini(text: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(text)
+    return parser
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_templates_declare_literally_what_they_use(name):
+    files, pod, rd = render(name)
+    params = yaml.safe_load((SERVICES / f"{name}.yaml").read_text())["parameters"]
+    assert rd["step"] == 4 and rd["service_type"].startswith("OS::TripleO::Services::")
+    assert rd["service_name"] in NODES
+    for secret, kind in rd["secrets"].items():
+        assert kind == "password" and params[secret].get("hidden") is True, secret
+    assert all(p in params for p in rd["images"]) and set(rd["images"].values()) <= {"service-glance", "service-nova"}
+    for db in rd.get("databases", []):
+        assert db["password"] in rd["secrets"]
+    # every hidden parameter the template reads is declared, so the plan generates it
+    assert {p for p, spec in params.items() if spec.get("hidden")} == set(rd["secrets"])
+    config = json.loads(files["config.json"])
+    assert {Path(f["source"]).name for f in config["config_files"]} <= set(files)
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["/usr/local/bin/uc-start"] and pod["spec"]["hostNetwork"] is True
+    for f in rd.get("haproxy", []):
+        assert container["readinessProbe"]["httpGet"]["port"] == f["backend_port"]
+
+
+def test_glance_keeps_images_on_its_claim():
+    files, pod, rd = render("glance-api")
+    conf = ini(files["glance-api.conf"])
+    (container,) = pod["spec"]["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims == {"images": "glance-images"}
+    assert conf["file"]["filesystem_store_datadir"].rstrip("/") == mounts["images"]
+    assert conf["DEFAULT"]["bind_port"] == "19292" and rd["haproxy"][0]["backend_port"] == 19292
+    assert conf["database"]["connection"] == "mysql+pymysql://glance:gdb@10.0.0.9/glance"
+    assert conf["keystone_authtoken"]["memcached_servers"] == "10.0.0.2:11211,10.0.0.3:11211"
+    assert json.loads(files["uc-glance.json"]) == {"bootstrap_node": "10.0.0.3", "port": 19292}
+
+
+def test_nova_services_share_broker_and_databases_and_wait_for_the_bootstrap_api():
+    confs = {n: ini(render(n)[0]["nova.conf"]) for n in TEMPLATES[1:]}
+    for name, conf in confs.items():
+        assert conf["DEFAULT"]["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672,openstack:rp@10.0.0.8:5672/"
+        assert conf["database"]["connection"] == "mysql+pymysql://nova:ndb@10.0.0.9/nova", name
+        assert conf["api_database"]["connection"] == "mysql+pymysql://nova_api:nadb@10.0.0.9/nova_api", name
+        assert "host" not in conf["DEFAULT"], "nova's host stays the node's hostname"
+        boot = json.loads(render(name)[0]["uc-nova.json"])
+        assert boot["api_url"] == "http://10.0.0.2:18774/"
+    assert json.loads(render("nova-scheduler")[0]["uc-nova.json"])["bootstrap_node"] == "10.0.0.3"
+    assert confs["nova-scheduler"].getint("scheduler", "discover_hosts_in_cells_interval") > 0
+    api = confs["nova-api"]
+    assert api["keystone_authtoken"]["username"] == "nova" and api["neutron"]["username"] == "neutron"
+    assert api["neutron"]["password"] == "qp" and api["vnc"]["enabled"] == "false"
+    meta = confs["nova-metadata"]
+    assert meta["neutron"]["service_metadata_proxy"] == "true" and meta["neutron"]["metadata_proxy_shared_secret"] == "ms"
+    assert render("nova-api")[2]["databases"] == [
+        {"name": "nova_api", "user": "nova_api", "password": "NovaApiDbPassword"},
+        {"name": "nova", "user": "nova", "password": "NovaDbPassword"},
+        {"name": "nova_cell0", "user": "nova", "password": "NovaDbPassword"}]
+
+
+@pytest.mark.parametrize("name", ["nova-conductor", "nova-scheduler"])
+def test_rpc_services_probe_their_service_record(name):
+    files, pod, _ = render(name)
+    assert pod["spec"]["containers"][0]["readinessProbe"] == {
+        "exec": {"command": ["/usr/local/bin/uc-nova-check", name]}}
+    assert json.loads(files["config.json"])["command"] == ["/usr/local/bin/uc-nova-start", name.split("-")[1]]
