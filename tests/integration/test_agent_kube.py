@@ -1,6 +1,9 @@
-"""The kube hook with the node's own podman: `podman kube play` of a Pod (runc and
-explicit ulimits, set by the agent itself), readiness probe, unchanged -> left running,
-changed -> replaced. The image is a static busybox imported locally (no registry)."""
+"""The kube hook on real podman. With the node's own podman: `podman kube play` of a Pod
+(runc and explicit ulimits, set by the agent itself), readiness probe, unchanged -> left
+running, changed -> replaced, a hostNetwork Pod named after the node, exec probes inside the
+container. On a container node (netns mode, through the podman API): containers in the node
+container's network and UTS namespaces, privileged, a claim shared by two containers, exec
+probes inside the container. The image is a static busybox imported locally (no registry)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import shutil
 import tarfile
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +20,7 @@ from tests.conftest import need
 from tests.unit.agent_support import deployment, free_port
 from undercloud.agent import hooks
 
-IMAGE = "localhost/uc-agent-test-busybox:1"
+IMAGE = "localhost/uc-agent-test-busybox:2"
 
 
 def podman(*args, **kw):
@@ -39,7 +43,7 @@ def image(tmp_path_factory):
         tar = root / "rootfs.tar"
         with tarfile.open(tar, "w") as t:
             t.add(busybox, arcname="bin/busybox")
-            for applet in ("sh", "httpd", "sleep", "cat"):
+            for applet in ("sh", "httpd", "sleep", "cat", "test", "touch", "hostname"):
                 info = tarfile.TarInfo(f"bin/{applet}")
                 info.type, info.linkname = tarfile.SYMTYPE, "busybox"
                 t.addfile(info)
@@ -112,3 +116,88 @@ def test_pod_that_never_gets_ready_fails_with_the_probe_named(image, tmp_path):
             in r["deploy_stderr"]
     finally:
         podman("pod", "rm", "-f", name)
+
+
+def test_podman_mode_host_network_pod_has_the_nodes_hostname_and_exec_probes_run_inside(image, tmp_path):
+    import socket
+    name = f"uc-agent-kube-{uuid.uuid4().hex[:8]}"
+    state = tmp_path / "state"
+    state.mkdir()
+    marker = "/tmp/only-in-the-container"  # never made on this host: the probe passes only inside
+    p = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+         "spec": {"hostNetwork": True, "containers": [{
+             "name": "c", "image": IMAGE, "imagePullPolicy": "Never",
+             "command": ["sh", "-c", f"mkdir -p /tmp; touch {marker}; exec sleep 600"],
+             "readinessProbe": {"exec": {"command": ["test", "-e", marker]}, "periodSeconds": 1}}]}}
+    env = dict(os.environ, UNDERCLOUD_AGENT_STATE=str(state))
+    try:
+        r = hooks.run(deployment("kh", "web", "kube", p, options={"kube_mode": "podman", "ready_timeout": 60}),
+                      None, 300, env)
+        assert r["deploy_status_code"] == 0, r
+        assert not os.path.exists(marker)
+        got = podman("exec", f"{name}-c", "cat", "/proc/sys/kernel/hostname").stdout.strip()
+        assert got == socket.gethostname()
+    finally:
+        podman("pod", "rm", "-f", name)
+
+
+@pytest.fixture
+def container_node(image, tmp_path, monkeypatch):
+    """A container node: a container with its own network namespace and hostname, and the
+    agent's environment for netns mode (the host's podman API)."""
+    from undercloud.host import podman as hp
+    if os.geteuid() != 0:
+        pytest.skip("the podman API service on /run/podman needs root")
+    sock = hp.api_service()
+    node = f"uc-kube-node-{uuid.uuid4().hex[:6]}"
+    podman("run", "-d", "--name", node, "--hostname", node, "--network", "none", IMAGE, "sleep", "600", timeout=120)
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{sock}")
+    monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", f"container:{node}")
+    state = tmp_path / "state"
+    state.mkdir()
+    yield node, dict(os.environ, UNDERCLOUD_AGENT_STATE=str(state))
+    for c in podman("ps", "-a", "--filter", f"label=undercloud.node={node}", "--format", "{{.Names}}").stdout.split():
+        podman("rm", "-f", "-t", "0", c)
+    podman("rm", "-f", "-t", "0", node)
+    podman("volume", "rm", "-f", f"{node}-shared")
+
+
+def test_netns_mode_uts_privileged_shared_claim_and_exec_probes_inside(container_node):
+    node, env = container_node
+    marker = "/tmp/only-in-the-container"
+    p = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "virt"}, "spec": {
+        "hostNetwork": True,
+        "containers": [
+            {"name": "a", "image": IMAGE, "securityContext": {"privileged": True},
+             "command": ["sh", "-c", f"mkdir -p /tmp; touch {marker}; echo from-a > /shared/note; exec sleep 600"],
+             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+             "readinessProbe": {"exec": {"command": ["test", "-e", marker]}, "periodSeconds": 1}},
+            {"name": "b", "image": IMAGE, "command": ["sleep", "600"],
+             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+             "readinessProbe": {"exec": {"command": ["cat", "/shared/note"]}, "periodSeconds": 1}}],
+        "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}}]}}
+    r = hooks.run(deployment("kn", "virt", "kube", {"kind": "List", "items": [p]}, options={"ready_timeout": 60}),
+                  None, 300, env)
+    assert r["deploy_status_code"] == 0, r
+    assert f"in the network namespace of {node}" in r["deploy_stdout"]
+    assert not os.path.exists(marker)
+    a, b = f"{node}-virt-a", f"{node}-virt-b"
+    for c in (a, b):  # the node's hostname (UTS namespace), as Kubernetes gives hostNetwork Pods
+        assert podman("exec", c, "hostname").stdout.strip() == node
+    assert podman("inspect", a, "--format", "{{.HostConfig.Privileged}}").stdout.strip() == "true"
+    assert podman("inspect", b, "--format", "{{.HostConfig.Privileged}}").stdout.strip() == "false"
+    assert podman("exec", b, "cat", "/shared/note").stdout == "from-a\n"
+
+    # A probe that passes on this host but not inside the container fails, naming its output.
+    host_file = Path(env["UNDERCLOUD_AGENT_STATE"]) / "only-on-the-host"
+    host_file.touch()
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": {"containers": [{
+        "name": "c", "image": IMAGE, "command": ["sleep", "600"],
+        "readinessProbe": {"exec": {"command": ["cat", str(host_file)]}, "periodSeconds": 1}}]}}
+    r = hooks.run(deployment("kp", "probe", "kube", {"kind": "List", "items": [bad]}, options={"ready_timeout": 3}),
+                  None, 300, env)
+    assert r["deploy_status_code"] == 1
+    assert r["deploy_failure_reason"].startswith(
+        f"pod probe: container c: readiness probe (exec cat {host_file}) did not pass within 3 s; it said: cat: ")
+    # Without hostNetwork a Pod keeps a hostname of its own.
+    assert podman("exec", f"{node}-probe-c", "hostname").stdout.strip() != node

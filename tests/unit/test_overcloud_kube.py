@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import socket
 import tarfile
 import time
 
@@ -129,6 +131,8 @@ class FakeLibpod:
         import threading
 
         self.calls, self.volumes = [], {}
+        self.exec_results: list[tuple[int, str]] = []  # (exit code, output) per exec, in order
+        self.execs: dict[str, dict] = {}
         fake = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -157,6 +161,21 @@ class FakeLibpod:
                     return self.reply(201, {"Name": body["Name"]})
                 if path == "/containers/create":
                     return self.reply(201, {"Id": body["name"]})
+                if method == "POST" and path.endswith("/exec") and path.startswith("/containers/"):
+                    exec_id = f"e{len(fake.execs)}"
+                    code, out = fake.exec_results.pop(0) if fake.exec_results else (0, "")
+                    fake.execs[exec_id] = {"container": path.split("/")[2], "argv": body["Cmd"],
+                                           "code": code, "out": out}
+                    return self.reply(201, {"Id": exec_id})
+                if method == "POST" and path.startswith("/exec/") and path.endswith("/start"):
+                    out = fake.execs[path.split("/")[2]]["out"].encode()
+                    frame = b"\x01\0\0\0" + len(out).to_bytes(4, "big") + out if out else b""
+                    self.send_response(200)
+                    self.end_headers()
+                    self.wfile.write(frame)
+                    return None
+                if method == "GET" and path.startswith("/exec/"):
+                    return self.reply(200, {"Running": False, "ExitCode": fake.execs[path.split("/")[2]]["code"]})
                 return self.reply(200 if method == "PUT" else 204)
 
             def do_GET(self):
@@ -212,3 +231,129 @@ def test_netns_mode_maps_capabilities_and_claims_to_the_create_body(tmp_path, mo
     finally:
         api.server.shutdown()
         api.server.server_close()
+
+
+@pytest.fixture
+def libpod(tmp_path, monkeypatch):
+    """A fake podman API socket and the environment of a container node's agent."""
+    sock = tmp_path / "podman.sock"
+    api = FakeLibpod(sock)
+    monkeypatch.setenv("CONTAINER_HOST", f"unix://{sock}")
+    monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", "container:uc1-node-0")
+    monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(tmp_path / "state"))
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+def compute_pod(host_network=True, probe=None):
+    return {"kind": "Pod", "metadata": {"name": "nova-compute"}, "spec": {
+        "hostNetwork": host_network,
+        "containers": [
+            {"name": "libvirt", "image": "img:1", "securityContext": {"privileged": True},
+             "volumeMounts": [{"name": "run", "mountPath": "/run/libvirt"}]},
+            {"name": "compute", "image": "img:1", "readinessProbe": probe,
+             "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}},
+             "volumeMounts": [{"name": "run", "mountPath": "/run/libvirt"}]}],
+        "volumes": [{"name": "run", "persistentVolumeClaim": {"claimName": "libvirt-run"}}]}}
+
+
+def test_netns_mode_maps_privileged_and_gives_host_network_pods_the_nodes_hostname(libpod):
+    kube.play_netns("nova-compute", compute_pod(), {})
+    libvirt, compute = libpod.created()
+    assert (libvirt["privileged"], compute["privileged"]) == (True, False)
+    # hostNetwork: the node's network AND its UTS namespace (hostname = the node's name).
+    for body in (libvirt, compute):
+        assert body["netns"] == body["utsns"] == {"nsmode": "container", "value": "uc1-node-0"}
+    # Both containers mount the one per-node claim volume.
+    assert libvirt["volumes"][0]["Name"] == compute["volumes"][0]["Name"] == "uc1-node-0-libvirt-run"
+    libpod.calls.clear()
+    kube.play_netns("nova-compute", compute_pod(host_network=False), {})
+    assert all("utsns" not in b for b in libpod.created())  # its own hostname, as in Kubernetes
+
+
+@pytest.mark.parametrize("context, message", [
+    ({"privileged": "yes"}, "securityContext.privileged: expected true or false, not 'yes'"),
+    ("privileged", "securityContext: expected a map"),
+])
+def test_a_bad_privileged_is_one_line(env, context, message):
+    pod = {"kind": "Pod", "metadata": {"name": "lv"},
+           "spec": {"containers": [{"name": "c", "command": ["true"], "securityContext": context}]}}
+    r = hooks.run(deployment({"kind": "List", "items": [pod]}), None, 30, env)
+    assert r["deploy_status_code"] == 2
+    assert r["deploy_stderr"] == f"kube: pod lv: spec.containers[0].{message}"
+
+
+@pytest.mark.parametrize("probe, message", [
+    ({"exec": {"command": "virsh version"}}, "readinessProbe.exec.command: expected a non-empty list"),
+    ({"exec": {"command": []}}, "readinessProbe.exec.command: expected a non-empty list"),
+    ({"exec": {"command": ["true"]}, "timeoutSeconds": 0}, "readinessProbe.timeoutSeconds: expected a whole number of seconds"),
+    ({"tcpSocket": {"port": 1}, "periodSeconds": 0.5}, "readinessProbe.periodSeconds: expected a whole number of seconds"),
+    ("true", "readinessProbe: expected a map with exec, httpGet or tcpSocket"),
+])
+def test_a_bad_probe_is_one_line_before_anything_runs(env, probe, message):
+    pod = {"kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "command": ["true"], "readinessProbe": probe}]}}
+    r = hooks.run(deployment({"kind": "List", "items": [pod]}), None, 30, env)
+    assert r["deploy_status_code"] == 2
+    assert r["deploy_stderr"].startswith(f"kube: pod p: spec.containers[0].{message}"), r["deploy_stderr"]
+
+
+def test_netns_exec_probes_run_inside_the_container_through_the_exec_api(libpod):
+    probe = {"exec": {"command": ["uc-nova-compute-ready", "--quiet"]}, "periodSeconds": 1}
+    libpod.exec_results = [(1, "uc-nova-compute-ready: not mapped to a cell yet\n"), (0, "up\n")]
+    r = hooks.run(deployment({"kind": "List", "items": [compute_pod(probe=probe)]}, {"ready_timeout": 10}),
+                  None, 60, {k: os.environ[k] for k in ("CONTAINER_HOST", "UNDERCLOUD_NODE_NETNS",
+                                                        "UNDERCLOUD_AGENT_STATE")} | {"PATH": "/usr/bin:/bin"})
+    assert r["deploy_status_code"] == 0, r
+    assert [(e["container"], e["argv"]) for e in libpod.execs.values()] == \
+        [("uc1-node-0-nova-compute-compute", ["uc-nova-compute-ready", "--quiet"])] * 2
+
+
+def test_a_failing_exec_probe_reports_what_it_said(libpod):
+    probe = {"exec": {"command": ["uc-nova-compute-ready"]}, "periodSeconds": 1}
+    libpod.exec_results = [(1, "starting\nuc-nova-compute-ready: the hypervisor of host node-0 is down\n")] * 50
+    got = kube.wait_ready(compute_pod(probe=probe), 2.5, run_exec=lambda c: kube.netns_exec("nova-compute", c))
+    assert got[0] == "compute"
+    assert got[2] == "did not pass within 2.5 s; it said: uc-nova-compute-ready: the hypervisor of host node-0 is down"
+    assert len(libpod.execs) == 3  # at 0, 1 and 2 s: every periodSeconds, not as fast as it can
+
+
+def test_process_mode_runs_exec_probes_here(env, tmp_path):
+    flag = tmp_path / "ready"
+    pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"exec": {"command": ["test", "-e", str(flag)]}}}]}}
+    assert kube.wait_ready(pod, 1)[2].startswith("did not pass within 1 s")
+    flag.touch()
+    assert kube.wait_ready(pod, 1) is None
+
+
+FAKE_PODMAN = """#!/bin/sh
+# kube play FILE: keep the played file; pod inspect: running; exec NAME ARGV: recorded.
+echo "$*" >> "$FAKE_PODMAN_LOG"
+case "$1 $2" in
+  "kube play") cp "$4" "$FAKE_PODMAN_LOG.played" ;;
+  "pod inspect") echo Running ;;
+  "exec "*) [ -e "$FAKE_PODMAN_LOG.ready" ] || { touch "$FAKE_PODMAN_LOG.ready"; echo not yet; exit 1; } ;;
+esac
+"""
+
+
+def test_podman_mode_plays_host_network_pods_with_the_nodes_hostname_and_execs_probes_inside(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "podman").write_text(FAKE_PODMAN)
+    (bin_dir / "podman").chmod(0o755)
+    log = tmp_path / "podman.log"
+    env = {"UNDERCLOUD_AGENT_STATE": str(tmp_path / "state"), "PATH": f"{bin_dir}:/usr/bin:/bin",
+           "FAKE_PODMAN_LOG": str(log)}
+    pod = compute_pod(probe={"exec": {"command": ["virsh", "version"]}, "periodSeconds": 1})
+    r = hooks.run(deployment({"kind": "List", "items": [pod]}, {"kube_mode": "podman", "ready_timeout": 10}),
+                  None, 60, env)
+    assert r["deploy_status_code"] == 0, r
+    played = [json.loads(d) for d in (tmp_path / "podman.log.played").read_text().split("\n---\n")]
+    assert played[-1]["spec"]["hostname"] == socket.gethostname()
+    execs = [line for line in log.read_text().splitlines() if line.startswith("exec ")]
+    assert execs == ["exec nova-compute-compute virsh version"] * 2
+    # A Pod that names its hostname keeps it; one without hostNetwork gets none.
+    assert kube.with_node_hostname({"spec": {"hostNetwork": True, "hostname": "x"}})["spec"]["hostname"] == "x"
+    assert "hostname" not in kube.with_node_hostname({"spec": {}})["spec"]

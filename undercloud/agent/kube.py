@@ -1,17 +1,24 @@
 """The `kube` hook: a Kubernetes Pod (subset) as a deployment's config.
 
 Subset: metadata.name; spec.containers[] with name, image, command, args, env
-(name/value), ports, volumeMounts, livenessProbe/readinessProbe (exec, httpGet,
-tcpSocket), securityContext.capabilities (add/drop); spec.volumes[] hostPath, emptyDir,
-configMap, persistentVolumeClaim (claimName: a named podman volume, kept when the Pod is
-replaced); hostNetwork.
+(name/value), ports, volumeMounts, readinessProbe (exec, httpGet, tcpSocket; timeoutSeconds,
+periodSeconds), securityContext.capabilities (add/drop) and securityContext.privileged;
+spec.volumes[] hostPath (files, directories, devices such as /dev/net/tun), emptyDir,
+configMap, persistentVolumeClaim (claimName: a named volume per node, kept when the Pod is
+replaced, shared by every container of the node that mounts the same claim); hostNetwork
+(the node's network and, as Kubernetes gives it, the node's hostname). livenessProbe is
+accepted and validated but not acted on: nothing restarts a container on it (podman's
+health-check timers need systemd, which these nodes do not run).
+Exec probes run inside their container, as Kubernetes runs them (podman: `podman exec`;
+netns: the libpod exec API), except in process mode, where the container is a process here.
 
 How the Pod runs, in order of preference (options.kube_mode forces one):
 - `podman`: `podman kube play --replace` with the node's own podman (VMs, bare metal).
   On a container node the undercloud mounts the host's podman API socket into the node
   and sets CONTAINER_HOST; the Pod then joins the node's network namespace
   (UNDERCLOUD_NODE_NETNS, e.g. `container:<node container>`), the way containerised
-  TripleO had its agent container drive the host's container engine.
+  TripleO had its agent container drive the host's container engine. A hostNetwork Pod
+  is played with spec.hostname = this node's hostname (podman 4.3 names it after the Pod).
 - `process`: no podman: each container's command runs as a supervised process from the
   node's own file system (restarted on exit, logs under the agent's state directory).
 A Pod whose rendered config hash is unchanged and still running is left alone; a changed
@@ -20,17 +27,20 @@ one is replaced.
 The config may also be a `kind: List` of ConfigMaps and Pods (what an overcloud deploy
 step hands a node: every service of the step): each Pod is played with the ConfigMaps it
 names, unchanged Pods are left alone, and the first Pod not ready fails the deployment
-naming the Pod, its probe and the last lines of its container's log.
+naming the Pod, its probe (an exec probe's last line of output) and the last lines of its
+container's log.
 
 - `netns` (container nodes; podman 4.3's `kube play` cannot join another container's
   network namespace): with CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=
   container:NODE, each container of the Pod is created through the host's podman API
   (libpod REST, standard library only) as `NODE-<pod>-<container>` joined to NODE's
-  network namespace, with runc and explicit ulimits; ConfigMap volumes are copied into
-  the container before it starts (the archive API); probes run from the agent, which
-  shares that namespace. A persistentVolumeClaim is the named volume `NODE-<claimName>`
+  network namespace (and, for a hostNetwork Pod, its UTS namespace: the node's hostname),
+  with runc and explicit ulimits; ConfigMap volumes are copied into the container before
+  it starts (the archive API); httpGet/tcpSocket probes run from the agent, which shares
+  that namespace. A persistentVolumeClaim is the named volume `NODE-<claimName>`
   (labelled undercloud.node=NODE: deleting the node removes it), so two nodes on one host
-  never share one; capabilities become the create body's cap_add/cap_drop.
+  never share one; capabilities become the create body's cap_add/cap_drop, privileged
+  its privileged.
 """
 
 from __future__ import annotations
@@ -102,7 +112,13 @@ def validate(pod: dict) -> str:
     for i, c in enumerate(containers):
         if not isinstance(c, dict) or not c.get("name"):
             raise PodError(f"spec.containers[{i}].name: required")
-        caps = (c.get("securityContext") or {}).get("capabilities") or {}
+        sc = c.get("securityContext") or {}
+        if not isinstance(sc, dict):
+            raise PodError(f"pod {name}: spec.containers[{i}].securityContext: expected a map")
+        if not isinstance(sc.get("privileged", False), bool):
+            raise PodError(f"pod {name}: spec.containers[{i}].securityContext.privileged: expected true or false, "
+                           f"not {sc['privileged']!r}")
+        caps = sc.get("capabilities") or {}
         if not isinstance(caps, dict):
             raise PodError(f"pod {name}: spec.containers[{i}].securityContext.capabilities: expected a map "
                            f"with add and/or drop")
@@ -114,6 +130,8 @@ def validate(pod: dict) -> str:
             for j, cap in enumerate(values):
                 if not isinstance(cap, str) or cap.upper().removeprefix("CAP_") not in CAPABILITIES:
                     raise PodError(f"{where}[{j}]: unknown capability {cap!r} (e.g. NET_ADMIN, NET_RAW, SYS_TIME)")
+        for kind in ("readinessProbe", "livenessProbe"):
+            _validate_probe(c.get(kind), f"pod {name}: spec.containers[{i}].{kind}")
     for i, v in enumerate((pod.get("spec") or {}).get("volumes") or []):
         if isinstance(v, dict) and "persistentVolumeClaim" in v:
             claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
@@ -122,6 +140,26 @@ def validate(pod: dict) -> str:
                                f"claim name (lower-case letters, digits, '-' and '.', at most 63, starting and "
                                f"ending with a letter or digit)")
     return name
+
+
+def _validate_probe(spec, where: str) -> None:
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise PodError(f"{where}: expected a map with exec, httpGet or tcpSocket")
+    if "exec" in spec:
+        cmd = (spec.get("exec") or {}).get("command") if isinstance(spec.get("exec"), dict) else None
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(a, (str, int)) for a in cmd):
+            raise PodError(f"{where}.exec.command: expected a non-empty list of arguments (no shell is implied)")
+    for key in ("timeoutSeconds", "periodSeconds"):
+        value = spec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise PodError(f"{where}.{key}: expected a whole number of seconds, at least 1 (as Kubernetes), "
+                           f"not {value!r}")
+
+
+def privileged(container: dict) -> bool:
+    return (container.get("securityContext") or {}).get("privileged") is True
 
 
 def capabilities(container: dict, key: str) -> list[str]:
@@ -249,6 +287,16 @@ def prefetch(spec_file: Path) -> int:
     return 0
 
 
+def with_node_hostname(pod: dict) -> dict:
+    """podman mode: `kube play` names a hostNetwork Pod's host after the Pod (podman 4.3);
+    Kubernetes gives it the node's hostname, which services register under (nova-compute,
+    the neutron agents), so the played Pod says spec.hostname = this node's unless set."""
+    spec = pod.get("spec") or {}
+    if not spec.get("hostNetwork") or spec.get("hostname"):
+        return pod
+    return dict(pod, spec=dict(spec, hostname=socket.gethostname()))
+
+
 def play_podman(name: str, pod: dict, spec_file: Path) -> tuple[int, str, str]:
     cmd = ["podman", "kube", "play", "--replace"]
     netns = os.environ.get("UNDERCLOUD_NODE_NETNS")
@@ -331,44 +379,76 @@ def supervise(spec_file: Path) -> int:
     return 0
 
 
-def probe(spec: dict, timeout: float = 2.0) -> bool:
+def probe(spec: dict, timeout: float = 2.0, run_exec=None) -> tuple[bool, str]:
+    """(passed, what an exec probe printed or why it failed). An exec probe runs through
+    `run_exec(argv, timeout) -> (exit code, output)` (inside the container) when given, else
+    here; timeoutSeconds wins over `timeout`."""
+    timeout = float(spec.get("timeoutSeconds") or timeout)
     try:
         if "exec" in spec:
-            return subprocess.run(spec["exec"]["command"], capture_output=True, timeout=timeout).returncode == 0
+            argv = [str(a) for a in spec["exec"]["command"]]
+            if run_exec is not None:
+                code, out = run_exec(argv, timeout)
+            else:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+                code, out = p.returncode, p.stdout + p.stderr
+            return code == 0, out.strip()
         if "httpGet" in spec:
             h = spec["httpGet"]
             url = f"http://{h.get('host', '127.0.0.1')}:{h['port']}{h.get('path', '/')}"
             with urllib.request.urlopen(url, timeout=timeout) as r:
-                return 200 <= r.status < 400
+                return 200 <= r.status < 400, ""
         if "tcpSocket" in spec:
             t = spec["tcpSocket"]
             with socket.create_connection((t.get("host", "127.0.0.1"), int(t["port"])), timeout=timeout):
-                return True
-    except (OSError, subprocess.SubprocessError, KeyError, ValueError):
-        return False
-    return True
+                return True, ""
+    except (OSError, subprocess.SubprocessError, KeyError, ValueError, PodError) as exc:
+        return False, f"{type(exc).__name__}: {exc}" if "exec" in spec else ""
+    return True, ""
 
 
-def wait_ready(pod: dict, timeout: float, dead=lambda: None) -> tuple[str, dict, str] | None:
+def wait_ready(pod: dict, timeout: float, dead=lambda: None, run_exec=None) -> tuple[str, dict, str] | None:
     """None when every readiness probe passes within `timeout`, else (container, probe,
     why) of the first that did not. `dead()` names a container that keeps exiting, which
-    ends the wait early (a broken configuration fails in seconds, not at the timeout)."""
+    ends the wait early (a broken configuration fails in seconds, not at the timeout).
+    `run_exec(container)` gives the runner of that container's exec probes (None: here).
+    A probe runs every periodSeconds when it says, else every 0.5 s."""
     pending = {c["name"]: c["readinessProbe"] for c in pod["spec"]["containers"] if c.get("readinessProbe")}
+    said: dict[str, str] = {}
+    due = dict.fromkeys(pending, 0.0)
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
         for n, spec in list(pending.items()):
-            if probe(spec):
+            if time.monotonic() < due[n]:
+                continue
+            ok, said[n] = probe(spec, run_exec=run_exec(n) if run_exec else None)
+            due[n] = time.monotonic() + float(spec.get("periodSeconds") or 0.5)
+            if ok:
                 pending.pop(n)
         if pending:
             gone = dead()
             if gone:
                 first = gone[0] if gone[0] in pending else sorted(pending)[0]
-                return first, pending[first], f"did not pass: {gone[1]}"
-            time.sleep(0.5)
+                return first, pending[first], f"did not pass: {gone[1]}" + _said(said.get(first))
+            time.sleep(0.25 if min(due[n] for n in pending) - time.monotonic() < 0.5 else 0.5)
     if not pending:
         return None
     first = sorted(pending)[0]
-    return first, pending[first], f"did not pass within {timeout:g} s"
+    return first, pending[first], f"did not pass within {timeout:g} s" + _said(said.get(first))
+
+
+def _said(text: str | None) -> str:
+    """An exec probe's last words for the failure reason (its last line, trimmed)."""
+    lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
+    return f"; it said: {lines[-1][:200]}" if lines else ""
+
+
+def podman_exec(name: str, container: str):
+    """podman mode: exec probes run inside the Pod's container (`podman exec`)."""
+    def run(argv: list[str], timeout: float) -> tuple[int, str]:
+        p = _run(["podman", "exec", f"{name}-{container}", *argv], timeout=timeout)
+        return p.returncode, p.stdout + p.stderr
+    return run
 
 
 # --- netns mode: the host's podman API, containers in the node's network namespace -------
@@ -418,12 +498,33 @@ class PodmanAPI:
         status, data = self.call("GET", f"/containers/{name}/logs?stdout=true&stderr=true&tail={lines}")
         if status >= 300:
             return ""
-        out, i = [], 0  # multiplexed frames: 1 byte stream, 3 zero, 4 bytes big-endian size
-        while i + 8 <= len(data) and data[i] in (0, 1, 2) and data[i + 1:i + 4] == b"\0\0\0":
-            size = int.from_bytes(data[i + 4:i + 8], "big")
-            out.append(data[i + 8:i + 8 + size])
-            i += 8 + size
-        return (b"".join(out) if out else data).decode(errors="replace")
+        return _demux(data)
+
+    def exec(self, name: str, argv: list[str], timeout: float) -> tuple[int, str]:
+        """Run argv inside container `name` (exec create + start, attached); (exit code, output)."""
+        data = self.ok("POST", f"/containers/{name}/exec",
+                       {"Cmd": argv, "AttachStdout": True, "AttachStderr": True}, what=f"exec in {name}")
+        exec_id = json.loads(data)["Id"]
+        status, out = self.call("POST", f"/exec/{exec_id}/start", {"Detach": False, "Tty": False}, timeout=timeout)
+        if status >= 300:
+            raise PodError(f"podman API exec in {name}: HTTP {status}: {_demux(out).strip()[:300]}")
+        for _ in range(20):  # the session's state may trail the end of its output a little
+            info = json.loads(self.ok("GET", f"/exec/{exec_id}/json"))
+            if not info.get("Running"):
+                return int(info.get("ExitCode", -1)), _demux(out)
+            time.sleep(0.05)
+        return -1, _demux(out)
+
+
+def _demux(data: bytes) -> str:
+    """The text of a multiplexed stream (logs, attached exec): frames of 1 byte stream,
+    3 zero bytes, 4 bytes big-endian size; anything else is taken as plain text."""
+    out, i = [], 0
+    while i + 8 <= len(data) and data[i] in (0, 1, 2) and data[i + 1:i + 4] == b"\0\0\0":
+        size = int.from_bytes(data[i + 4:i + 8], "big")
+        out.append(data[i + 8:i + 8 + size])
+        i += 8 + size
+    return (b"".join(out) if out else data).decode(errors="replace")
 
 
 def _config_tar(mounts: list[tuple[str, dict]]) -> bytes:
@@ -484,6 +585,16 @@ def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | Non
     return None
 
 
+def netns_exec(name: str, container: str):
+    """netns mode: exec probes run inside the Pod's container through the podman API."""
+    def run(argv: list[str], timeout: float) -> tuple[int, str]:
+        target = node_target()
+        if not target:
+            raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
+        return PodmanAPI(target[0]).exec(f"{netns_prefix(name)}-{container}", argv, timeout)
+    return run
+
+
 def claim_volume(api: PodmanAPI, node: str, claim: str) -> str:
     """The named volume behind a persistentVolumeClaim on this node, made when missing.
     Per node (`NODE-<claim>`): two container nodes on one host never share one; the label
@@ -536,7 +647,11 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
             "volumes": named,
             "cap_add": capabilities(c, "add"),
             "cap_drop": capabilities(c, "drop"),
+            "privileged": privileged(c),
         }
+        if spec.get("hostNetwork"):
+            # Kubernetes gives a hostNetwork Pod the node's hostname: services register under it.
+            create["utsns"] = {"nsmode": "container", "value": node}
         if c.get("command"):
             create["entrypoint"] = [str(a) for a in c["command"]]
         if c.get("args") is not None:
@@ -595,7 +710,7 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
         docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
                 for n in _configmap_names(pod) if n in configmaps]
         play_file = state_dir() / f"{name}.play.yaml"
-        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, pod]))
+        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, with_node_hostname(pod)]))
         code, out, err = play_podman(name, pod, play_file)
         if code != 0:
             return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}
@@ -608,7 +723,8 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
         start_processes(name, pod, spec_file)
         out, err = f"pod {name}: started as supervised processes\n", ""
     dead = (lambda: netns_dead(name, pod)) if mode == "netns" else (lambda: None)
-    not_ready = wait_ready(pod, float(options.get("ready_timeout", 60)), dead)
+    run_exec = {"netns": lambda c: netns_exec(name, c), "podman": lambda c: podman_exec(name, c)}.get(mode)
+    not_ready = wait_ready(pod, float(options.get("ready_timeout", 60)), dead, run_exec)
     if not_ready:
         container, spec, not_ready_why = not_ready
         tail = log_tail(mode, name, container)
