@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import secrets
+import traceback
+
 
 class UndercloudError(Exception):
     """A user-facing error: shown as one line, never as a traceback."""
@@ -31,3 +35,28 @@ class InvalidInput(UndercloudError):
 
 class ServiceUnavailable(UndercloudError):
     pass
+
+
+class InternalError(UndercloudError):
+    """Something unexpected (a bug): shown as "internal error <id>", details only in the log."""
+
+
+def internal_error(exc: BaseException, log: logging.Logger | None = None, what: str = "") -> InternalError:
+    """Log `exc` under a new id and return the error to show in its place.
+
+    Neither the log nor the answer carries the exception's message: it may hold values
+    (SQL parameters, resolved template values, hidden parameters). The log gets the
+    exception types and where they were raised, which is what finding the bug needs."""
+    ident = secrets.token_hex(4)
+    lines = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:  # the chain, innermost cause last
+        seen.add(id(e))
+        frames = traceback.extract_tb(e.__traceback__)
+        lines.append(f"  {type(e).__module__}.{type(e).__qualname__}, raised at:")
+        lines += [f"    {f.filename}:{f.lineno} in {f.name}" for f in frames[-12:]]
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    (log or logging.getLogger("undercloud")).error("internal error %s%s\n%s", ident,
+                                                   f" ({what})" if what else "", "\n".join(lines))
+    return InternalError(f"internal error {ident}")
