@@ -110,5 +110,19 @@ def test_install_deps_with_a_stock_path_installs_once_and_removes(tmp_path):
     pkg = next(venv.glob("lib/python3*/site-packages/undercloud"))
     assert (pkg / "images" / "elements" / "base" / "README.md").read_text().endswith("\nchanged\n")
 
+    # A new dependency (pinned) is installed; a package an older lock installed and nothing
+    # needs or pins is dropped; the pinned ones stay.
+    python = str(venv / "bin" / "python")
+    run([python, "-m", "pip", "install", "-q", "toml==0.10.2"], env=env)
+    pyproject = checkout / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('dependencies = [', 'dependencies = [\n  "tomli-w",', 1))
+    with open(checkout / "constraints.txt", "a") as f:
+        f.write("tomli_w==1.2.0\n")
+    r = run([script], env=env)
+    assert "dependencies" in r.stderr, r.stderr
+    installed = run([python, "-m", "pip", "list", "--format=freeze"], env=env).stdout.lower()
+    assert "tomli_w==1.2.0" in installed.replace("-", "_") and "toml==" not in installed, installed
+    assert "pyyaml==" in installed and "openstackclient==" in installed, installed
+
     r = run([script, "--remove"], env=env)
     assert not venv.exists() and not (bin_dir / "undercloud").is_symlink(), r.stderr
