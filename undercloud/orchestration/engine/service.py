@@ -14,9 +14,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from undercloud.errors import Conflict, InvalidInput, NotFound
+from undercloud.errors import Conflict, InvalidInput, NotFound, internal_error
 from undercloud.orchestration.engine.walk import Plan, StackNode, Walk, new_root_row
 from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.limits import BY_NAME, LIMITS
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
 from undercloud.store import Store
@@ -25,6 +26,7 @@ from undercloud.store.stacks import Stack, StackEvent, StackResource
 log = logging.getLogger("undercloud.engine")
 
 DEFAULT_TIMEOUT = 3600.0
+STOP_WAIT = 30.0  # seconds a delete waits for the operation it supersedes to stop
 RES = StackResource.__table__
 STACKS = Stack.__table__
 EVENTS = StackEvent.__table__
@@ -65,6 +67,7 @@ class StackService:
         self.prepared: dict[str, Any] = {}  # root id -> the template validated by the request
         self.superseded: set[str] = set()  # root ids whose operation a delete stops
         self.last_walk: Walk | None = None  # for benchmarks and tests
+        self.stopping = threading.Event()  # set when the service stops: walks end at their next step
 
     # -- loading ----------------------------------------------------------------------
     def _root(self, name_or_id: str) -> dict:
@@ -180,7 +183,9 @@ class StackService:
         try:
             if op:
                 op[1].set()
-                op[0].join()
+                op[0].join(STOP_WAIT)
+                if op[0].is_alive():
+                    raise Conflict(f"the operation under way did not stop within {STOP_WAIT:.0f} s; try again")
         finally:
             self.superseded.discard(root_id)
 
@@ -200,12 +205,13 @@ class StackService:
         try:
             self._operate(root_id, cancel, resuming)
         except Exception as exc:  # an engine bug must not leave the stack IN_PROGRESS
-            log.exception("stack operation failed")
+            # logged under an id, never with its message: it may hold SQL parameters or values
+            err = internal_error(exc, log, f"operation of stack {root_id}")
             try:
                 root = self._root(root_id)
-                self._finish(root, "FAILED", f"internal error: {exc}")
-            except Exception:  # noqa: BLE001
-                log.exception("could not record the failure")
+                self._finish(root, "FAILED", f"Stack {root['action']} failed: {err}")
+            except Exception as exc2:  # noqa: BLE001
+                internal_error(exc2, log, f"recording the failure of stack {root_id}")
         finally:
             with self.lock:
                 self.ops.pop(root_id, None)
@@ -220,8 +226,10 @@ class StackService:
             timeout = max(60.0, timeout - (time.time() - float(op.get("started") or time.time())))
         if kind == "delete":
             w = self._delete_all(root, cancel, timeout, resuming)
+            if w.interrupted:
+                return
             if w.failure:
-                self._finish(root, "FAILED", w.failure)
+                self._finish(root, "FAILED", w.failure, w)
             else:
                 self._purge(root_id)
             return
@@ -230,6 +238,8 @@ class StackService:
             return
         previous = root.get("prev_bundle") if kind == "update" and op.get("converged") else None
         w = self._forward(root, root["bundle"], root["parameters"], cancel, timeout, resuming, previous=previous)
+        if w.interrupted:
+            return  # the service stops: resumed at its next start
         if w.failure is None:
             self._finish(root, "COMPLETE", f"Stack {root['action']} completed successfully", w)
             return
@@ -239,7 +249,7 @@ class StackService:
             root = self._root(root_id)
             root.update(action="ROLLBACK", status="IN_PROGRESS", status_reason=f"rolling back: {w.failure}",
                         operation={**op, "kind": "rollback"})
-            wr = Writer(self.store)
+            wr = Writer(self.store, clean=w.clean)
             wr.touch_stack(root)
             wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "ROLLBACK", "IN_PROGRESS",
                      f"Stack ROLLBACK started: {w.failure}")
@@ -255,7 +265,7 @@ class StackService:
         else:
             stacks, rows = self._tree(root["id"])
         w = Walk(self.store, root, services=self.services, timeout=timeout, resuming=resuming, plan=plan,
-                 cancel=cancel)
+                 cancel=cancel, stopping=self.stopping)
         stacks = [root if s["id"] == root["id"] else s for s in stacks]
         w.load_rows(stacks, rows)
         self.last_walk = self.walks[root["id"]] = w
@@ -273,7 +283,7 @@ class StackService:
         node = StackNode(root, tmpl, w.rows_for(root["id"]))
         w.add_stack(node)
         w.drive()
-        if w.failure is None:
+        if w.failure is None and not w.interrupted:
             w.delete_tasks(w.cleanup_rows(w.stacks))
             w.drive()
         return w
@@ -295,9 +305,12 @@ class StackService:
             root = self._root(root["id"])
             root.update(bundle=root["prev_bundle"], parameters=root["prev_parameters"])
             w = self._forward(root, root["prev_bundle"], root["prev_parameters"], cancel, timeout, True)
+        if w.interrupted:
+            return
         root = self._root(root["id"]) if w.failure else root
         if w.failure:
-            self._finish(root, "FAILED", f"Stack ROLLBACK failed: {w.failure}", None, action="ROLLBACK")
+            self._finish(root, "FAILED", f"Stack ROLLBACK failed: {w.failure}", None, action="ROLLBACK",
+                         clean=w.clean)
         else:
             if root.get("prev_bundle"):
                 root.update(bundle=root["prev_bundle"], parameters=root["prev_parameters"])
@@ -322,12 +335,13 @@ class StackService:
         w.touch_stack(root)
         w.flush()
 
-    def _finish(self, root: dict, status: str, reason: str, w: Walk | None = None, action: str | None = None) -> None:
+    def _finish(self, root: dict, status: str, reason: str, w: Walk | None = None, action: str | None = None,
+                clean: Any = None) -> None:
         action = action or root["action"]
         root.update(action=action, status=status, status_reason=reason, updated_at=time.time())
         if w is not None and status == "COMPLETE" and w.stacks:
             root["outputs"] = w.stacks[0].row.get("outputs")
-        wr = w.writer if w is not None else Writer(self.store)
+        wr = w.writer if w is not None else Writer(self.store, clean=clean)
         wr.touch_stack(root)
         wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], action, status, reason)
         wr.flush()
@@ -353,6 +367,8 @@ class StackService:
             ids = [r[0] for r in conn.execute(select(STACKS.c.id).where(STACKS.c.parent_id.is_(None))
                                               .where(STACKS.c.status == "IN_PROGRESS"))]
         for sid in ids:
+            if not self._count_resume(sid):
+                continue
             log.info("resuming the interrupted operation of stack %s", sid)
             cancel = threading.Event()
             t = threading.Thread(target=self._run, args=(sid, cancel, True), name=f"stack-{sid[:8]}", daemon=True)
@@ -361,12 +377,32 @@ class StackService:
             t.start()
         return ids
 
-    def stop(self) -> None:
-        """At service stop: let running operations end at their next step (resumed later)."""
+    def _count_resume(self, root_id: str) -> bool:
+        """Note one more resume of the operation; past the limit it ends FAILED instead (an
+        operation that dies with the service each time must not take every start with it)."""
+        root = self._root(root_id)
+        op = dict(root.get("operation") or {})
+        resumes = int(op.get("resumes") or 0) + 1
+        if resumes > LIMITS.resumes:
+            self._finish(root, "FAILED", f"Stack {root['action']} failed: interrupted by {resumes - 1} restarts "
+                         f"of the undercloud service without finishing; not resumed again (set "
+                         f"{BY_NAME['resumes'].env} to allow more)")
+            return False
+        root["operation"] = {**op, "resumes": resumes}
+        w = Writer(self.store)
+        w.touch_stack(root)
+        w.flush()
+        return True
+
+    def stop(self, wait: float = 5.0) -> None:
+        """At service stop: running operations end at their next step, their progress written;
+        the next start resumes them."""
+        self.stopping.set()
         with self.lock:
             ops = list(self.ops.values())
+        deadline = time.monotonic() + wait
         for t, _ in ops:
-            t.join(timeout=0.1)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def wait(self, name_or_id: str, timeout: float | None = None) -> None:
         root = self._root(name_or_id)

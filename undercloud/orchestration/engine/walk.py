@@ -25,10 +25,21 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from undercloud.errors import UndercloudError, internal_error
 from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
-from undercloud.orchestration.resources.base import NestedView, Plugin, StackRef, with_defaults
+from undercloud.orchestration.resources.base import (
+    NestedView,
+    Plugin,
+    ResourceFailure,
+    StackRef,
+    with_defaults,
+)
 from undercloud.orchestration.resources.nested import TemplateResource
+from undercloud.orchestration.template.parameters import mask_texts, secret_texts
 
 log = logging.getLogger("undercloud.engine")
 
@@ -44,6 +55,28 @@ def plugin_class(rtype: str, template_file: str | None = None) -> type[Plugin]:
         # A type known when it was created but whose plugin is gone: treat as a no-op.
         return Plugin
     return cls
+
+
+# Failures that are bugs or the store's (their messages may hold values: SQL parameters, resolved
+# properties, hidden parameters): logged under an id and shown as "internal error <id>". Any other
+# exception of a plugin fails its resource with its message (hidden values masked, cut to a line).
+INTERNAL = (SQLAlchemyError, LookupError, TypeError, AttributeError, NameError, AssertionError,
+            ArithmeticError, MemoryError, RecursionError, UnicodeError)
+
+
+def describe(exc: BaseException, what: str) -> str:
+    if isinstance(exc, INTERNAL) and not isinstance(exc, UndercloudError | ResourceFailure):
+        return str(internal_error(exc, log, what))
+    return str(exc) or type(exc).__name__
+
+
+def oversize(value: Any, what: str) -> str | None:
+    """The message for a value over the value limit, else None."""
+    try:
+        value_size(value)
+    except TooLarge as exc:
+        return exceeded("value_chars", f"the length of {what} in characters", exc.args[0])
+    return None
 
 
 def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = "") -> dict:
@@ -164,7 +197,12 @@ class ResTask:
             props = stack.tmpl.resolve(rd.properties or {}, resolver) or {}
             metadata = stack.tmpl.resolve(rd.metadata, resolver) if rd.metadata else None
         except Exception as exc:  # a function that cannot resolve at runtime
-            self.fail_early(f"resources.{self.name}.properties: {exc}")
+            self.fail_early(f"resources.{self.name}.properties: {describe(exc, 'resolving ' + self.path)}")
+            return False
+        # what is stored and handed to plugins is bounded, whatever functions made it
+        too_big = oversize(props, "its properties") or oversize(metadata, "its metadata")
+        if too_big:
+            self.fail_early(f"resources.{self.name}: {too_big}")
             return False
         cls = plugin_class(rd.type, rd.template_file)
         self.props = with_defaults(cls.properties_schema, props if isinstance(props, dict) else {})
@@ -323,7 +361,10 @@ class ResTask:
             return
         self.plugin = self.make_plugin(cls)
         if cls is TemplateResource or cls.nested_template is not Plugin.nested_template:
-            self.start_nested(cls)
+            try:
+                self.start_nested(cls)
+            except Exception as exc:  # the nested template cannot be built (its inputs, a limit)
+                self.fail(describe(exc, f"nested stack of {self.path}"))
             return
         if self.action == "CREATE":
             w.call(self, self.plugin.create, "CREATE")
@@ -346,6 +387,8 @@ class ResTask:
             child_tmpl = self.stack.tmpl.nested(self.name, self.props)
         else:
             child_tmpl = plugin.nested_template(self.stack.tmpl)
+        if not plan:
+            w.admit(len(child_tmpl.resources))
         new = not (child_id and child_id in w.stack_rows)
         if not new:
             srow = w.stack_rows[child_id]
@@ -551,7 +594,8 @@ class Walk:
     """Drives tasks: ready queue, polls by time, results of blocking calls from the pool."""
 
     def __init__(self, store: Any, root_row: dict, *, services: Any = None, timeout: float = 3600.0,
-                 resuming: bool = False, plan: Plan | None = None, cancel: threading.Event | None = None):
+                 resuming: bool = False, plan: Plan | None = None, cancel: threading.Event | None = None,
+                 stopping: threading.Event | None = None):
         self.store = store
         self.root_row = root_row
         self.root_id = root_row["id"]
@@ -580,6 +624,27 @@ class Walk:
         # Existing nested stacks take this action when something in them changes.
         self.nested_action = "ROLLBACK" if root_row["action"] == "ROLLBACK" else "UPDATE"
         self.deleting: set[str] = set()  # nested stacks whose DELETE_IN_PROGRESS is written
+        self.stopping = stopping or threading.Event()  # the service stops: leave the rest for the resume
+        self.interrupted = False
+        self.resource_count = 0  # resources of the new definition this walk has added
+        # texts of hidden values: masked in every reason, event and log line the walk writes
+        op = root_row.get("operation") or {}
+        given = root_row.get("parameters") or {}
+        self.secrets: frozenset[str] = secret_texts([given[n] for n in op.get("hidden") or [] if n in given])
+        self.writer.clean = self.clean
+
+    def clean(self, text: str) -> str:
+        """A reason as it may be stored and shown: hidden values masked, cut to the limit."""
+        if self.secrets:
+            text = mask_texts(text, self.secrets)
+        return cut(text)
+
+    def admit(self, n: int) -> None:
+        """Count `n` more resources of the new definition; ResourceFailure past the limit."""
+        if self.resource_count + n > LIMITS.resources:
+            raise ResourceFailure(exceeded("resources", "the number of resources of the stack tree",
+                                           self.resource_count + n))
+        self.resource_count += n
 
     # -- loading ------------------------------------------------------------------------
     def load_rows(self, stack_rows: list[dict], res_rows: list[dict] | None) -> None:
@@ -683,8 +748,16 @@ class Walk:
     # -- the forward phase --------------------------------------------------------------
     def add_stack(self, stack: StackNode) -> None:
         """Add a stack's resources to the walk (at the start, or when a nested one begins)."""
-        self.stacks.append(stack)
         tmpl = stack.tmpl
+        if stack.parent_task is None and self.plan is None:
+            try:
+                self.admit(len(tmpl.resources))
+            except ResourceFailure as exc:
+                self.failure = self.failure or str(exc)
+                return
+        self.stacks.append(stack)
+        if tmpl.secrets and not tmpl.secrets <= self.secrets:
+            self.secrets = self.secrets | tmpl.secrets
         deps = tmpl.dependencies()
         names = list(tmpl.resources)
         for name in names:
@@ -714,12 +787,16 @@ class Walk:
             outputs = {}
             resolver = Resolver(stack)
             for name, od in stack.tmpl.outputs.items():
+                description = getattr(od, "description", "") or ""
                 try:
-                    outputs[name] = {"value": stack.tmpl.resolve(od.value, resolver),
-                                     "description": getattr(od, "description", "") or ""}
+                    value = stack.tmpl.resolve(od.value, resolver)
+                    error = oversize(value, "the output's value")
                 except Exception as exc:
-                    outputs[name] = {"value": None, "error": str(exc),
-                                     "description": getattr(od, "description", "") or ""}
+                    value, error = None, describe(exc, f"output {name} of {stack.row['path'] or 'the root stack'}")
+                if error:
+                    outputs[name] = {"value": None, "error": self.clean(error), "description": description}
+                else:
+                    outputs[name] = {"value": value, "description": description}
             if outputs != stack.row.get("outputs") and stack.row.get("outputs") is not None:
                 self.changed(stack)
             stack.row["outputs"] = outputs
@@ -793,8 +870,9 @@ class Walk:
         if task.state in ("done", "failed"):
             return
         if exc is not None:
-            log.info("resource %s failed: %s", task.path, exc)
-            task.fail(str(exc) or type(exc).__name__)
+            message = describe(exc, f"resource {task.path}")
+            log.info("resource %s failed: %s", task.path, self.clean(message))
+            task.fail(message)
             return
         if poll and not result:
             if time.monotonic() > task.deadline:
@@ -816,13 +894,17 @@ class Walk:
 
     def drive(self) -> None:
         """Run until nothing is ready, running or polling."""
+        cancel = self.cancel
         while True:
-            if self.cancel.is_set() and self.failure is None:
+            if self.stopping.is_set() and self.plan is None:
+                self.interrupted = True  # the service stops: what is left is resumed at its next start
+                break
+            if cancel.is_set() and self.failure is None:
                 self.failure = "cancelled by request"
                 self.cancel_running("cancelled by request")
             # 1. everything ready: decide, write ahead, act
             batch = []
-            while self.ready and self.failure is None:
+            while self.ready and self.failure is None and not cancel.is_set():
                 task = self.ready.popleft()
                 task.state = "run"
                 if task.begin():
@@ -877,7 +959,7 @@ class Walk:
             self.wake.wait(max(0.0, min(timeout, FLUSH_EVERY)))
             self.wake.clear()
         if self.plan is None:
-            if self.failure is not None:
+            if self.failure is not None and not self.interrupted:
                 self.close_unfinished()
             self.writer.flush()
 

@@ -4,10 +4,12 @@ transaction per flush (SQLAlchemy Core executemany), never one statement per res
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, update
 
+from undercloud.orchestration.limits import cut
 from undercloud.store import Store
 from undercloud.store.stacks import Stack, StackEvent, StackResource
 
@@ -20,8 +22,11 @@ STACK_COLUMNS = [c.name for c in STACKS.columns]
 
 
 class Writer:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, clean: Callable[[str], str] | None = None):
         self.store = store
+        # every reason written passes through it (cut to the message limit; the walk also masks
+        # hidden values): status reasons and events never carry more than a line
+        self.clean: Callable[[str], str] = clean or cut
         self.new_rows: dict[str, dict] = {}
         self.dirty_rows: dict[str, dict] = {}
         self.gone_rows: set[str] = set()
@@ -62,7 +67,8 @@ class Writer:
         self.events.append({
             "root_id": root_id, "stack_id": stack["id"], "stack_name": stack["name"], "path": stack["path"],
             "resource_name": resource_name, "resource_type": rtype, "physical_id": physical_id,
-            "action": action, "status": status, "reason": reason, "time": time.time(),
+            "action": action, "status": status, "reason": self.clean(reason) if reason else reason,
+            "time": time.time(),
         })
 
     @property
@@ -76,18 +82,18 @@ class Writer:
             return
         with self.store.engine.begin() as conn:
             if self.new_stacks:
-                conn.execute(insert(STACKS), [_cols(s, STACK_COLUMNS) for s in self.new_stacks.values()])
+                conn.execute(insert(STACKS), [self._cols(s, STACK_COLUMNS) for s in self.new_stacks.values()])
             if self.dirty_stacks:
                 cols = [c for c in STACK_COLUMNS if c != "id"]
                 stmt = update(STACKS).where(STACKS.c.id == bindparam("b_id")).values(
                     {c: bindparam(c) for c in cols})
-                conn.execute(stmt, [{"b_id": s["id"], **_cols(s, cols)} for s in self.dirty_stacks.values()])
+                conn.execute(stmt, [{"b_id": s["id"], **self._cols(s, cols)} for s in self.dirty_stacks.values()])
             if self.new_rows:
-                conn.execute(insert(RES), [_cols(r, RES_COLUMNS) for r in self.new_rows.values()])
+                conn.execute(insert(RES), [self._cols(r, RES_COLUMNS) for r in self.new_rows.values()])
             if self.dirty_rows:
                 stmt = update(RES).where(RES.c.uuid == bindparam("b_uuid")).values(
                     {c: bindparam(c) for c in RES_MUTABLE})
-                conn.execute(stmt, [{"b_uuid": r["uuid"], **_cols(r, RES_MUTABLE)}
+                conn.execute(stmt, [{"b_uuid": r["uuid"], **self._cols(r, RES_MUTABLE)}
                                     for r in self.dirty_rows.values()])
             if self.gone_rows:
                 gone = list(self.gone_rows)
@@ -107,5 +113,8 @@ class Writer:
         self.events = []
 
 
-def _cols(d: dict, cols: list[str]) -> dict[str, Any]:
-    return {c: d.get(c) for c in cols}
+    def _cols(self, d: dict, cols: list[str]) -> dict[str, Any]:
+        out = {c: d.get(c) for c in cols}
+        if out.get("status_reason"):
+            out["status_reason"] = self.clean(out["status_reason"])
+        return out

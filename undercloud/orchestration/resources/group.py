@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from undercloud.orchestration.resources.base import Plugin, Prop
+from undercloud.orchestration.limits import LIMITS, exceeded
+from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 
 
 def _replace_index(value: Any, var: str, index: str) -> Any:
@@ -15,6 +16,10 @@ def _replace_index(value: Any, var: str, index: str) -> Any:
     if isinstance(value, dict):
         return {_replace_index(k, var, index): _replace_index(v, var, index) for k, v in value.items()}
     return value
+
+
+def _order(name: str) -> tuple:
+    return (0, int(name)) if name.isdigit() else (1, name)
 
 
 class ResourceGroup(Plugin):
@@ -43,31 +48,51 @@ class ResourceGroup(Plugin):
         "ATTR": "Any other name: the list of every member's attribute ATTR.",
     }
 
+    def count(self) -> int:
+        """The count property, checked: 0 or more and within the group limit."""
+        raw = self.properties.get("count")
+        try:
+            count = int(raw or 0)
+        except (TypeError, ValueError, OverflowError):
+            raise ResourceFailure(f"count must be an integer, not {str(raw)[:100]!r}") from None
+        if count < 0:
+            raise ResourceFailure(f"count must be 0 or more, not {count}")
+        if count > LIMITS.group_count:
+            raise ResourceFailure(exceeded("group_count", "the count of members", count))
+        return count
+
     def member_names(self, existing: list[str]) -> list[str]:
-        """Which members exist after this action: removal policies first, names never reused."""
+        """Which members exist after this action: removal policies first, names never reused.
+        (Sets, not lists: this runs for every member of groups of thousands.)"""
         p = self.properties
         removed = [] if p.get("removal_policies_mode") == "update" else list(self.data.get("removed", []))
+        gone = set(removed)
+        # An entry may be a member's reference id: map it back to the member's name.
+        by_ref = {}
+        for n, ref in (self.data.get("refs_map") or {}).items():
+            if isinstance(ref, str):
+                by_ref.setdefault(ref, n)
         for policy in p.get("removal_policies") or []:
             for item in (policy or {}).get("resource_list") or []:
-                name = str(item)
-                # An entry may be a member's reference id: map it back to the member's name.
-                refs = self.data.get("refs_map", {})
-                name = next((n for n, ref in refs.items() if ref == name), name)
-                if name not in removed:
+                name = by_ref.get(str(item), str(item))
+                if name not in gone:
+                    gone.add(name)
                     removed.append(name)
         self.data["removed"] = removed
-        count = int(p.get("count") or 0)
-        keep = [n for n in existing if n not in removed]
-        keep.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
+        count = self.count()
+        keep = [n for n in existing if n not in gone]
+        keep.sort(key=_order)
         # Shrinking removes the highest indices (Heat's order).
         members = keep[:count]
+        taken = set(members)
         i = 0
         while len(members) < count:
             name = str(i)
-            if name not in members and name not in removed:
+            if name not in taken and name not in gone:
                 members.append(name)
+                taken.add(name)
             i += 1
-        members.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
+        members.sort(key=_order)
         return members
 
     def _batch_size(self, policy_key: str) -> int:
@@ -102,7 +127,7 @@ class ResourceGroup(Plugin):
         current = set(self.member_names(list(members)))
         members = {n: m for n, m in members.items() if n in current}
         order = list(members)
-        order.sort(key=lambda n: (0, int(n)) if n.isdigit() else (1, n))
+        order.sort(key=_order)
         refs_map = {n: members[n][0] for n in order}
         self.data["refs_map"] = refs_map
         return {

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from undercloud.orchestration.limits import LIMITS, exceeded
 from undercloud.orchestration.template.environment import is_template_ref
 from undercloud.orchestration.template.source import (
     FnError,
@@ -20,7 +21,11 @@ from undercloud.orchestration.template.source import (
     problem,
 )
 
-MAX_FILE_BYTES = 10 * 1024 * 1024
+
+def text_bytes(text: str) -> int:
+    """The UTF-8 size of `text` (counted without encoding when it cannot matter)."""
+    n = len(text)
+    return n if n * 4 <= LIMITS.file_bytes or text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def ref_key(parent: str, name: str) -> str:
@@ -48,11 +53,27 @@ class Bundle:
     def from_json(cls, d: Mapping) -> Bundle:
         try:
             files = d["files"]
-            if not isinstance(files, Mapping) or not all(isinstance(v, str) for v in files.values()):
+            if not isinstance(files, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                         for k, v in files.items()):
                 raise TypeError
-            return cls(str(d["template"]), [str(e) for e in d.get("environments") or []], dict(files))
-        except (KeyError, TypeError):
+            b = cls(str(d["template"]), [str(e) for e in d.get("environments") or []], dict(files))
+        except (KeyError, TypeError, AttributeError):
             raise TemplateError(["bundle: expected {template, environments, files: {key: text}}"]) from None
+        b.check_sizes()
+        return b
+
+    def check_sizes(self) -> None:
+        """Refuse files over the size limits (before anything reads them)."""
+        problems, total = [], 0
+        for key, text in self.files.items():
+            n = text_bytes(text)
+            total += n
+            if n > LIMITS.file_bytes:
+                problems.append(problem(_show(key), 0, "", exceeded("file_bytes", "the size of the file in bytes", n)))
+        if total > LIMITS.bundle_bytes:
+            problems.append(problem("bundle", 0, "", exceeded("bundle_bytes", "the size of all files in bytes", total)))
+        if problems:
+            raise TemplateError(problems)
 
     # ---- reading
     def parsed(self, key: str) -> Any:
@@ -94,14 +115,16 @@ class Bundle:
                 b._need(name, key, doc, path, problems, todo, template=(kind == "type"))
         if problems:
             raise TemplateError(problems)
+        b.check_sizes()
         return b
 
     def _read(self, key: str) -> str | None:
         if key in self.files:
             return None
         try:
-            if os.path.getsize(key) > MAX_FILE_BYTES:
-                return f"file is larger than {MAX_FILE_BYTES} bytes"
+            size = os.path.getsize(key)
+            if size > LIMITS.file_bytes:
+                return exceeded("file_bytes", "the size of the file in bytes", size)
             with open(key, encoding="utf-8") as fh:
                 self.files[key] = fh.read()
         except FileNotFoundError:

@@ -14,10 +14,12 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib import parse as urlparse
 
+from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
 from undercloud.orchestration.template.source import FnError, kind
 
 if TYPE_CHECKING:
@@ -71,6 +73,12 @@ def _dumps(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def brief(v: Any, n: int = 200) -> str:
+    """A value quoted in a message, cut to `n` characters (a last '…' shows the cut)."""
+    text = repr(v) if not isinstance(v, str) or len(v) <= n else repr(v[:n])
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def json_text(v: Any) -> str:
     try:
         return json.dumps(v, sort_keys=True)
@@ -118,6 +126,23 @@ class Function:
 
     def err(self, message: str) -> FnError:
         return FnError(message, self.path)
+
+    def too_large(self, n: int) -> FnError:
+        return self.err(f'"{self.fn}": ' + exceeded("value_chars", "the length of its result in characters", n))
+
+    def checked_size(self, value: Any) -> None:
+        """Refuse a value over the value limit (measured only up to the limit)."""
+        try:
+            value_size(value)
+        except TooLarge as exc:
+            raise self.too_large(exc.args[0]) from None
+
+    def joined(self, delim: str, items: list[str]) -> str:
+        """delim.join(items), refused before it is built when it would be over the limit."""
+        n = sum(map(len, items)) + len(delim) * max(0, len(items) - 1)
+        if n > LIMITS.value_chars:
+            raise self.too_large(n)
+        return delim.join(items)
 
 
 def known(ev: Evaluation, snippet: Any) -> Any:
@@ -353,9 +378,9 @@ class Join(Function):
             if s is None:
                 s = ""
             if not isinstance(s, str):
-                raise self.err(f"Items to join must be strings not {repr(s)[:200]}")
+                raise self.err(f"Items to join must be strings not {brief(s)}")
             out.append(s)
-        return delim.join(out)
+        return self.joined(delim, out)
 
 
 class JoinMultiple(Function):
@@ -386,10 +411,11 @@ class JoinMultiple(Function):
             elif isinstance(s, str):
                 out.append(s)
             elif isinstance(s, Mapping | list | tuple):
+                self.checked_size(s)
                 out.append(_dumps(s))
             else:
-                raise self.err(f"Items to join must be string, map or list not {repr(s)[:200]}")
-        return delim.join(out)
+                raise self.err(f"Items to join must be string, map or list not {brief(s)}")
+        return self.joined(delim, out)
 
 
 class Replace(Function):
@@ -437,7 +463,7 @@ class Replace(Function):
                 parts = s.split(key)
                 if len(parts) > 1:
                     unused.discard(key)
-                out.append(value.join(replace(parts, rest)))
+                out.append(self.joined(value, replace(parts, rest)))
             return out
 
         text = replace([template], keys)[0]
@@ -463,6 +489,7 @@ class ReplaceJson(Replace):
             if isinstance(value, Mapping | list | tuple):
                 if not self.allow_empty and not value:
                     raise empty
+                self.checked_size(value)
                 return _dumps(value)
             raise self.err(f'"{self.fn}" params must be strings, numbers, list or map.')
         text = str(value)
@@ -659,6 +686,19 @@ class Repeat(Function):
         if not self.nested_loop() and len(set(lens)) > 1:
             raise self.err(f"For {self.fn}, the length of for_each values should be equal if no nested loop.")
         template = known(ev, self.args["template"])
+        # refused before any copy is made: copies times the template's size
+        copies = math.prod(len(v) for v in values) if self.nested_loop() else min(map(len, values))
+        if copies:
+            try:
+                each = value_size(template, LIMITS.value_chars // copies + 1)
+            except TooLarge:
+                raise self.too_large(copies * (LIMITS.value_chars // copies + 1)) from None
+            for k, v in zip(keys, values):  # what the substitutions add to each copy
+                longest = max((len(x) for x in v if isinstance(x, str)), default=0)
+                if isinstance(k, str) and k and longest > len(k):
+                    each += sum(t.count(k) for t in _strings(template)) * (longest - len(k))
+            if copies * each > LIMITS.value_chars:
+                raise self.too_large(copies * each)
         combos = itertools.product(*values) if self.nested_loop() else zip(*values)
         for k in keys:
             if not isinstance(k, str):
@@ -667,9 +707,22 @@ class Repeat(Function):
         for combo in combos:
             for x in combo:
                 if not isinstance(x, str):  # Heat fails here too (str.replace needs text)
-                    raise self.err(f'"{self.fn}": for_each values must be strings, not {kind(x)} ({x!r})')
+                    raise self.err(f'"{self.fn}": for_each values must be strings, not {kind(x)} ({brief(x)})')
             out.append(self._replace(keys, combo, template))
         return out
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a value, keys of maps included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
 
 
 class RepeatWithMap(Repeat):
@@ -711,7 +764,7 @@ class MapMerge(Function):
             if m is None:
                 continue
             if not isinstance(m, Mapping):
-                raise self.err(f"Incorrect arguments: Items to merge must be maps. {repr(m)[:200]} "
+                raise self.err(f"Incorrect arguments: Items to merge must be maps. {brief(m)} "
                                f"is type {type(m)} instead of a dict")
             out.update(m)
         return out
@@ -785,8 +838,9 @@ class ListConcat(Function):
                 continue
             if not _is_list(m):
                 raise self.err("Incorrect arguments: Items to concat must be lists. "
-                               f"{_dumps(args)} contains an item that is not a list: {_dumps(m)}")
+                               f"{brief(args)} contains an item that is not a list: {brief(m)}")
             out.extend(m)
+        self.checked_size(out)
         if not self.unique:
             return out
         uniq: list = []
@@ -881,9 +935,11 @@ class Yaql(Function):
         data = known(ev, self.args.get("data", {}))
         context = self.engine()[1].create_child_context()
         try:
-            return statement.evaluate({"data": data}, context)
+            result = statement.evaluate({"data": data}, context)
         except Exception as exc:  # yaql raises many kinds; all are the expression's fault
             raise self.err(f"{self.fn} evaluation failed: {exc}") from None
+        self.checked_size(result)
+        return result
 
 
 # --------------------------------------------------------------------------- conditions
@@ -1032,7 +1088,7 @@ class CfnJoin(Function):
         delim, items = known(ev, self.args)
         if not isinstance(delim, str) or not _is_list(items):
             raise self.err(f'Arguments to "{self.fn}" must be of the form [delimiter, list]')
-        return delim.join("" if s is None else str(s) for s in items)
+        return self.joined(delim, ["" if s is None else str(s) for s in items])
 
 
 class CfnSplit(Function):
@@ -1060,8 +1116,13 @@ class CfnReplace(Function):
         mapping, text = known(ev, self.args)
         if not isinstance(mapping, Mapping) or not isinstance(text, str):
             raise self.err(f'Arguments to "{self.fn}" must be of the form [{{placeholder: value}}, template]')
-        for k in sorted(mapping, key=len, reverse=True):
-            text = text.replace(str(k), "" if mapping[k] is None else str(mapping[k]))
+        for k in sorted(mapping, key=lambda k: len(str(k)), reverse=True):
+            key, value = str(k), "" if mapping[k] is None else str(mapping[k])
+            if key and len(value) > len(key):
+                n = len(text) + text.count(key) * (len(value) - len(key))
+                if n > LIMITS.value_chars:
+                    raise self.too_large(n)
+            text = text.replace(key, value)
         return text
 
 

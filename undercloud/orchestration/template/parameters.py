@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from undercloud.orchestration.template.functions import Unknown
+from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
+from undercloud.orchestration.template.functions import Unknown, json_text
 from undercloud.orchestration.template.source import FnError
 
 TYPES = ("string", "number", "comma_delimited_list", "json", "boolean")
@@ -145,6 +146,7 @@ class Parameter:
         """The value in the parameter's type (ValueError with Heat's message if it cannot be)."""
         if isinstance(raw, Unknown):
             return raw
+        check_size(raw)
         t = self.type
         if t == "number":
             return str_to_num(raw)
@@ -183,9 +185,9 @@ class Parameter:
         """A hidden parameter's value never shows, not even inside an error message."""
         if not self.hidden:
             return message
-        for v in (raw, self.default):
-            if v is not None and str(v) and str(v) in message:
-                return "the value does not satisfy the parameter's type or constraints"
+        values = [v for v in (raw, self.default) if v is not None]
+        if mask_texts(message, secret_texts(values)) != message:
+            return "the value does not satisfy the parameter's type or constraints"
         return message
 
     def to_dict(self) -> dict:
@@ -194,6 +196,73 @@ class Parameter:
             "description": self.description, "label": self.label or self.name,
             "hidden": self.hidden, "immutable": self.immutable, "tags": self.tags,
         }
+
+
+def check_size(value: Any) -> None:
+    """ValueError for a value over the value limit (measured only up to the limit)."""
+    if isinstance(value, str):
+        n = len(value)
+        if n <= LIMITS.value_chars:
+            return
+    elif isinstance(value, int | float | bool) or value is None:
+        return
+    else:
+        try:
+            value_size(value)
+            return
+        except TooLarge as exc:
+            n = exc.args[0]
+    raise ValueError(exceeded("value_chars", "the length of the value in characters", n))
+
+
+def secret_texts(values: list) -> frozenset[str]:
+    """The texts a hidden value could show as in a message: as text, repr and JSON, every
+    string inside it (a password in a hidden json parameter), and those strings escaped."""
+    out: set[str] = set()
+    for v in values:
+        if isinstance(v, Unknown) or v is None:
+            continue
+        try:
+            value_size(v)
+        except TooLarge:
+            continue  # no message holds it whole; its strings are past the limit too
+        forms = {str(v), repr(v), json_text(v)}
+        todo = [v]
+        while todo:
+            x = todo.pop()
+            if isinstance(x, str):
+                forms.update((x, repr(x)[1:-1], json.dumps(x)[1:-1]))
+            elif isinstance(x, Mapping):
+                todo.extend(x.keys())
+                todo.extend(x.values())
+            elif isinstance(x, list | tuple):
+                todo.extend(x)
+        out.update(t for t in forms if len(t) >= 3)
+    return frozenset(out)
+
+
+CUT = "…"
+
+
+def mask_texts(message: str, texts: frozenset[str] | set[str]) -> str:
+    """`message` with every text of `texts` masked, also where a cut ('…') ended it early."""
+    for t in sorted(texts, key=len, reverse=True):
+        if t in message:
+            message = message.replace(t, HIDDEN_TEXT)
+    if CUT not in message or not texts:
+        return message
+    parts = message.split(CUT)
+    for i in range(len(parts) - 1):
+        head = parts[i]
+        for t in texts:
+            pos = head.find(t[:3], max(0, len(head) - len(t)))
+            while pos != -1:
+                if t.startswith(head[pos:]):
+                    head = head[:pos] + HIDDEN_TEXT
+                    break
+                pos = head.find(t[:3], pos + 1)
+        parts[i] = head
+    return CUT.join(parts)
 
 
 def parse_schema(name: str, schema: Any, version: Any, path: tuple) -> Parameter:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from undercloud.errors import InvalidInput
+from undercloud.orchestration.limits import BY_NAME, LIMITS, cut, exceeded
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -44,7 +45,8 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]
 
 
 def _map(loader: _Loader, node: yaml.MappingNode) -> Map:
-    loader.flatten_mapping(node)
+    # only reached under other tags (!!set, !!pairs...): PyYAML's constructor, our merge keys
+    _flatten(node, loader.uc_build)
     m = Map()
     m.line = node.start_mark.line + 1
     for knode, vnode in node.value:
@@ -83,61 +85,150 @@ _STR = "tag:yaml.org,2002:str"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _MAP = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:omap")
 _SEQ = "tag:yaml.org,2002:seq"
+_MERGE = "tag:yaml.org,2002:merge"
+_VALUE = "tag:yaml.org,2002:value"
 _BUSY = object()
 
 
-def _build(loader: _Loader, node: yaml.Node, memo: dict) -> Any:
+class _Build:
+    """One document's build: nodes made so far (an alias is the same node again) and how
+    many nodes aliases and merge keys stand for, counted before anything is expanded."""
+
+    __slots__ = ("memo", "sizes", "aliased", "max_aliased", "max_depth")
+
+    def __init__(self) -> None:
+        self.memo: dict[int, Any] = {}
+        self.sizes: dict[int, int] = {}  # node id -> nodes it holds with its aliases expanded
+        self.aliased = 0
+        self.max_aliased = LIMITS.yaml_alias_nodes
+        self.max_depth = LIMITS.data_depth
+
+    def alias(self, nodes: int, mark: Any) -> None:
+        self.aliased += nodes
+        if self.aliased > self.max_aliased:
+            raise yaml.constructor.ConstructorError(
+                None, None, exceeded("yaml_alias_nodes", "the number of nodes built through aliases and merge keys"), mark)
+
+
+def _flatten(node: yaml.MappingNode, b: _Build, depth: int = 0) -> None:
+    """Merge keys (`<<: *base`, `<<: [*a, *b]`) resolved in the node, as PyYAML does (keys
+    written in the mapping win, then the first mapping merged), every merged pair counted."""
+    if not any(k.tag == _MERGE or k.tag == _VALUE for k, _ in node.value):
+        return
+    if depth > b.max_depth:
+        raise yaml.constructor.ConstructorError(None, None, f"merge keys nest more than {b.max_depth} levels",
+                                                node.start_mark)
+    merged: list = []
+    own: list = []
+    for knode, vnode in node.value:
+        if knode.tag == _VALUE:
+            knode.tag = _STR
+        if knode.tag != _MERGE:
+            own.append((knode, vnode))
+            continue
+        if isinstance(vnode, yaml.MappingNode):
+            sources = [vnode]
+        elif isinstance(vnode, yaml.SequenceNode) and all(isinstance(x, yaml.MappingNode) for x in vnode.value):
+            sources = list(reversed(vnode.value))  # the first listed wins: it comes last
+        else:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"a merge key (<<) takes a mapping or a list of mappings, not {vnode.id}", vnode.start_mark)
+        for src in sources:
+            _flatten(src, b, depth + 1)
+            b.alias(len(src.value), knode.start_mark)
+            merged.extend(src.value)
+    node.value = merged + own
+
+
+def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
     """Node tree -> Map/Seq/scalars. A direct walk: much cheaper than PyYAML's generic
-    constructor, which matters for trees of a thousand templates."""
+    constructor, which matters for trees of a thousand templates. An alias gives the same
+    object again (nothing is copied); the nodes it stands for count against the limit."""
     if isinstance(node, yaml.ScalarNode):
         if node.tag == _STR or node.tag == _TIMESTAMP:  # Heat reads timestamps as strings
             return node.value
-        return loader.construct_object(node)
+        try:
+            return loader.construct_object(node)
+        except (TypeError, ValueError) as exc:  # e.g. `!!float x`
+            raise yaml.constructor.ConstructorError(None, None, f"{node.tag}: {exc}", node.start_mark) from None
+    memo = b.memo
     done = memo.get(id(node))
     if done is not None:
         if done is _BUSY:
             raise yaml.constructor.ConstructorError(None, None, "found unconstructable recursive node",
                                                     node.start_mark)
         return done
+    if depth >= b.max_depth:
+        raise yaml.constructor.ConstructorError(None, None, f"data nests more than {b.max_depth} levels deep "
+                                                f"(set {BY_NAME['data_depth'].env} to change it)", node.start_mark)
     memo[id(node)] = _BUSY
+    sizes = b.sizes
+    size = 1
     if isinstance(node, yaml.MappingNode) and node.tag in _MAP:
-        loader.flatten_mapping(node)
+        _flatten(node, b)
         m = Map()
         m.line = node.start_mark.line + 1
         for knode, vnode in node.value:
-            key = _build(loader, knode, memo)
+            key = _build(loader, knode, b, depth + 1)
             try:
                 hash(key)
             except TypeError:
                 raise yaml.constructor.ConstructorError(
                     None, None, "found an unhashable key", knode.start_mark) from None
-            m[key] = _build(loader, vnode, memo)
+            again = id(vnode) in memo
+            m[key] = _build(loader, vnode, b, depth + 1)
+            n = sizes.get(id(vnode), 1)
+            if again:
+                b.alias(n, knode.start_mark)
+            size += 1 + n
             m.lines[key] = knode.start_mark.line + 1
         out: Any = m
     elif isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
         sq = Seq()
         sq.line = node.start_mark.line + 1
         for item in node.value:
-            sq.append(_build(loader, item, memo))
+            again = id(item) in memo
+            sq.append(_build(loader, item, b, depth + 1))
+            n = sizes.get(id(item), 1)
+            if again:
+                b.alias(n, item.start_mark)
+            size += n
             sq.lines.append(item.start_mark.line + 1)
         out = sq
     else:  # other tags (!!set, !!binary...): PyYAML's safe constructors
-        out = loader.construct_document(node)
+        try:
+            out = loader.construct_document(node)
+        except yaml.YAMLError:
+            raise
+        except (TypeError, ValueError, AttributeError):  # a node of the wrong kind for its tag
+            raise yaml.constructor.ConstructorError(None, None, f"cannot construct {node.tag} from a {node.id}",
+                                                    node.start_mark) from None
     memo[id(node)] = out
+    sizes[id(node)] = size
     return out
 
 
 def _load(text: str) -> Any:
     loader = _Loader(text)
+    loader.uc_build = b = _Build()
     try:
         node = loader.get_single_node()
-        return None if node is None else _build(loader, node, {})
+        return None if node is None else _build(loader, node, b)
     finally:
         loader.dispose()
 
 
 def parse_yaml(text: str, name: str) -> Any:
-    """Parse YAML text; a syntax error becomes a TemplateError naming file and line."""
+    """Parse YAML text; a syntax error becomes a TemplateError naming file and line.
+
+    Refused before any node is built: files over the size limit; while building: data
+    nesting deeper than the depth limit and aliases (or merge keys) standing for more
+    nodes than the alias limit, so an alias bomb costs no more than its text."""
+    if len(text) > LIMITS.file_bytes or (len(text) * 4 > LIMITS.file_bytes
+                                         and len(text.encode("utf-8", "surrogatepass")) > LIMITS.file_bytes):
+        raise TemplateError([problem(name, 0, "", exceeded("file_bytes", "the size of the file in bytes",
+                                                           len(text.encode("utf-8", "surrogatepass"))))])
     try:
         return _load(text)
     except yaml.MarkedYAMLError as exc:
@@ -207,7 +298,9 @@ def kind(value: Any) -> str:
 
 
 def problem(file: str, line: int, path: str, message: str) -> str:
+    """One problem line; a message is cut to the message limit (values may be quoted in it)."""
     where = f"{file}:{line}" if line else file
+    message = cut(one_line(message)) if len(message) > 80 or "\n" in message else message
     return f"{where}: {path}: {message}" if path else f"{where}: {message}"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from undercloud.orchestration.limits import BY_NAME, LIMITS, exceeded
 from undercloud.orchestration.template import functions as fn
 from undercloud.orchestration.template.bundle import Bundle, ref_key, show
 from undercloud.orchestration.template.environment import (
@@ -23,7 +24,13 @@ from undercloud.orchestration.template.environment import (
     check_env,
     merge,
 )
-from undercloud.orchestration.template.parameters import HIDDEN_TEXT, PSEUDO, Parameter, parse_schema
+from undercloud.orchestration.template.parameters import (
+    PSEUDO,
+    Parameter,
+    mask_texts,
+    parse_schema,
+    secret_texts,
+)
 from undercloud.orchestration.template.source import (
     TOO_DEEP,
     FnError,
@@ -35,7 +42,7 @@ from undercloud.orchestration.template.source import (
 )
 from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version, condition_table
 
-MAX_NESTING_DEPTH = 10
+MAX_NESTING_DEPTH = LIMITS.nested_depth  # the default; the limit in force is LIMITS.nested_depth
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
 
 # Resource types this side knows until the engine's registry exists (issue 3 owns the truth).
@@ -159,7 +166,8 @@ class StackTemplate:
     def __init__(self, bundle: Bundle, key: str, doc: Any, env: Environment, params: Mapping,
                  *, stack_name: str = "", stack_id: str = "", project_id: str = "",
                  depth: int = 0, chain: tuple[str, ...] = (), partial: bool = False,
-                 facade: Mapping | None = None, top: bool = True, given_where: Any = None):
+                 facade: Mapping | None = None, top: bool = True, given_where: Any = None,
+                 secrets: frozenset[str] = frozenset()):
         self.bundle, self.key, self.doc, self.environment = bundle, key, doc, env
         self.stack_name, self.stack_id, self.project_id = stack_name, stack_id, project_id
         self.depth, self.chain, self.partial, self.top = depth, chain + (key,), partial, top
@@ -182,6 +190,10 @@ class StackTemplate:
         self._collected = 0
         self._dep_sink: set[str] | None = None
         self._rdeps: dict[str, set[str]] = {}
+        # texts of hidden values (this template's and those its parent passed down): masked in messages
+        self.secrets: frozenset[str] = secrets
+        # resources of the tree below, as far as validation knows (group counts known from parameters)
+        self.tree_size = 0
         self._build(params, given_where)
 
     # ------------------------------------------------------------------ problems
@@ -192,6 +204,8 @@ class StackTemplate:
     def add(self, path: tuple, message: str) -> None:
         if message is _REPORTED:
             return
+        if self.secrets:
+            message = self.scrub(message)
         self.problems.append(problem(self.file, line_of(self.doc, path), dotted(path), message))
 
     def raise_problems(self) -> None:
@@ -289,6 +303,10 @@ class StackTemplate:
                 else:
                     self._given_problem(given_where, name, msg, ("parameters", name))
                 self._values[name] = fn.Unknown({"get_param": name})
+        hidden = [self._values[n] for n, p in self.parameters.items()
+                  if p.hidden and not isinstance(self._values.get(n), fn.Unknown | None)]
+        if hidden:
+            self.secrets = self.secrets | secret_texts(hidden)
         pseudo = {"OS::stack_name": self.stack_name, "OS::stack_id": self.stack_id,
                   "OS::project_id": self.project_id, "OS::region": "regionOne"}
         for name in PSEUDO:
@@ -296,6 +314,8 @@ class StackTemplate:
 
     def _given_problem(self, given_where: Any, name: str, message: str, fallback: tuple = ("parameters",)) -> None:
         """A problem with a value given from outside: at the parent's property when nested."""
+        if self.secrets:
+            message = self.scrub(message)
         if callable(given_where):
             self.problems.append(given_where(name, message))
         else:
@@ -372,6 +392,7 @@ class StackTemplate:
             rd = self._resource(name, body)
             if rd is not None:
                 self.resources[name] = rd
+        self.tree_size += len(self.resources)
         for rd in self.resources.values():
             if rd.template_file:
                 self._validate_child(rd)
@@ -504,15 +525,39 @@ class StackTemplate:
     def _validate_child(self, rd: ResourceDefinition) -> None:
         props = self._props_placeholder(rd)
         try:
-            self.nested(rd.name, props, validating=True)
+            self.tree_size += self.nested(rd.name, props, validating=True).tree_size
         except TemplateError as exc:
             self.problems.extend(exc.problems)
+
+    def _group_count(self, rd: ResourceDefinition, resolved: Mapping) -> int:
+        """A ResourceGroup's count when parameters tell it (else 0), checked against the limit."""
+        count = resolved.get("count", 1)
+        if count is None:
+            return 1
+        if fn.has_unknown(count):
+            return 0
+        path = ("resources", rd.name, "properties", "count")
+        try:
+            if isinstance(count, bool | Mapping | list):
+                raise TypeError
+            n = int(count)
+        except (TypeError, ValueError, OverflowError):
+            self.add(path, f"count must be an integer, not {fn.brief(count)}")
+            return 0
+        if n < 0:
+            self.add(path, f"count must be 0 or more, not {n}")
+        elif n > LIMITS.group_count:
+            self.add(path, exceeded("group_count", "the count of members", n))
+            return 0
+        return max(n, 0)
 
     def _validate_group(self, rd: ResourceDefinition) -> None:
         """ResourceGroup members: their type must be known (the engine builds them later)."""
         props = rd.properties if isinstance(rd.properties, Mapping) else {}
         rdef = props.get("resource_def")
         path = ("resources", rd.name, "properties", "resource_def")
+        resolved = self._props_placeholder(rd)
+        count = self._group_count(rd, resolved)
         if not isinstance(rdef, Mapping):
             if "resource_def" not in props:
                 self.add(("resources", rd.name, "properties"), "Property resource_def not assigned")
@@ -520,6 +565,7 @@ class StackTemplate:
         mtype = rdef.get("type")
         if not isinstance(mtype, str):
             return
+        self.tree_size += count
         try:
             target, used = self.environment.registry.lookup(mtype, None, known_types())
         except ValueError as exc:
@@ -530,13 +576,12 @@ class StackTemplate:
             if key not in self.bundle.files:
                 self.add(path + ("type",), f"{show(key)}: file not found")
                 return
-            resolved = self._props_placeholder(rd)
             rprops = resolved.get("resource_def")
             mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
             var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
             mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")
             try:
-                self._child(key, used, "0", mprops, path, None, True)
+                self.tree_size += count * self._child(key, used, "0", mprops, path, None, True).tree_size
             except TemplateError as exc:
                 self.problems.extend(exc.problems)
 
@@ -569,11 +614,12 @@ class StackTemplate:
                p: tuple, facade: Mapping | None, validating: bool) -> StackTemplate:
         """Build the nested stack of template file `key`; problems with the given values are
         reported at `p` (the resource definition in this template)."""
-        if self.depth + 1 > MAX_NESTING_DEPTH:
+        if self.depth + 1 > LIMITS.nested_depth:
             chain = " -> ".join(show(k) for k in self.chain + (key,))
             raise TemplateError([problem(self.file, line_of(self.doc, p + ("type",)), dotted(p + ("type",)),
-                                         f"Recursion depth exceeds {MAX_NESTING_DEPTH}: template resources "
-                                         f"nest too deep ({chain})")])
+                                         f"Recursion depth exceeds {LIMITS.nested_depth}: template resources "
+                                         f"nest too deep ({chain}; set {BY_NAME['nested_depth'].env} "
+                                         "to change the limit)")])
         remove = (registry_key, FileRef(key)) if registry_key else None
         env = self.environment.child(resource_name, remove)
 
@@ -586,7 +632,7 @@ class StackTemplate:
                               stack_name=f"{self.stack_name}-{resource_name}", stack_id="",
                               project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
                               partial=self.partial or validating, facade=facade, top=False,
-                              given_where=given_where)
+                              given_where=given_where, secrets=self.secrets)
         child.raise_problems()
         return child
 
@@ -600,13 +646,14 @@ class StackTemplate:
         """An in-memory child template (ResourceGroup members), sharing environment and files."""
         doc = dict(template)
         doc.setdefault("heat_template_version", self.version.name)
-        if self.depth + 1 > MAX_NESTING_DEPTH:
+        if self.depth + 1 > LIMITS.nested_depth:
             raise TemplateError([problem(self.file, 0, f"resources.{name}",
-                                         f"Recursion depth exceeds {MAX_NESTING_DEPTH}")])
+                                         f"Recursion depth exceeds {LIMITS.nested_depth} (set "
+                                         f"{BY_NAME['nested_depth'].env} to change the limit)")])
         child = StackTemplate(self.bundle, self.key, doc, self.environment.child(name, None),
                               dict(parameters or {}), stack_name=f"{self.stack_name}-{name}",
                               project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
-                              partial=self.partial, top=False, given_where=None)
+                              partial=self.partial, top=False, given_where=None, secrets=self.secrets)
         child.raise_problems()
         return child
 
@@ -839,14 +886,9 @@ class StackTemplate:
         return None if value is fn.REMOVED else value
 
     def scrub(self, message: str) -> str:
-        """Mask hidden parameters' values in a message (they may reach events and logs)."""
-        for p in self.parameters.values():
-            v = self._values.get(p.name)
-            if p.hidden and v is not None and not isinstance(v, fn.Unknown):
-                for text in {str(v), repr(v), fn.json_text(v)}:
-                    if len(text) >= 3:
-                        message = message.replace(text, HIDDEN_TEXT)
-        return message
+        """Mask hidden values in a message (they may reach events and logs): this template's
+        hidden parameters and the hidden values its parents passed down to it."""
+        return mask_texts(message, self.secrets) if self.secrets else message
 
     def param_value(self, name: str) -> Any:
         """A parameter's value in its type (Unknown when validate/preview had none)."""
@@ -931,7 +973,17 @@ def load(bundle: Bundle, parameters: Mapping | None = None, *, stack_name: str =
     except RecursionError:
         raise TemplateError([problem(show(bundle.template), 0, "", TOO_DEEP)]) from None
     t.raise_problems()
+    check_tree_size(t)
     return t
+
+
+def check_tree_size(t: StackTemplate) -> None:
+    """The stack tree as far as its template tells (group counts from parameters) must fit
+    the resources limit: refused before anything is made."""
+    if t.tree_size > LIMITS.resources:
+        raise TemplateError([problem(t.file, line_of(t.doc, ("resources",)), "resources", exceeded(
+            "resources", "the number of resources of the stack tree (nested stacks and group members "
+            "counted)", t.tree_size))])
 
 
 def load_environment(bundle: Bundle, parameters: Mapping | None = None) -> Environment:

@@ -1,0 +1,150 @@
+"""Limits on the work a template or a stack can make the undercloud do (Heat has the same
+kind: max_template_size, max_resources_per_stack, max_nested_stack_depth).
+
+Every limit has a default and an environment variable; the variables are read here and
+nowhere else, when this module is first imported (the service reads them at start).
+Tests and benchmarks change them with `override()`. A limit that is hit is one line
+naming the limit and its variable (`exceeded()`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from undercloud.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    env: str
+    default: int
+    what: str  # what is limited and what happens beyond it (docs/architecture.md lists these)
+
+
+TABLE: tuple[Limit, ...] = (
+    Limit("file_bytes", "UNDERCLOUD_MAX_TEMPLATE_BYTES", 512 * 1024,
+          "bytes of one file of a stack: template, environment, nested template, get_file"),
+    Limit("bundle_bytes", "UNDERCLOUD_MAX_BUNDLE_BYTES", 32 * 1024 * 1024,
+          "bytes of all files of a stack together"),
+    Limit("yaml_alias_nodes", "UNDERCLOUD_MAX_YAML_ALIAS_NODES", 100_000,
+          "nodes a YAML document builds through aliases and merge keys (alias bombs)"),
+    Limit("data_depth", "UNDERCLOUD_MAX_DATA_DEPTH", 100,
+          "nesting levels of YAML data (maps and lists in maps and lists)"),
+    Limit("nested_depth", "UNDERCLOUD_MAX_NESTED_DEPTH", 10,
+          "levels of nested stacks (template resources, ResourceGroups)"),
+    Limit("resources", "UNDERCLOUD_MAX_RESOURCES_PER_STACK", 10_000,
+          "resources of a whole stack tree, nested stacks and group members included"),
+    Limit("group_count", "UNDERCLOUD_MAX_GROUP_COUNT", 10_000,
+          "members of one ResourceGroup (count)"),
+    Limit("value_chars", "UNDERCLOUD_MAX_VALUE_CHARS", 4 * 1024 * 1024,
+          "characters of one value: a function's result, a parameter, a resource's properties, "
+          "an output (maps and lists counted as their JSON text)"),
+    Limit("message_chars", "UNDERCLOUD_MAX_MESSAGE_CHARS", 2000,
+          "characters of one problem line, event reason or status reason (cut, ending in '…')"),
+    Limit("resumes", "UNDERCLOUD_MAX_RESUMES", 3,
+          "restarts of the service an interrupted stack operation is resumed through"),
+)
+BY_NAME: dict[str, Limit] = {x.name: x for x in TABLE}
+
+
+class Limits:
+    """The limits in force, as attributes (cheap to read on hot paths)."""
+
+    file_bytes: int
+    bundle_bytes: int
+    yaml_alias_nodes: int
+    data_depth: int
+    nested_depth: int
+    resources: int
+    group_count: int
+    value_chars: int
+    message_chars: int
+    resumes: int
+
+    def __init__(self, environ: Mapping[str, str]):
+        for x in TABLE:
+            raw = environ.get(x.env)
+            value = x.default
+            if raw not in (None, ""):
+                try:
+                    value = int(raw.replace("_", ""))
+                except ValueError:
+                    value = 0
+                if value < 1:
+                    raise InvalidInput(f"{x.env}={raw!r}: expected a whole number of 1 or more")
+            setattr(self, x.name, value)
+
+
+LIMITS = Limits(os.environ)
+
+
+def exceeded(name: str, what: str, amount: int | None = None) -> str:
+    """The one-line message for `what` going over limit `name`."""
+    x = BY_NAME[name]
+    n = f" ({amount:,})" if amount is not None else ""
+    return f"{what}{n} is more than the limit of {getattr(LIMITS, name):,} (set {x.env} to change it)"
+
+
+@contextmanager
+def override(**values: int) -> Iterator[None]:
+    """Change limits for a block (tests, benchmarks); restored after."""
+    old = {k: getattr(LIMITS, k) for k in values}
+    for k, v in values.items():
+        if k not in BY_NAME:
+            raise KeyError(k)
+        setattr(LIMITS, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(LIMITS, k, v)
+
+
+def cut(text: str, limit: int | None = None) -> str:
+    """`text` shortened to the message limit (a last '…' shows it was cut)."""
+    n = LIMITS.message_chars if limit is None else limit
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+class TooLarge(Exception):
+    """A value went over `value_chars` while it was measured."""
+
+
+def value_size(value: Any, budget: int | None = None) -> int:
+    """About the length of `value` as JSON text; TooLarge as soon as it passes `budget`
+    (value_chars by default), so a huge value (or one sharing parts many times over) costs
+    no more than the budget to measure."""
+    budget = LIMITS.value_chars if budget is None else budget
+    total = 0
+    todo = [value]
+    pop, push = todo.pop, todo.append
+    while todo:
+        v = pop()
+        if isinstance(v, str):
+            total += len(v) + 2
+        elif isinstance(v, dict):
+            total += 2 + 4 * len(v)
+            if total > budget:
+                raise TooLarge(total)
+            for k, x in v.items():
+                if isinstance(k, str):
+                    total += len(k)
+                push(x)
+        elif isinstance(v, list | tuple):
+            total += 2 + len(v)
+            if total > budget:
+                raise TooLarge(total)
+            todo.extend(v)
+        else:
+            total += 5
+        if total > budget:
+            raise TooLarge(total)
+    return total
+
+
+__all__ = ["LIMITS", "TABLE", "Limit", "Limits", "TooLarge", "cut", "exceeded", "override", "value_size"]
