@@ -1,7 +1,6 @@
 """Glance and Nova control services: their start and probe scripts (uc-nova-start,
 uc-nova-check, loaded from the element as modules) and what their service templates
-render (configs, Pods, literal declarations). The real services run in
-tests/integration/test_glance_nova_services.py."""
+render (configs, Pods, literal declarations)."""
 
 from __future__ import annotations
 
@@ -175,6 +174,19 @@ def test_check_verdict_is_up_only_for_a_recent_report_not_forced_down(check):
     assert "no service record" in check.verdict("nova-conductor", "h", None, 60)
     assert "last report 61 s ago" in check.verdict("nova-scheduler", "h", (61, 0), 60)
     assert "forced down" in check.verdict("nova-scheduler", "h", (1, 1), 60)
+    # a replaced container does not pass on the reports of the one before it
+    assert "before this service started 2 s ago" in check.verdict("nova-conductor", "h", (8, 0), 60, 2.0)
+    assert check.verdict("nova-conductor", "h", (2, 0), 60, 5.0) is None
+
+
+def test_service_uptime_is_the_age_of_a_process(check):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert 0 <= check.service_uptime(proc.pid) < 10
+        assert check.service_uptime(1) >= check.service_uptime(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_check_usage_is_exit_2():
