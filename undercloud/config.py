@@ -1,4 +1,9 @@
-"""Where an undercloud instance keeps its state. `UNDERCLOUD_HOME` moves all of it."""
+"""Where an undercloud instance keeps its state. `UNDERCLOUD_HOME` moves all of it.
+
+The home is private (0700): it holds the store, its key, the admin token, the service log
+and first-boot data. Files that carry secrets are made owner-only from the start
+(`private_file`), and `secure()` puts the modes back at every service start.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,10 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+# Files of a home that carry secrets or point at them: owner-only (store.key is the store's).
+PRIVATE_FILES = ("undercloud.db", "undercloud.db-wal", "undercloud.db-shm", "store.key", "admin.token",
+                 "service.log")
 
 
 @dataclass(frozen=True)
@@ -19,8 +28,22 @@ class Home:
         return cls(path.resolve())
 
     def ensure(self) -> Home:
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         return self
+
+    def secure(self) -> list[str]:
+        """Home 0700 and its secret files 0600 (a home made by an older version was 0755 with
+        0644 files); returns what was changed."""
+        fixed = []
+        for path, mode in ((self.path, 0o700), *((self.file(n), 0o600) for n in PRIVATE_FILES)):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            if st.st_uid == os.getuid() and st.st_mode & 0o777 != mode:
+                path.chmod(mode)
+                fixed.append(path.name or str(path))
+        return fixed
 
     @property
     def instance(self) -> str:
@@ -33,3 +56,8 @@ class Home:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+
+def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
+    """Open (creating it mode 0600 if missing) a file only its owner may read; returns the fd."""
+    return os.open(path, flags | os.O_CREAT, 0o600)

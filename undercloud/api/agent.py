@@ -13,18 +13,19 @@ and `?wait=SECONDS` turns a poll into a long-poll that returns when the document
 from __future__ import annotations
 
 import json
+import math
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from undercloud.api.limits import LIMITS
 from undercloud.errors import NotFound
 
 PUBLIC = True
 router = APIRouter(prefix="/v1/agent")
 
 MAX_WAIT = 120.0
-MAX_SIGNAL = 8 * 1024 * 1024  # agents trim large output well below this
 
 _DENIED = {"error": "unknown server or wrong server token", "where": None}
 
@@ -44,9 +45,12 @@ async def metadata(server_id: str, request: Request):
     wait = request.query_params.get("wait")
     if wait and inm == srv.etag:
         try:
-            seconds = min(max(float(wait), 0.0), MAX_WAIT)
+            seconds = float(wait)
+            if not math.isfinite(seconds):
+                raise ValueError
+            seconds = min(max(seconds, 0.0), MAX_WAIT)
         except ValueError:
-            return JSONResponse({"error": f"wait: not a number: {wait!r}", "where": "query"}, status_code=400)
+            return JSONResponse({"error": f"wait: not a number: {wait[:20]!r}", "where": "query"}, status_code=400)
         await meta.wait_change(server_id, inm, seconds)
         meta, srv = _auth(request, server_id)
         if srv is None:  # forgotten while waiting
@@ -64,10 +68,10 @@ async def signal(server_id: str, deployment_id: str, request: Request):
     meta, srv = _auth(request, server_id)
     if srv is None:
         return JSONResponse(_DENIED, status_code=401)
-    raw = await request.body()
-    if len(raw) > MAX_SIGNAL:
-        return JSONResponse({"error": f"signal of {len(raw)} bytes exceeds {MAX_SIGNAL}", "where": None},
-                            status_code=413)
+    raw = await request.body()  # at most LIMITS.signal_body_bytes: api/guard.py cut it there
+    if len(raw) > LIMITS.signal_body_bytes:
+        return JSONResponse({"error": f"signal of {len(raw)} bytes exceeds {LIMITS.signal_body_bytes}",
+                             "where": None}, status_code=413)
     try:
         body = json.loads(raw or b"{}")
     except ValueError:

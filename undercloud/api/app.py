@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import hmac
 import importlib
 import logging
 import os
 import time
 
 from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException
 
 from undercloud import __version__
 from undercloud.api.context import Context
-from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError
+from undercloud.api.guard import Guard, PayloadTooLarge
+from undercloud.errors import (
+    Conflict,
+    InternalError,
+    InvalidInput,
+    NotFound,
+    ServiceUnavailable,
+    UndercloudError,
+    internal_error,
+)
 
 log = logging.getLogger("undercloud.api")
 
@@ -37,16 +50,60 @@ STARTUP: list[str] = [
     "undercloud.api.servers:startup",
 ]
 
-STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503}
+STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503, PayloadTooLarge: 413,
+          InternalError: 500}
 
 
 def get_context(request: Request) -> Context:
     return request.app.state.ctx
 
 
+def same_token(given: str | None, expected: str) -> bool:
+    """Constant time, whatever the header holds (compare_digest refuses non-ASCII str)."""
+    return given is not None and hmac.compare_digest(given.encode("utf-8", "surrogateescape"),
+                                                     expected.encode("utf-8", "surrogateescape"))
+
+
 def require_admin(request: Request, x_undercloud_token: str | None = Header(default=None)) -> None:
-    if x_undercloud_token != request.app.state.ctx.admin_token:
+    if not same_token(x_undercloud_token, request.app.state.ctx.admin_token):
         raise UndercloudError("missing or wrong admin token")
+
+
+def _validation_line(exc: RequestValidationError) -> tuple[str, str]:
+    """The first problem of a request pydantic refused, as (message, where); never the value."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(x) for x in first.get("loc", ())]
+    if len(loc) > 1 and loc[0] == "body":
+        loc = loc[1:]
+    where = ".".join(loc) or "request"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{first.get('msg', 'invalid request')}{more}", where
+
+
+def _openapi_400(app: FastAPI):
+    """OpenAPI as the API answers: refused input is 400 {error, where}, never FastAPI's 422."""
+    make = app.openapi
+
+    def openapi():
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = make()
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        schemas["Error"] = {"type": "object", "required": ["error"], "properties": {
+            "error": {"type": "string"}, "where": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}
+        for item in doc.get("paths", {}).values():
+            for op in item.values():
+                responses = op.get("responses") if isinstance(op, dict) else None
+                if responses is not None and responses.pop("422", None) is not None:
+                    responses["400"] = {"description": "Refused input (one line)", "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        app.openapi_schema = doc
+        return doc
+
+    return openapi
 
 
 def create_app(ctx: Context) -> FastAPI:
@@ -54,12 +111,40 @@ def create_app(ctx: Context) -> FastAPI:
     app.state.ctx = ctx
     app.state.started = time.time()
 
+    app.add_middleware(Guard)
+    app.openapi = _openapi_400(app)
+
     @app.exception_handler(UndercloudError)
     async def user_error(_req: Request, exc: UndercloudError):
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
         if exc.message == "missing or wrong admin token":
             status = 401
         return JSONResponse({"error": exc.message, "where": exc.where}, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_req: Request, exc: RequestValidationError):
+        message, where = _validation_line(exc)
+        return JSONResponse({"error": message, "where": where}, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_req: Request, exc: HTTPException):
+        return JSONResponse({"error": str(exc.detail), "where": None}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(sa_exc.IntegrityError)
+    async def integrity(req: Request, exc: sa_exc.IntegrityError):
+        # two requests wrote the same thing at once (the routes check first; the store decides)
+        return JSONResponse({"error": "conflicts with a record written at the same time; nothing was changed",
+                             "where": None}, status_code=409)
+
+    @app.exception_handler(sa_exc.OperationalError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def busy(req: Request, exc: Exception):
+        if isinstance(exc, sa_exc.OperationalError) and "locked" not in str(exc.orig):
+            return JSONResponse({"error": internal_error(exc, log, f"{req.method} {req.url.path}").message,
+                                 "where": None}, status_code=500)
+        return JSONResponse({"error": "the store is busy; try again", "where": None}, status_code=503,
+                            headers={"Retry-After": "5"})
 
     @app.get("/v1/health")
     def health():

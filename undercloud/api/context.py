@@ -11,15 +11,17 @@ import secrets
 import socket
 import threading
 from functools import cached_property
+from pathlib import Path
 
-from undercloud.config import Home
+from undercloud.config import Home, private_file
 from undercloud.store import Store
+from undercloud.store.crypto import KEY_FILE
 
 
 class Context:
     def __init__(self, home: Home, db_url: str | None = None):
         self.home = home.ensure()
-        self.store = Store(db_url or home.db_url).create_schema()
+        self.store = Store(db_url or home.db_url, key_file=key_file(home)).create_schema()
         self.stopping = threading.Event()
 
     @cached_property
@@ -80,13 +82,31 @@ class Context:
         return Scheduler(self.store)
 
 
+def key_file(home: Home) -> Path:
+    """The store's key: `<home>/store.key`, or the file UNDERCLOUD_STORE_KEY names (a store
+    shared by several homes, e.g. PostgreSQL, needs the same key in each)."""
+    env = os.environ.get("UNDERCLOUD_STORE_KEY")
+    return Path(env) if env else home.file(KEY_FILE)
+
+
 def admin_token(home: Home) -> str:
-    """The token the CLI presents; created once, readable by the owner only."""
+    """The token the CLI presents; created once (complete, mode 600), readable by the owner only.
+    It is kept in clear because the CLI must present it; the service only compares it."""
     path = home.file("admin.token")
     if not path.exists():
         home.ensure()
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
+        tmp = path.with_name(f".admin.token.{os.getpid()}.{threading.get_ident()}")
+        fd = private_file(tmp, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, secrets.token_urlsafe(32).encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # a racing creator's token wins whole, never half of each
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
     return path.read_text().strip()
 
 

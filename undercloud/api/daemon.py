@@ -1,7 +1,12 @@
 """Run the undercloud service: in the foreground (`serve`) or as a background process.
 
-The CLI is a client of the service. When no service answers, `ensure_running` starts one
-in the background on the embedded defaults; a lock file keeps two CLIs from starting two.
+The CLI is a client of the service. When no service answers, `start` starts one in the
+background on the embedded defaults; a lock file keeps two CLIs from starting two.
+
+One service per home: `serve` holds `serve.lock` (flock, with its pid in it) for its whole
+life, taken before it opens the store or resumes anything. A second `serve` on the home
+exits at once and touches nothing; the CLI, finding the lock held by a service that does
+not answer (yet), waits for it instead of starting another.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ from pathlib import Path
 
 import httpx
 
-from undercloud.config import Home
-from undercloud.errors import ServiceUnavailable
+from undercloud.config import Home, private_file
+from undercloud.errors import ServiceUnavailable, UndercloudError
 
 START_TIMEOUT = 30.0
 
@@ -30,6 +35,10 @@ def url(home: Home) -> str | None:
 
 
 def pid(home: Home) -> int | None:
+    """The running service's pid: the serve lock's holder, else the pid file's (older services)."""
+    held = serving(home)
+    if held and held > 0:
+        return held
     path = home.file("service.pid")
     try:
         value = int(path.read_text().strip())
@@ -54,6 +63,40 @@ def health(home: Home, timeout: float = 2.0) -> dict | None:
     return data
 
 
+def serving(home: Home) -> int | None:
+    """The pid of the service holding this home's serve lock, or None when none holds it."""
+    try:
+        fd = os.open(home.file("serve.lock"), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            return int(os.pread(fd, 32, 0).decode().strip() or 0) or -1
+        except ValueError:
+            return -1
+    finally:
+        os.close(fd)  # also drops the shared lock, if we got it
+    return None
+
+
+def _hold_serve_lock(home: Home) -> int:
+    """Take the home's serve lock for the life of this process; one line if another holds it."""
+    fd = private_file(home.file("serve.lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        other = serving(home)
+        raise UndercloudError(f"another undercloud service runs for {home.path}"
+                              f"{f' (pid {other})' if other and other > 0 else ''}; "
+                              f"stop it first (undercloud service stop)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 @contextmanager
 def _start_lock(home: Home):
     home.ensure()
@@ -68,7 +111,11 @@ def start(home: Home, db_url: str | None = None) -> tuple[dict, bool]:
         h = health(home)
         if h:
             return h, False
-        log = open(home.file("service.log"), "ab")
+        running = serving(home)
+        if running:  # alive but slow to answer (busy, or still starting): never start a second one
+            h = _wait_health(home, None, running)
+            return h, False
+        log = os.fdopen(private_file(home.file("service.log")), "ab")
         env = dict(os.environ, UNDERCLOUD_HOME=str(home.path))
         if db_url:
             env["UNDERCLOUD_DB"] = db_url
@@ -76,21 +123,28 @@ def start(home: Home, db_url: str | None = None) -> tuple[dict, bool]:
             [sys.executable, "-m", "undercloud", "serve"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
         )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ServiceUnavailable(
-                    f"the undercloud service exited at start (code {proc.returncode}); "
-                    f"see {home.file('service.log')}"
-                )
-            h = health(home, timeout=0.5)
-            if h:
-                return h, True
-            time.sleep(0.1)
-        raise ServiceUnavailable(
-            f"the undercloud service did not answer within {START_TIMEOUT:.0f} s; "
-            f"see {home.file('service.log')}"
-        )
+        log.close()
+        return _wait_health(home, proc, proc.pid), True
+
+
+def _wait_health(home: Home, proc: subprocess.Popen | None, pid_: int) -> dict:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServiceUnavailable(
+                f"the undercloud service exited at start (code {proc.returncode}); "
+                f"see {home.file('service.log')}"
+            )
+        if proc is None and not serving(home):
+            raise ServiceUnavailable(f"the undercloud service (pid {pid_}) stopped; see {home.file('service.log')}")
+        h = health(home, timeout=0.5)
+        if h:
+            return h
+        time.sleep(0.1)
+    what = "did not answer" if proc is not None else f"(pid {pid_}) runs but did not answer"
+    raise ServiceUnavailable(
+        f"the undercloud service {what} within {START_TIMEOUT:.0f} s; see {home.file('service.log')}"
+    )
 
 
 def stop(home: Home, timeout: float = 30.0) -> int | None:
@@ -130,11 +184,16 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
     from undercloud.api.context import Context, api_port
 
     home.ensure()
+    _lock = _hold_serve_lock(home)  # noqa: F841 - held (open) until the process exits
+    fixed = home.secure()
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if not _is_stderr(home.file("service.log")):  # e.g. under systemd: the journal, and the home's log
+        os.close(private_file(home.file("service.log")))
         handlers.append(logging.FileHandler(home.file("service.log")))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         handlers=handlers)
+    if fixed:
+        logging.getLogger("undercloud.service").warning("made private (owner only): %s", ", ".join(fixed))
     ctx = Context(home, db_url)
     _ = ctx.admin_token  # created before any client needs it
     port = api_port(home)

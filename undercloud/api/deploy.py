@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
+from undercloud.api.nodes import Inventory
 
 PUBLIC = True
 router = APIRouter(prefix="/v1/deploy")
@@ -20,8 +21,8 @@ router = APIRouter(prefix="/v1/deploy")
 
 class CallbackBody(BaseModel):
     ok: bool
-    error: str | None = None
-    inventory: dict | None = None  # inspection: cpus, memory_mb, local_gb, cpu_arch, macs
+    error: str | None = Field(None, max_length=10_000)
+    inventory: Inventory | None = None  # inspection: cpus, memory_mb, local_gb, cpu_arch, macs
 
 
 @router.post("/servers/{server_id}/callback", status_code=202)
@@ -30,8 +31,8 @@ def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context 
 
     realiser = ctx.servers.realiser("baremetal")
     try:
-        return realiser.callback(server_id, request.headers.get("x-deploy-token"), body.ok, body.error,
-                                 body.inventory)
+        inventory = body.inventory.model_dump(exclude_none=True) if body.inventory is not None else None
+        return realiser.callback(server_id, request.headers.get("x-deploy-token"), body.ok, body.error, inventory)
     except DeployDenied as exc:
         return JSONResponse({"error": exc.message, "where": None}, status_code=401)
 

@@ -8,12 +8,17 @@ needs the admin token.
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import FileResponse
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 from undercloud.api.app import get_context, require_admin
 from undercloud.api.context import Context
+from undercloud.api.limits import LIMITS
 from undercloud.errors import InvalidInput, NotFound
+from undercloud.names import check_name
 
 PUBLIC = True  # per-route: only the content download is open, see above
 router = APIRouter(prefix="/v1/images")
@@ -29,7 +34,7 @@ def blob_exists(sha256: str, ctx: Context = Depends(get_context)):
 
 
 @router.put("/blobs/{sha256}", dependencies=ADMIN)
-async def put_blob(sha256: str, request: Request, size: int = Query(...),
+async def put_blob(sha256: str, request: Request, size: int = Query(..., ge=0, le=LIMITS.image_bytes),
                    ctx: Context = Depends(get_context)):
     """Store content; refused unless exactly `size` bytes with this sha256 arrive."""
     await ctx.images.put_blob_async(request.stream(), sha256, size)
@@ -42,14 +47,39 @@ def list_images(name: str | None = None, hypervisor_type: str | None = None,
     return ctx.images.list(name=name, hypervisor_type=hypervisor_type)
 
 
+class ImageItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    disk_format: Annotated[str, StringConstraints(max_length=16)]
+    sha256: Annotated[str, StringConstraints(max_length=64)]
+    properties: dict[Annotated[str, StringConstraints(max_length=255)], Any] = Field(default={}, max_length=100)
+
+
+class Batch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    images: list[ImageItem] = Field(max_length=100)
+    replace: bool = False
+
+
+_ITEM, _BATCH = TypeAdapter(ImageItem), TypeAdapter(Batch)
+
+
+def _parse(adapter: TypeAdapter, body: Any):
+    try:
+        return adapter.validate_python(body)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise InvalidInput(e["msg"], ".".join(str(x) for x in e["loc"]) or "body") from None
+
+
 @router.post("", dependencies=ADMIN, status_code=201)
 def register(body: dict = Body(...), ctx: Context = Depends(get_context)):
     """Register one image ({name, disk_format, sha256, properties}) or a batch
     ({"images": [...], "replace": bool}) whose content is stored; all or nothing."""
-    items = body.get("images") if "images" in body else [body]
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise InvalidInput("images must be a list of objects", "images")
-    return ctx.images.register(items, replace=bool(body.get("replace", False)))
+    batch = _parse(_BATCH, body) if "images" in body else Batch(images=[_parse(_ITEM, body)])
+    for i, item in enumerate(batch.images):
+        check_name(item.name, "image", f"images[{i}].name" if "images" in body else "name")
+    return ctx.images.register([i.model_dump() for i in batch.images], replace=batch.replace)
 
 
 @router.get("/{ref}", dependencies=ADMIN)

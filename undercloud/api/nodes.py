@@ -5,8 +5,10 @@ Responses never carry a BMC password (driver_info is masked in `provisioning.nod
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
-from pydantic import BaseModel
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
@@ -15,37 +17,72 @@ from undercloud.provisioning.scheduler import Request
 router = APIRouter()
 _ctx = get_context
 
+Short = Annotated[str, StringConstraints(max_length=255)]
+Count = Annotated[int, Field(ge=0, le=2**31)]  # CPUs, MB, GB: far beyond any machine, within SQL integers
+Mac = Annotated[str, StringConstraints(pattern=r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")]
+
 
 class ImportBody(BaseModel):
-    filename: str = "instackenv.json"
-    content: str
+    filename: Short = "instackenv.json"
+    content: str  # its size is bounded by the route's body limit
 
 
 class VerbBody(BaseModel):
-    verb: str
+    verb: Short
 
 
 class PowerBody(BaseModel):
-    action: str
+    action: Short
 
 
 class BootBody(BaseModel):
-    device: str
+    device: Short
     persistent: bool = False
 
 
 class MaintenanceBody(BaseModel):
-    reason: str | None = None
+    reason: Annotated[str, StringConstraints(max_length=1000)] | None = None
+
+
+class Inventory(BaseModel):
+    """What an inspection found (a ramdisk's report); other keys are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    cpus: Count | None = None
+    memory_mb: Count | None = None
+    local_gb: Count | None = None
+    cpu_arch: Annotated[str, StringConstraints(max_length=32)] | None = None
+    macs: Annotated[list[Mac], Field(max_length=1024)] = []
 
 
 class CallbackBody(BaseModel):
     ok: bool = True
-    error: str | None = None
-    inventory: dict | None = None
+    error: Annotated[str, StringConstraints(max_length=10_000)] | None = None
+    inventory: Inventory | None = None
+
+
+class ClaimBody(BaseModel):
+    """A scheduler request (provisioning.scheduler.Request) with its types and bounds."""
+
+    model_config = ConfigDict(extra="forbid")
+    instance_uuid: Annotated[str, StringConstraints(min_length=1, max_length=36)]
+    resource_class: Short | None = "baremetal"
+    profile: Short | None = None
+    capabilities: dict[Short, Short] = {}
+    cpus: Count = 0
+    memory_mb: Count = 0
+    local_gb: Count = 0
+    cpu_arch: Short | None = None
+    hypervisor_type: Short | None = None
+    instance_info: dict = {}
+
+
+def _inventory(body: CallbackBody) -> dict | None:
+    return body.inventory.model_dump(exclude_none=True) if body.inventory is not None else None
 
 
 @router.get("/v1/nodes")
-def list_nodes(provision_state: str | None = None, maintenance: bool | None = None, ctx: Context = Depends(_ctx)):
+def list_nodes(provision_state: Short | None = None, maintenance: bool | None = None, ctx: Context = Depends(_ctx)):
     return ctx.nodes.list(provision_state, maintenance)
 
 
@@ -60,7 +97,7 @@ def show_node(ident: str, ctx: Context = Depends(_ctx)):
 
 
 @router.get("/v1/nodes/{ident}/events")
-def node_events(ident: str, limit: int = 50, ctx: Context = Depends(_ctx)):
+def node_events(ident: str, limit: int = Query(50, ge=1, le=10_000), ctx: Context = Depends(_ctx)):
     return ctx.nodes.events(ident, limit)
 
 
@@ -76,7 +113,7 @@ def provision(ident: str, body: VerbBody, ctx: Context = Depends(_ctx)):
 
 @router.post("/v1/nodes/{ident}/callback")
 def callback(ident: str, body: CallbackBody, ctx: Context = Depends(_ctx)):
-    return ctx.nodes.callback(ident, body.ok, body.error, body.inventory)
+    return ctx.nodes.callback(ident, body.ok, body.error, _inventory(body))
 
 
 @router.post("/v1/nodes/{ident}/power")
@@ -106,8 +143,8 @@ def power_sync(ctx: Context = Depends(_ctx)):
 
 
 @router.post("/v1/scheduler/claims", status_code=201)
-def claim(body: dict, ctx: Context = Depends(_ctx)):
-    return ctx.scheduler.claim(Request.from_dict(body))
+def claim(body: ClaimBody, ctx: Context = Depends(_ctx)):
+    return ctx.scheduler.claim(Request.from_dict(body.model_dump()))
 
 
 @router.delete("/v1/scheduler/claims/{instance_uuid}", status_code=204)

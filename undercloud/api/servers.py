@@ -13,13 +13,15 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from typing import Annotated
 
-from fastapi import APIRouter, Depends
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context, api_port
 from undercloud.errors import InvalidInput
+from undercloud.names import check_name
 
 log = logging.getLogger("undercloud.api.servers")
 router = APIRouter()
@@ -95,10 +97,17 @@ def with_agent(ctx: Context, servers: list[dict]) -> list[dict]:
 # ---- flavors -------------------------------------------------------------------------
 class FlavorBody(BaseModel):
     name: str
-    vcpus: int  # ranges checked by Flavors.validate, which names the option
-    ram: int
-    disk: int
-    properties: dict[str, str] = {}
+    # lower bounds are Flavors.validate's (it names the CLI option); upper ones keep SQL integers
+    vcpus: int = Field(le=4096)
+    ram: int = Field(le=64 * 1024 * 1024)  # MB: 64 TiB
+    disk: int = Field(le=1024 * 1024)  # GB: 1 PiB
+    properties: dict[Annotated[str, StringConstraints(max_length=255)],
+                     Annotated[str, StringConstraints(max_length=1024)]] = Field(default={}, max_length=100)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_name(v, "flavor")
 
 
 @router.get("/v1/flavors")
@@ -134,8 +143,8 @@ def hypervisor_network(hypervisor_type: str, ctx: Context = Depends(_ctx)):
 
 # ---- servers -------------------------------------------------------------------------
 class ActionBody(BaseModel):
-    action: str  # power-on | power-off | rebuild
-    image: str | None = None
+    action: str = Field(max_length=32)  # power-on | power-off | rebuild
+    image: str | None = Field(None, max_length=255)
 
 
 @router.get("/v1/servers")
@@ -149,11 +158,11 @@ def show_server(ref: str, ctx: Context = Depends(_ctx)):
 
 
 @router.delete("/v1/servers/{ref}")
-def delete_server(ref: str, wait: float = 60.0, ctx: Context = Depends(_ctx)):
+def delete_server(ref: str, wait: float = Query(60.0, ge=0, le=600), ctx: Context = Depends(_ctx)):
     import time
 
     srv = ctx.servers.delete(ref)
-    deadline = time.monotonic() + min(max(wait, 0.0), 600.0)
+    deadline = time.monotonic() + wait
     gone = ctx.servers.gone(srv["id"])
     while not gone and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -173,5 +182,5 @@ def server_action(ref: str, body: ActionBody, ctx: Context = Depends(_ctx)):
 
 
 @router.get("/v1/servers/{ref}/console")
-def server_console(ref: str, lines: int = 100, ctx: Context = Depends(_ctx)):
-    return {"console": ctx.servers.console(ref, max(1, min(lines, 10000)))}
+def server_console(ref: str, lines: int = Query(100, ge=1, le=10_000), ctx: Context = Depends(_ctx)):
+    return {"console": ctx.servers.console(ref, lines)}

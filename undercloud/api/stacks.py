@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import IntegrityError
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
+from undercloud.api.limits import LIMITS
+from undercloud.errors import Conflict
 
 router = APIRouter(prefix="/v1/stacks")
+MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a mistake (the default is an hour)
+DEPTH = Query(0, ge=0, le=100)
 
 
 class StackBody(BaseModel):
-    name: str | None = None
+    name: str | None = Field(None, max_length=255)  # the engine checks the characters
     bundle: dict[str, Any]
     parameters: dict[str, Any] = Field(default_factory=dict)
     rollback: bool = False
-    timeout: float | None = None  # seconds
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT)  # seconds
     dry_run: bool = False
 
 
@@ -29,8 +34,11 @@ def list_stacks(ctx: Context = Depends(get_context)):
 
 @router.post("", status_code=201)
 def create_stack(body: StackBody, ctx: Context = Depends(get_context)):
-    return ctx.stacks.create(body.name or "", body.bundle, body.parameters, rollback=body.rollback,
-                             timeout=body.timeout)
+    try:
+        return ctx.stacks.create(body.name or "", body.bundle, body.parameters, rollback=body.rollback,
+                                 timeout=body.timeout)
+    except IntegrityError:  # created by another request since the engine checked the name
+        raise Conflict(f"stack {body.name!r} already exists") from None
 
 
 @router.get("/{stack}")
@@ -55,7 +63,7 @@ def cancel_stack(stack: str, ctx: Context = Depends(get_context)):
 
 
 @router.get("/{stack}/resources")
-def list_resources(stack: str, nested_depth: int = 0, ctx: Context = Depends(get_context)):
+def list_resources(stack: str, nested_depth: int = DEPTH, ctx: Context = Depends(get_context)):
     return ctx.stacks.resources(stack, nested_depth)
 
 
@@ -65,8 +73,9 @@ def show_resource(stack: str, path: str, ctx: Context = Depends(get_context)):
 
 
 @router.get("/{stack}/events")
-def list_events(stack: str, after: int = 0, limit: int = 1000, nested_depth: int | None = None,
-                ctx: Context = Depends(get_context)):
+def list_events(stack: str, after: int = Query(0, ge=0, le=2**62),
+                limit: int = Query(1000, ge=1, le=LIMITS.list_limit),
+                nested_depth: int | None = Query(None, ge=0, le=100), ctx: Context = Depends(get_context)):
     return ctx.stacks.events(stack, after, limit, nested_depth)
 
 

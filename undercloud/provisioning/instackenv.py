@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from undercloud.errors import InvalidInput
+from undercloud.names import check_name
 from undercloud.provisioning import drivers
 
 NODE_FIELDS = {
@@ -109,7 +110,7 @@ def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
         if not isinstance(entry, dict):
             bad(path, f"nodes[{i}]", "expected a mapping")
             continue
-        label = f"nodes[{i}]" + (f" ({entry['name']})" if entry.get("name") else "")
+        label = f"nodes[{i}]" + (f" ({str(entry['name'])[:64]})" if entry.get("name") else "")
         before = len(problems)
         for key in entry:
             if key not in NODE_FIELDS:
@@ -125,16 +126,32 @@ def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
                 bad(path, label, f"{key}: required for pm_type {pm_type}")
         props, macs = _properties(entry, path, label, bad)
         missing = [k for k in mod.required() if entry.get(k) in (None, "")]
-        info = {} if missing else mod.from_instackenv(entry)
+        if len(str(entry.get("pm_addr") or "")) > 400:
+            bad(path + ("pm_addr",), label, "pm_addr: longer than 400 characters")
+            continue
+        try:
+            info = {} if missing else mod.from_instackenv(entry)
+        except (ValueError, TypeError) as exc:  # e.g. urlsplit of "http://[::1": no secrets in its words
+            bad(path + ("pm_addr",), label,
+                f"pm_addr/pm_port: not a BMC address: {exc if isinstance(exc, ValueError) else 'wrong type'}")
+            continue
         if mod is drivers.module("fake"):
             info.update({k: v for k, v in (("delay", entry.get("fake_delay")), ("fail", entry.get("fake_fail")))
                          if v is not None})
         key = mod.bmc_key(info) if not missing else None
         name = entry.get("name")
         node_uuid = str(entry.get("uuid") or uuid.uuid4())
+        try:
+            node_uuid = str(uuid.UUID(node_uuid[:64]))
+        except ValueError:
+            bad(path + ("uuid",), label, "uuid: not a UUID")
         # duplicates are checked even for entries with other problems: report everything at once
         if name is not None:
             name = str(name)
+            try:
+                check_name(name, "node")
+            except InvalidInput as exc:
+                bad(path + ("name",), label, f"name: {exc.message}")
             if name in seen_names:
                 bad(path + ("name",), label, f"name: duplicate of {seen_names[name]}")
             seen_names.setdefault(name, label)

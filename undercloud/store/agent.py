@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, String
+from sqlalchemy import Float, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.store.crypto import Encrypted
 from undercloud.store.db import Base
 
 
@@ -23,7 +24,7 @@ class AgentServer(Base):
     name: Mapped[str] = mapped_column(String(255), default="")
     token_hash: Mapped[str] = mapped_column(String(64))
     # Metadata keys served beside `deployments` (e.g. a server's own metadata property).
-    extra: Mapped[Any] = mapped_column(JSON, default=dict)
+    extra: Mapped[Any] = mapped_column(Encrypted, default=dict)
     # Time of the last change of the server's document: strictly increasing (Last-Modified).
     revision: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
@@ -37,7 +38,8 @@ class AgentDeployment(Base):
     name: Mapped[str] = mapped_column(String(255))
     # Who published it (a deployment resource's uuid): a new revision replaces the old.
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
-    document: Mapped[Any] = mapped_column(JSON)  # {id, name, group, config, inputs, outputs, options}
-    signal: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # Encrypted: rendered configs and their inputs carry secrets; so may what the agent sent back.
+    document: Mapped[Any] = mapped_column(Encrypted)  # {id, name, group, config, inputs, outputs, options}
+    signal: Mapped[Any] = mapped_column(Encrypted, nullable=True)
     signalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)

@@ -7,6 +7,7 @@ import time
 from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.store.crypto import Encrypted
 from undercloud.store.db import Base
 
 
@@ -16,8 +17,8 @@ class Node(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a UUID
     name: Mapped[str | None] = mapped_column(String(255), unique=True)
     driver: Mapped[str] = mapped_column(String(32))
-    # BMC address, user, password...: the password never leaves the service unmasked.
-    driver_info: Mapped[dict] = mapped_column(default=dict)
+    # BMC address, user, password...: encrypted; the password never leaves the service unmasked.
+    driver_info: Mapped[dict] = mapped_column(Encrypted, default=dict)
     # Unique BMC identity (driver, address, port, system): one machine is enrolled once.
     bmc_key: Mapped[str] = mapped_column(String(512), unique=True)
     properties: Mapped[dict] = mapped_column(default=dict)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Float, Integer, String, Text, inspect, text
+from sqlalchemy import Float, Integer, String, Text, inspect, select, text, update
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.store.crypto import Encrypted
 from undercloud.store.db import Base
 
 
@@ -58,18 +60,24 @@ class Server(Base):
     addresses: Mapped[dict] = mapped_column(default=dict)   # network -> [ip]
     volumes: Mapped[list] = mapped_column(default=list)     # persistent volumes kept by rebuild
     notes: Mapped[list] = mapped_column(default=list)
-    metadata_: Mapped[dict] = mapped_column("metadata", default=dict)
+    metadata_: Mapped[dict] = mapped_column("metadata", Encrypted, default=dict)  # may carry stack values
     owner: Mapped[str | None] = mapped_column(String(64))   # stack resource that made it
     state: Mapped[dict] = mapped_column(default=dict)       # the realiser's own state
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
     updated_at: Mapped[float] = mapped_column(Float, default=time.time, onupdate=time.time)
 
 
-def add_missing_columns(engine) -> list[str]:
-    """Columns added to these tables after a store was created (there is no migration tool
-    yet): added with their default, sizes backfilled from the flavor copy. Returns them."""
+def add_missing_columns(bind) -> list[str]:
+    """Columns added to these tables before the store had migrations: added with their
+    default, sizes backfilled from the flavor copy. Returns them. Only stores made before
+    Alembic can lack any (store/migrate.py calls this before stamping them); new columns
+    come with a migration (store/migrations/versions)."""
+    if isinstance(bind, Engine):
+        with bind.begin() as conn:
+            return add_missing_columns(conn)
+    conn = bind
     added = []
-    insp = inspect(engine)
+    insp = inspect(conn)
     for table in (Server.__table__, Flavor.__table__, HypervisorHost.__table__):
         if not insp.has_table(table.name):
             continue
@@ -78,17 +86,15 @@ def add_missing_columns(engine) -> list[str]:
             if col.name in have:
                 continue
             default = col.default.arg if col.default is not None and not callable(col.default.arg) else None
-            ddl = f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(engine.dialect)}"
+            ddl = f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(conn.dialect)}"
             if isinstance(default, (int, float)):
                 ddl += f" DEFAULT {default}"
-            with engine.begin() as conn:
-                conn.execute(text(ddl))
+            conn.execute(text(ddl))
             added.append(f"{table.name}.{col.name}")
     if any(a in added for a in ("servers.vcpus", "servers.ram", "servers.disk")):
-        from sqlalchemy.orm import Session
-
-        with Session(engine) as s, s.begin():
-            for row in s.query(Server):
-                f = row.flavor or {}
-                row.vcpus, row.ram, row.disk = int(f.get("vcpus", 0)), int(f.get("ram", 0)), int(f.get("disk", 0))
+        t = Server.__table__
+        for sid, f in conn.execute(select(t.c.id, t.c.flavor)).all():
+            f = f or {}
+            conn.execute(update(t).where(t.c.id == sid).values(
+                vcpus=int(f.get("vcpus", 0)), ram=int(f.get("ram", 0)), disk=int(f.get("disk", 0))))
     return added

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Float, Index, Integer, String, Text
+from sqlalchemy import JSON, Float, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.store.crypto import Encrypted
 from undercloud.store.db import Base
 
 
 class Stack(Base):
     __tablename__ = "stacks"
+    # One root stack per name (NULL parent_ids are distinct in a plain unique index).
+    __table_args__ = (Index("uq_stacks_root_name", "name", unique=True, sqlite_where=text("parent_id IS NULL"),
+                            postgresql_where=text("parent_id IS NULL")),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     name: Mapped[str] = mapped_column(String(255), index=True)
@@ -28,15 +32,16 @@ class Stack(Base):
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(Text, default="")
     # Root stacks: the Bundle (template files) and user parameters; nested stacks: the
-    # parameters their parent resource passed (resolved properties).
-    bundle: Mapped[Any] = mapped_column(JSON, nullable=True)
-    parameters: Mapped[Any] = mapped_column(JSON, default=dict)
+    # parameters their parent resource passed (resolved properties). Encrypted: hidden
+    # parameters, and environments carrying them, are among them.
+    bundle: Mapped[Any] = mapped_column(Encrypted, nullable=True)
+    parameters: Mapped[Any] = mapped_column(Encrypted, default=dict)
     # What the stack converged to before the current update: the rollback target.
-    prev_bundle: Mapped[Any] = mapped_column(JSON, nullable=True)
-    prev_parameters: Mapped[Any] = mapped_column(JSON, nullable=True)
+    prev_bundle: Mapped[Any] = mapped_column(Encrypted, nullable=True)
+    prev_parameters: Mapped[Any] = mapped_column(Encrypted, nullable=True)
     # The operation under way (kind, rollback flag, timeout, cancel request), for resume.
     operation: Mapped[Any] = mapped_column(JSON, nullable=True)
-    outputs: Mapped[Any] = mapped_column(JSON, nullable=True)
+    outputs: Mapped[Any] = mapped_column(Encrypted, nullable=True)
     description: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -58,10 +63,11 @@ class StackResource(Base):
     physical_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
     ref: Mapped[str | None] = mapped_column(Text, nullable=True)  # what get_resource returns
     requires: Mapped[Any] = mapped_column(JSON, nullable=True)  # names it depended on (delete order)
-    properties: Mapped[Any] = mapped_column(JSON, nullable=True)  # resolved, as last applied
-    rsrc_metadata: Mapped[Any] = mapped_column(JSON, nullable=True)
-    attributes: Mapped[Any] = mapped_column(JSON, nullable=True)  # stored at completion
-    data: Mapped[Any] = mapped_column(JSON, nullable=True)  # the plugin's own state
+    # Encrypted: resolved values (hidden parameters passed on, rendered configs, tokens).
+    properties: Mapped[Any] = mapped_column(Encrypted, nullable=True)  # resolved, as last applied
+    rsrc_metadata: Mapped[Any] = mapped_column(Encrypted, nullable=True)
+    attributes: Mapped[Any] = mapped_column(Encrypted, nullable=True)  # stored at completion
+    data: Mapped[Any] = mapped_column(Encrypted, nullable=True)  # the plugin's own state (e.g. a signal token)
     nested_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     # Set on the old resource of a replacement until it is deleted (kept for rollback).
     replaced_by: Mapped[str | None] = mapped_column(String(36), nullable=True)

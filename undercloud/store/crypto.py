@@ -1,0 +1,97 @@
+"""Secrets at rest: store columns that hold BMC passwords, stack parameters (hidden ones
+among them), templates and environments, rendered configs and resource data (wait
+condition tokens) are Fernet-encrypted (AES-128-CBC + HMAC-SHA256) with one key per
+store, kept in a file of its own (mode 600; `<home>/store.key` by default).
+
+The key never enters the database: a copy of the database (a backup, a stolen file)
+without the key file shows those columns as opaque tokens. Values are JSON inside the
+token, so the columns behave as the JSON columns they replace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cryptography.fernet import Fernet, InvalidToken
+from sqlalchemy import JSON
+from sqlalchemy.types import TypeDecorator
+
+from undercloud.errors import UndercloudError
+
+KEY_FILE = "store.key"
+ATTR = "undercloud_crypto"  # where a Store hangs its Crypto on its engine's dialect
+
+
+class Crypto:
+    def __init__(self, key: bytes, source: str = "an ephemeral key"):
+        self.fernet = Fernet(key)
+        self.source = source
+
+    def encrypt(self, value: Any) -> str:
+        # ensure_ascii: a lone surrogate is stored as its escape, never as invalid UTF-8
+        return self.fernet.encrypt(json.dumps(value, separators=(",", ":")).encode()).decode()
+
+    def decrypt(self, token: str) -> Any:
+        try:
+            return json.loads(self.fernet.decrypt(token.encode() if isinstance(token, str) else token))
+        except (InvalidToken, TypeError, AttributeError):
+            raise UndercloudError(f"cannot decrypt the store with {self.source}: not the key this store "
+                                  f"was written with") from None
+
+
+def load_key(path: Path) -> bytes:
+    """The key in `path`, made (mode 600) when there is none yet; two processes making it at
+    once agree on one (hard link of a complete file, so nobody reads a half-written key)."""
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, Fernet.generate_key() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return _read(path)
+
+
+def _read(path: Path) -> bytes:
+    key = path.read_bytes().strip()
+    try:
+        Fernet(key)
+    except ValueError:
+        raise UndercloudError(f"{path}: not a store key (32 url-safe base64 bytes)") from None
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
+    return key
+
+
+def crypto_of(dialect) -> Crypto:
+    c = getattr(dialect, ATTR, None)
+    if c is None:
+        raise UndercloudError("the store was opened without its key")
+    return c
+
+
+class Encrypted(TypeDecorator):
+    """A JSON column whose value is stored as one Fernet token (a JSON string)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else crypto_of(dialect).encrypt(value)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else crypto_of(dialect).decrypt(value)
