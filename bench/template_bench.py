@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from undercloud.orchestration.limits import BY_NAME, LIMITS  # noqa: E402
 from undercloud.orchestration.template import Bundle, load, select_path  # noqa: E402
 
 
@@ -112,6 +113,10 @@ def main() -> None:
     ap.add_argument("--leaves", type=int, default=99)
     ap.add_argument("--per-template", type=int, default=19)
     a = ap.parse_args()
+    total = a.mids * (1 + a.per_template + a.leaves * (1 + a.per_template))
+    if total > LIMITS.resources:  # this tree is bigger than the default limit on purpose
+        print(f"{BY_NAME['resources'].env}: {LIMITS.resources} -> {total} for this run")
+        LIMITS.resources = total
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         top = generate(Path(d), a.mids, a.leaves, a.per_template)

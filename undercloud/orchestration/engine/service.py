@@ -362,20 +362,23 @@ class StackService:
         return {"stack_name": root["name"], "dry_run": True, **p.as_dict()}
 
     def resume_all(self) -> list[str]:
-        """At service start: continue every operation a dead service left IN_PROGRESS."""
+        """At service start: continue every operation a dead service left IN_PROGRESS (those
+        resumed too often end FAILED instead); returns the ids of those resumed."""
         with self.store.engine.connect() as conn:
             ids = [r[0] for r in conn.execute(select(STACKS.c.id).where(STACKS.c.parent_id.is_(None))
                                               .where(STACKS.c.status == "IN_PROGRESS"))]
+        resumed = []
         for sid in ids:
             if not self._count_resume(sid):
                 continue
+            resumed.append(sid)
             log.info("resuming the interrupted operation of stack %s", sid)
             cancel = threading.Event()
             t = threading.Thread(target=self._run, args=(sid, cancel, True), name=f"stack-{sid[:8]}", daemon=True)
             with self.lock:
                 self.ops[sid] = (t, cancel)
             t.start()
-        return ids
+        return resumed
 
     def _count_resume(self, root_id: str) -> bool:
         """Note one more resume of the operation; past the limit it ends FAILED instead (an

@@ -7,8 +7,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
 from undercloud.orchestration.template.bundle import show
 from undercloud.orchestration.template.functions import Unknown, render
+from undercloud.orchestration.template.source import TemplateError, line_of, problem
 from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate, replace_index
 
 GROUP = "OS::Heat::ResourceGroup"
@@ -20,6 +22,12 @@ def preview(tmpl: StackTemplate, prefix: str = "") -> list[dict]:
     resolver = PlaceholderResolver()
     for name, rd in tmpl.resources.items():
         props = tmpl.resolve(rd.properties, resolver, mask_hidden=True) or {}
+        try:
+            value_size(props)
+        except TooLarge as exc:
+            path = ("resources", name, "properties")
+            raise TemplateError([problem(tmpl.file, line_of(tmpl.doc, path), ".".join(path), exceeded(
+                "value_chars", "the length of the properties in characters", exc.args[0]))]) from None
         row = {"name": prefix + name, "type": rd.type, "properties": render(props)}
         if rd.template_file:
             row["template"] = show(rd.template_file)
@@ -41,7 +49,9 @@ def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplat
         return None
     try:
         count = int(count)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not 0 <= count <= LIMITS.group_count:  # load refused those counts already
         return None
     var = props.get("index_var") or "%index%"
     removed = set()

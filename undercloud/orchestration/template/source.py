@@ -298,10 +298,10 @@ def kind(value: Any) -> str:
 
 
 def problem(file: str, line: int, path: str, message: str) -> str:
-    """One problem line; a message is cut to the message limit (values may be quoted in it)."""
+    """One problem line, cut to the message limit (values and keys may be quoted in it)."""
     where = f"{file}:{line}" if line else file
-    message = cut(one_line(message)) if len(message) > 80 or "\n" in message else message
-    return f"{where}: {path}: {message}" if path else f"{where}: {message}"
+    text = f"{where}: {path}: {message}" if path else f"{where}: {message}"
+    return cut(one_line(text)) if len(text) > 200 or "\n" in text else text
 
 
 class TemplateError(InvalidInput):

@@ -1,0 +1,329 @@
+"""Hostile templates against the limits of limits.py: each is refused early (in well under a
+second, before anything is expanded or built), as one line naming where, the limit and the
+variable that sets it; hidden values never show in those lines."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.unit.template_support import bundle, outputs, problems
+from undercloud.errors import InvalidInput
+from undercloud.orchestration.limits import LIMITS, Limits, cut, override
+from undercloud.orchestration.template import Bundle, TemplateError, load
+from undercloud.orchestration.template.preview import preview
+from undercloud.orchestration.template.source import parse_yaml
+
+V = "heat_template_version: 2021-04-16\n"
+SECRET = "pw-Zq8xK3vT9nL2"
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """The issue's 735-byte template: a json default whose aliases stand for width**levels nodes."""
+    lines = [V.strip(), "parameters:", "  p:", "    type: json", "    default:",
+             "      a0: &a0 [" + ",".join(['"x"'] * width) + "]"]
+    for i in range(1, levels):
+        lines.append(f"      a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]")
+    return "\n".join(lines + ["resources: {}"]) + "\n"
+
+
+def quick(fn, *args, limit: float = 1.0, **kw):
+    t = time.monotonic()
+    try:
+        return fn(*args, **kw)
+    finally:
+        took = time.monotonic() - t
+        assert took < limit, f"took {took:.2f} s"
+
+
+def one(exc: pytest.ExceptionInfo) -> str:
+    msgs = exc.value.problems
+    assert len(msgs) == 1, msgs
+    assert "\n" not in msgs[0]
+    return msgs[0]
+
+
+# ----------------------------------------------------------------------------- the YAML layer
+
+def test_alias_bomb_is_refused_at_parse_time(tmp_path):
+    text = alias_bomb()
+    assert len(text) < 800
+    with pytest.raises(TemplateError) as exc:
+        quick(Bundle.from_paths, str(bundle_file(tmp_path, text)))
+    msg = one(exc)
+    assert msg.startswith(f"{tmp_path / 't.yaml'}:") and "invalid YAML" in msg
+    assert "UNDERCLOUD_MAX_YAML_ALIAS_NODES" in msg and "100,000" in msg
+
+
+def test_aliases_within_the_limit_are_shared_not_copied(tmp_path):
+    doc = quick(parse_yaml, alias_bomb(levels=4), "t.yaml")  # 9**4 = 6,561 nodes through aliases
+    a3 = doc["parameters"]["p"]["default"]["a3"]
+    assert a3[0] is a3[1]  # the same object: nothing was copied
+    assert len(a3) == 9 and a3[0][0][0] == ["x"] * 9
+
+
+def test_merge_keys_doubling_is_refused(tmp_path):
+    # each level merges the previous one twice: 2**40 pairs if PyYAML's own flattening ran
+    lines = ["m0: &m0 {a: 1, b: 2}"] + [f"m{i}: &m{i} {{<<: [*m{i - 1}, *m{i - 1}], k{i}: {i}}}" for i in range(1, 40)]
+    with pytest.raises(TemplateError) as exc:
+        quick(parse_yaml, "\n".join(lines) + "\n", "m.yaml")
+    assert "UNDERCLOUD_MAX_YAML_ALIAS_NODES" in one(exc)
+
+
+def test_merge_keys_still_merge_as_yaml_says():
+    doc = parse_yaml("base: &b {a: 1, b: 2}\nother: &o {b: 3, c: 4}\n"
+                     "x: {<<: [*b, *o], c: 5}\ny: {<<: *b, a: 0}\n", "m.yaml")
+    assert doc["x"] == {"a": 1, "b": 2, "c": 5}  # the first mapping listed wins, keys written win
+    assert doc["y"] == {"a": 0, "b": 2}
+
+
+def test_data_nesting_depth_is_limited_and_settable():
+    deep = "".join(f"{'  ' * i}k{i}:\n" for i in range(150)) + "  " * 150 + "v\n"
+    with pytest.raises(TemplateError) as exc:
+        quick(parse_yaml, deep, "d.yaml")
+    msg = one(exc)
+    assert msg.startswith("d.yaml:101: invalid YAML: data nests more than 100 levels deep")
+    assert "UNDERCLOUD_MAX_DATA_DEPTH" in msg
+    with override(data_depth=200):
+        assert parse_yaml(deep, "d.yaml")["k0"]["k1"]
+
+
+def test_file_size_limits(tmp_path):
+    big = V + "description: '" + "x" * (LIMITS.file_bytes + 10) + "'\nresources: {}\n"
+    with pytest.raises(TemplateError) as exc:
+        Bundle.from_paths(str(bundle_file(tmp_path, big)))
+    assert "UNDERCLOUD_MAX_TEMPLATE_BYTES" in one(exc)
+    # through the API a bundle is JSON: the same limits, before any file is parsed
+    with pytest.raises(TemplateError) as exc:
+        Bundle.from_json({"template": "t.yaml", "files": {"t.yaml": big}})
+    assert one(exc).startswith("t.yaml: the size of the file in bytes")
+    files = {f"f{i}.yaml": "#" * 1000 for i in range(20)}
+    with override(bundle_bytes=10_000), pytest.raises(TemplateError) as exc:
+        Bundle.from_json({"template": "f0.yaml", "files": files})
+    assert "UNDERCLOUD_MAX_BUNDLE_BYTES" in one(exc)
+    # non-ASCII text counts in UTF-8 bytes
+    with override(file_bytes=100), pytest.raises(TemplateError):
+        Bundle.from_json({"template": "t.yaml", "files": {"t.yaml": "é" * 60}})
+
+
+# ------------------------------------------------------------------------------- templates
+
+def test_nested_stack_depth_is_settable(tmp_path):
+    rec = V + ("parameters:\n  depth: {type: number}\nconditions:\n  more: {not: {equals: [{get_param: depth}, 0]}}\n"
+               "resources:\n  r:\n    type: rec.yaml\n    condition: more\n"
+               "    properties: {depth: {yaql: {expression: $.data.d - 1, data: {d: {get_param: depth}}}}}\n")
+    top = V + "resources:\n  r: {type: rec.yaml, properties: {depth: 5}}\n"
+    with override(nested_depth=3):
+        msgs = problems(tmp_path, top, files={"rec.yaml": rec})
+    assert any("Recursion depth exceeds 3" in m and "UNDERCLOUD_MAX_NESTED_DEPTH" in m for m in msgs), msgs
+    assert load(bundle(tmp_path, top, files={"rec.yaml": rec}))  # 5 levels: within the default 10
+
+
+GROUP = V + """\
+parameters:
+  count: {type: number, default: 2}
+resources:
+  g:
+    type: OS::Heat::ResourceGroup
+    properties:
+      count: {get_param: count}
+      resource_def: {type: OS::Heat::None}
+"""
+
+
+@pytest.mark.parametrize("count, expected", [
+    (10_000_000, ":8: resources.g.properties.count: the count of members (10,000,000) is more than the "
+                 "limit of 10,000 (set UNDERCLOUD_MAX_GROUP_COUNT to change it)"),
+    (-1, ":8: resources.g.properties.count: count must be 0 or more, not -1"),
+])
+def test_group_count_is_checked_at_load(tmp_path, count, expected):
+    with pytest.raises(TemplateError) as exc:
+        quick(load, bundle(tmp_path, GROUP), {"count": count})
+    assert one(exc).endswith(expected)
+
+
+def test_resources_of_the_whole_tree_are_counted_at_load(tmp_path):
+    child = V + "resources:\n" + "".join(f"  r{i}: {{type: OS::Heat::None}}\n" for i in range(10))
+    top = V + """\
+parameters:
+  n: {type: number, default: 3}
+resources:
+  g:
+    type: OS::Heat::ResourceGroup
+    properties: {count: {get_param: n}, resource_def: {type: child.yaml}}
+  c: {type: child.yaml}
+"""
+    t = load(bundle(tmp_path, top, files={"child.yaml": child}))
+    assert t.tree_size == 2 + 3 * 11 + 10
+    with override(resources=40), pytest.raises(TemplateError) as exc:
+        load(bundle(tmp_path, top, files={"child.yaml": child}))
+    assert one(exc).endswith("resources: the number of resources of the stack tree (nested stacks and group "
+                             "members counted) (45) is more than the limit of 40 (set "
+                             "UNDERCLOUD_MAX_RESOURCES_PER_STACK to change it)")
+
+
+GROWTH = V + f"""\
+parameters:
+  secret: {{type: string, hidden: true, default: {SECRET}}}
+resources:
+  big:
+    type: OS::Heat::Value
+    properties:
+      value:
+        str_replace:
+          template: "$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s$s"
+          params:
+            $s:
+              str_replace:
+                template: "$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t$t"
+                params:
+                  $t:
+                    str_replace:
+                      template: "$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u$u"
+                      params:
+                        $u:
+                          str_replace:
+                            template: "$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v$v"
+                            params:
+                              $v: {{list_join: ['', [{{get_param: secret}}, {{get_param: secret}}]]}}
+outputs:
+  o: {{value: {{get_attr: [big, value]}}}}
+"""
+
+
+def test_a_value_growing_to_a_billion_characters_is_refused_early(tmp_path):
+    # 32**4 copies of a 30-character secret: ~31 million characters, then ~10**9 one level up
+    t = load(bundle(tmp_path, GROWTH))
+    with pytest.raises(TemplateError) as exc:
+        quick(outputs, t)
+    msg = one(exc)
+    assert ":9: resources.big.properties.value.str_replace:" in msg, msg  # the first level past the limit
+    assert "the length of its result in characters" in msg and "UNDERCLOUD_MAX_VALUE_CHARS" in msg
+    assert SECRET not in msg and SECRET[:8] not in msg
+
+
+@pytest.mark.parametrize("value", [
+    # three lists of 500: 125 million copies
+    "{repeat: {template: '%a%%b%%c%', for_each: {'%a%': {get_param: l}, '%b%': {get_param: l},"
+    " '%c%': {get_param: l}}}}",
+    # one copy, but each copy holds 2,000 times a 100,000-character item
+    "{repeat: {template: {get_param: many}, for_each: {'%a%': [{get_param: long}]}}}",
+    "{list_join: ['', {repeat: {template: {get_param: long}, for_each: {'%a%': {get_param: l}}}}]}",
+    # three times 300 items of 1,000 characters
+    "{list_concat: [{get_param: wide}, {get_param: wide}, {get_param: wide}]}",
+])
+def test_copies_are_refused_before_they_are_made(tmp_path, value):
+    t = V + f"""\
+parameters:
+  l: {{type: comma_delimited_list, default: "{','.join(str(i) for i in range(500))}"}}
+  long: {{type: string, default: {'x' * 100_000}}}
+  many: {{type: string, default: '{'%a%' * 2000}'}}
+  wide: {{type: comma_delimited_list, default: '{','.join(['w' * 1000] * 300)}'}}
+resources:
+  r: {{type: OS::Heat::Value, properties: {{value: {value}}}}}
+"""
+    tmpl = load(bundle(tmp_path, t))
+    with override(value_chars=800_000), pytest.raises(TemplateError) as exc:
+        quick(outputs, tmpl)
+    assert "resources.r.properties.value" in one(exc) and "UNDERCLOUD_MAX_VALUE_CHARS" in one(exc)
+
+
+def test_cfn_replace_growth_is_refused(tmp_path):
+    t = """\
+heat_template_version: 2013-05-23
+parameters:
+  long: {type: string, default: LONG}
+resources:
+  r:
+    type: OS::Heat::Value
+    properties: {value: {"Fn::Replace": [{"$x": {get_param: long}}, "MANY"]}}
+""".replace("LONG", "y" * 10_000).replace("MANY", "$x" * 1000)
+    with override(value_chars=1_000_000), pytest.raises(TemplateError) as exc:
+        quick(outputs, load(bundle(tmp_path, t)))
+    assert '"Fn::Replace"' in one(exc) and "UNDERCLOUD_MAX_VALUE_CHARS" in one(exc)
+
+
+def test_a_parameter_value_over_the_limit(tmp_path):
+    t = V + "parameters:\n  p: {type: json}\n  h: {type: string, hidden: true}\nresources: {}\n"
+    with override(value_chars=1000), pytest.raises(TemplateError) as exc:
+        load(bundle(tmp_path, t), {"p": {"k": ["v" * 100] * 20}, "h": SECRET * 100})
+    msgs = exc.value.problems
+    assert len(msgs) == 2
+    assert "Parameter 'p' is invalid: the length of the value in characters" in msgs[0]
+    assert all("UNDERCLOUD_MAX_VALUE_CHARS" in m and SECRET not in m for m in msgs)
+
+
+def test_long_messages_are_cut_and_hidden_values_masked_even_when_cut(tmp_path):
+    # the hidden value is quoted past the cut (a message is cut at 200 characters of a value)
+    t = f"""\
+heat_template_version: 2015-04-30
+parameters:
+  h: {{type: json, hidden: true, default: {{"k": "{'a' * 190}{SECRET}"}}}}
+resources:
+  r: {{type: OS::Heat::Value, properties: {{value: {{list_join: ['', [{{get_param: h}}]]}}}}}}
+"""
+    with pytest.raises(TemplateError) as exc:
+        outputs(load(bundle(tmp_path, t)))
+    msg = one(exc)
+    # the start of the value, cut before the secret's end, is masked too
+    assert "Items to join must be strings not " in msg and msg.endswith("******…"), msg
+    assert "a" * 50 not in msg and SECRET[:3] not in msg
+    assert len(cut("x" * 10_000)) == LIMITS.message_chars and cut("x" * 10_000).endswith("…")
+
+
+def test_hidden_value_passed_to_a_nested_template_stays_masked(tmp_path):
+    child = V + "parameters:\n  p: {type: string, constraints: [{allowed_pattern: '[0-9]+'}]}\nresources: {}\n"
+    top = V + f"""\
+parameters:
+  h: {{type: string, hidden: true, default: {SECRET}}}
+resources:
+  c: {{type: child.yaml, properties: {{p: {{get_param: h}}}}}}
+"""
+    msgs = problems(tmp_path, top, files={"child.yaml": child})
+    assert msgs and all(SECRET not in m for m in msgs), msgs
+    assert "does not match pattern" in msgs[0] and "******" in msgs[0]
+
+
+def test_preview_refuses_oversized_properties(tmp_path):
+    t = V + """\
+parameters:
+  l: {type: comma_delimited_list, default: "a,b"}
+resources:
+  r: {type: OS::Heat::Value, properties: {value: [*l, *l, *l]}}
+"""
+    big = ",".join(["x" * 100] * 100)
+    t = t.replace("[*l, *l, *l]", "[{get_param: l}, {get_param: l}, {get_param: l}]")
+    tmpl = load(bundle(tmp_path, t), {"l": big})
+    with override(value_chars=20_000), pytest.raises(TemplateError) as exc:
+        preview(tmpl)
+    assert "resources.r.properties: the length of the properties" in one(exc)
+
+
+# ---------------------------------------------------------------------------------- settings
+
+def test_a_problem_is_one_line_however_long_its_keys(tmp_path):
+    t = V + "resources:\n  ? " + "k" * 5000 + "\n  : 1\n"  # a resource named by 5,000 characters
+    msg = one_problem(tmp_path, t)
+    assert len(msg) == LIMITS.message_chars and msg.endswith("…")
+
+
+def one_problem(tmp_path, text: str) -> str:
+    with pytest.raises(TemplateError) as exc:
+        load(bundle(tmp_path, text))
+    return one(exc)
+
+
+def test_limits_come_from_the_environment():
+    lim = Limits({"UNDERCLOUD_MAX_GROUP_COUNT": "5", "UNDERCLOUD_MAX_VALUE_CHARS": "1_000"})
+    assert (lim.group_count, lim.value_chars, lim.resources) == (5, 1000, 10_000)
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(InvalidInput) as exc:
+            Limits({"UNDERCLOUD_MAX_RESOURCES_PER_STACK": bad})
+        assert str(exc.value) == f"UNDERCLOUD_MAX_RESOURCES_PER_STACK={bad!r}: expected a whole number of 1 or more"
+
+
+def bundle_file(tmp_path, text: str):
+    p = tmp_path / "t.yaml"
+    p.write_text(text)
+    return p
