@@ -17,8 +17,9 @@ def only(tmp_path, text, **kw) -> str:
 
 
 @pytest.mark.parametrize("text, expected", [
-    (V + "resources:\n  a: {type: OS::Heat::None\n", ":4: invalid YAML: while parsing a flow mapping"),
-    (V + "\tresources: {}\n", ":2: invalid YAML: while scanning a plain scalar found a tab character"),
+    # syntax errors: the line and that it is YAML; the rest is the parser's own words
+    (V + "resources:\n  a: {type: OS::Heat::None\n", ":4: invalid YAML: "),
+    (V + "\tresources: {}\n", ":2: invalid YAML: "),
     (V + "? [a]\n: b\n", ":2: invalid YAML: found an unhashable key"),
     (V + "resources:\n  a: &x\n    type: OS::Heat::Value\n    properties: {value: *x}\n",
      ":3: invalid YAML: found unconstructable recursive node"),
@@ -26,10 +27,9 @@ def only(tmp_path, text, **kw) -> str:
     ("- a\n", ":1: the template is not a YAML mapping"),
     ("resources: {}\n", ":1: Template format version not found: heat_template_version is missing"),
     ("AWSTemplateFormatVersion: '2010-09-09'\n", "CloudFormation-style templates are not supported"),
-    # PyYAML >= 6.0.4 stops at 1,000 levels itself (its message, with the line); older ones reach ours.
-    (V + "outputs:\n  o: {value: " + "[" * 3000 + "]" * 3000 + "}\n",
-     (":3: invalid YAML: while increasing flow level exceeded maximum nesting depth",
-      ": data nests too deeply to be processed")),
+    # our depth limit (100) comes before the parser's own (1,000 in PyYAML >= 6.0.4 and LibYAML)
+    (V + "outputs:\n  o: {value: " + "[" * 300 + "]" * 300 + "}\n",
+     ":3: invalid YAML: data nests more than 100 levels deep (set UNDERCLOUD_MAX_DATA_DEPTH to change it)"),
 ])
 def test_malformed_documents(tmp_path, text, expected):
     msg = only(tmp_path, text)

@@ -231,10 +231,10 @@ def secret_texts(values: list) -> frozenset[str]:
         while todo:
             x = todo.pop()
             if isinstance(x, str):
-                forms.update((x, repr(x)[1:-1], json.dumps(x)[1:-1]))
+                if x is v or len(x) >= 6:  # strings inside: not the short words a map holds
+                    forms.update((x, repr(x)[1:-1], json.dumps(x)[1:-1]))
             elif isinstance(x, Mapping):
-                todo.extend(x.keys())
-                todo.extend(x.values())
+                todo.extend(x.values())  # keys name things; values are the secrets
             elif isinstance(x, list | tuple):
                 todo.extend(x)
         out.update(t for t in forms if len(t) >= 3)

@@ -88,6 +88,7 @@ _SEQ = "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
 _VALUE = "tag:yaml.org,2002:value"
 _BUSY = object()
+_BAD_SCALAR = (TypeError, ValueError, IndexError, KeyError, AttributeError, OverflowError)
 
 
 class _Build:
@@ -150,7 +151,7 @@ def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
             return node.value
         try:
             return loader.construct_object(node)
-        except (TypeError, ValueError) as exc:  # e.g. `!!float x`
+        except _BAD_SCALAR as exc:  # e.g. `!!float x`, `!!float ''` (PyYAML's constructors assume the form)
             raise yaml.constructor.ConstructorError(None, None, f"{node.tag}: {exc}", node.start_mark) from None
     memo = b.memo
     done = memo.get(id(node))
@@ -201,7 +202,7 @@ def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
             out = loader.construct_document(node)
         except yaml.YAMLError:
             raise
-        except (TypeError, ValueError, AttributeError):  # a node of the wrong kind for its tag
+        except _BAD_SCALAR:  # a node of the wrong kind for its tag
             raise yaml.constructor.ConstructorError(None, None, f"cannot construct {node.tag} from a {node.id}",
                                                     node.start_mark) from None
     memo[id(node)] = out
@@ -240,6 +241,10 @@ def parse_yaml(text: str, name: str) -> Any:
         raise TemplateError([problem(name, 0, "", f"invalid YAML: {one_line(str(exc))}")]) from None
     except RecursionError:
         raise TemplateError([problem(name, 0, "", TOO_DEEP)]) from None
+    except UnicodeEncodeError as exc:  # a lone surrogate (e.g. "\ud800" in JSON): not text YAML can read
+        line = text.count("\n", 0, exc.start) + 1
+        raise TemplateError([problem(name, line, "", "invalid YAML: a character that is not Unicode text "
+                                                     f"(U+{ord(text[exc.start]):04X})")]) from None
 
 
 TOO_DEEP = "data nests too deeply to be processed"
