@@ -69,6 +69,8 @@ REFUSED = [  # (what, template, other files, a part of the one-line error)
     ("deep data", DEEP, None, "UNDERCLOUD_MAX_DATA_DEPTH"),
     ("group of 10**7", GROUP, None, "resources.g.properties.count: the count of members (10,000,000)"),
     ("big file", V + "resources: {}\n", {"big.txt": "x" * (600 * 1024)}, "big.txt: the size of the file in bytes"),
+    ("backtracking pattern", V + "parameters:\n  p: {type: string, default: " + "a" * 40 + "!, constraints: "
+     "[{allowed_pattern: '(a+)+$'}]}\nresources: {}\n", None, "took more than 2 s (nested repetition"),
 ]
 
 

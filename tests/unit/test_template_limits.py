@@ -300,6 +300,25 @@ resources:
     assert "resources.r.properties: the length of the properties" in one(exc)
 
 
+def test_a_pattern_that_backtracks_without_bound_cannot_freeze_validation(tmp_path):
+    t = V + """\
+parameters:
+  p:
+    type: string
+    default: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!
+    constraints: [{allowed_pattern: '(a+)+$'}]
+  q: {type: string, default: abc.def, constraints: [{allowed_pattern: '^[a-z]+(\\.[a-z]+)*$'}]}
+resources: {}
+"""
+    with pytest.raises(TemplateError) as exc:
+        quick(load, bundle(tmp_path, t), limit=5)  # 2**40 steps in re: days, holding every thread
+    assert one(exc).endswith('parameters.p.default: Parameter \'p\' is invalid: Invalid default '
+                             'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa! (matching the pattern "(a+)+$" took more than '
+                             '2 s (nested repetition such as (a+)+ backtracks without bound))')
+    # nested repetition that does end is matched as before (in a child process)
+    assert load(bundle(tmp_path, t.replace("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!", "aaa"))).parameters["q"]
+
+
 # ---------------------------------------------------------------------------------- settings
 
 def test_a_problem_is_one_line_however_long_its_keys(tmp_path):
