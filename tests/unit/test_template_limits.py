@@ -319,6 +319,25 @@ resources: {}
     assert load(bundle(tmp_path, t.replace("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!", "aaa"))).parameters["q"]
 
 
+@pytest.mark.parametrize("expression, expected", [
+    ('regex("(a+)+b").matches($.data)', "the pattern '(a+)+b' repeats a repetition or an alternation"),
+    ('$.data =~ "(a|aa)*c"', "the pattern '(a|aa)*c' repeats"),
+    ('regex("([0-9]+[K|M|G])").search($.data)', None),  # as TripleO's templates use it
+    ("$.data.matches('(\\.|:)')", False),
+])
+def test_yaql_regex_patterns_that_backtrack_are_refused(tmp_path, expression, expected):
+    quoted = expression.replace("'", "''")
+    t = V + f"resources:\n  r: {{type: OS::Heat::Value, properties: {{value: {{yaql: {{expression: '{quoted}', " \
+            f"data: {'a' * 40}c}}}}}}}}\n"
+    tmpl = load(bundle(tmp_path, t))
+    if isinstance(expected, str):
+        with pytest.raises(TemplateError) as exc:
+            quick(outputs, tmpl)
+        assert "yaql evaluation failed: " + expected in one(exc)
+    else:
+        assert quick(outputs, tmpl) == {} and tmpl.resolve(tmpl.resources["r"].properties, None) == {"value": expected}
+
+
 # ---------------------------------------------------------------------------------- settings
 
 def test_a_problem_is_one_line_however_long_its_keys(tmp_path):

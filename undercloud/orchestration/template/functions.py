@@ -905,7 +905,11 @@ class Yaql(Function):
     def engine(cls) -> Any:
         if cls._engine is None:
             import yaql  # imported on first use: it is slow to import
+            from yaql.standard_library import regex
 
+            from undercloud.orchestration.template.patterns import GuardedRe
+
+            regex.re = GuardedRe()  # no pattern that backtracks without bound (it would hold every thread)
             parser = yaql.YaqlFactory().create({"yaql.limitIterators": 200, "yaql.memoryQuota": 10000})
             cls._engine = (parser, yaql.create_context())
         return cls._engine

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
 from undercloud.orchestration.template.functions import Unknown, json_text
+from undercloud.orchestration.template.patterns import pattern_matches
 from undercloud.orchestration.template.source import FnError
 
 TYPES = ("string", "number", "comma_delimited_list", "json", "boolean")
@@ -104,58 +102,6 @@ class Constraint:
             msg = f'"{value}" does not match pattern "{self.arg}"'
         if not ok:
             raise ValueError(self.description or msg)
-
-
-PATTERN_SECONDS = 2.0
-_MATCH = ("import json, re, sys\np, t = json.load(sys.stdin)\nm = re.match(p, t)\n"
-          "print(1 if m is not None and m.end() == len(t) else 0)")
-
-
-@functools.lru_cache(maxsize=256)
-def backtracks(pattern: str) -> bool:
-    """True for nested repetition ((a+)+, (a|aa)*): Python's re may then take exponential time,
-    holding the interpreter (every thread of the service) while it does."""
-    try:
-        from re import _constants as c
-        from re import _parser
-        tree = _parser.parse(pattern)
-    except Exception:  # noqa: BLE001 - an invalid pattern is refused elsewhere; other Pythons: be careful
-        return True
-    repeats = {c.MAX_REPEAT, c.MIN_REPEAT} | ({c.POSSESSIVE_REPEAT} if hasattr(c, "POSSESSIVE_REPEAT") else set())
-
-    def walk(items: Any, inside: bool) -> bool:
-        for op, av in items:
-            if op in repeats:
-                many = av[1] > 1
-                if many and inside or walk(av[2], inside or many):
-                    return True
-            elif op is c.BRANCH:
-                if inside or any(walk(b, inside) for b in av[1]):
-                    return True
-            elif op is c.SUBPATTERN:
-                if walk(av[-1], inside):
-                    return True
-            elif op in (c.ASSERT, c.ASSERT_NOT):
-                if walk(av[1], inside):
-                    return True
-        return False
-
-    return walk(tree.data, False)
-
-
-def pattern_matches(pattern: str, text: str) -> bool:
-    """allowed_pattern: the whole text matches. A pattern that can backtrack without bound is
-    matched in a child process with a time limit, so it can never freeze the service."""
-    if not backtracks(pattern):
-        m = re.match(pattern, text)
-        return m is not None and m.end() == len(text)
-    try:
-        r = subprocess.run([sys.executable, "-I", "-c", _MATCH], input=json.dumps([pattern, text]).encode(),
-                           capture_output=True, timeout=PATTERN_SECONDS)
-    except subprocess.TimeoutExpired:
-        raise ValueError(f'matching the pattern "{pattern}" took more than {PATTERN_SECONDS:.0f} s '
-                         "(nested repetition such as (a+)+ backtracks without bound)") from None
-    return r.stdout.strip() == b"1"
 
 
 def _maybe_num(v: Any) -> Any:
