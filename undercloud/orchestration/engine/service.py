@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from undercloud.errors import Conflict, InvalidInput, NotFound, internal_error
-from undercloud.orchestration.engine.walk import Plan, StackNode, Walk, new_root_row
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError, internal_error
+from undercloud.orchestration.engine.walk import INTERNAL, Plan, StackNode, Walk, new_root_row
 from undercloud.orchestration.engine.writer import Writer
-from undercloud.orchestration.limits import BY_NAME, LIMITS
+from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
 from undercloud.store import Store
@@ -51,6 +51,13 @@ def _mask(value: Any, secrets: set[str]) -> Any:
     if isinstance(value, dict):
         return {k: _mask(v, secrets) for k, v in value.items()}
     return value
+
+
+def _signal_error(resource: str, exc: Exception) -> Exception:
+    """A plugin refusing a signal says why; a bug in it is an internal error (no values shown)."""
+    if isinstance(exc, INTERNAL) and not isinstance(exc, UndercloudError):
+        return internal_error(exc, log, f"signal to {resource}")
+    return InvalidInput(f"signal to {resource}: {cut(str(exc))}")
 
 
 def iso(t: float | None) -> str | None:
@@ -437,7 +444,7 @@ class StackService:
             if done.wait(30) and not errors:
                 return
             if errors and not isinstance(errors[0], LookupError):
-                raise InvalidInput(f"signal to {resource}: {errors[0]}")
+                raise _signal_error(resource, errors[0])
         cls = registry.get(row["type"]) or Plugin
         p = cls(name=row["name"], uuid=row["uuid"], stack=StackRef(srow["id"], srow["name"], srow["root_id"]),
                 properties=row.get("properties") or {}, data=dict(row.get("data") or {}),
@@ -445,7 +452,7 @@ class StackService:
         try:
             p.signal(payload)
         except Exception as exc:
-            raise InvalidInput(f"signal to {resource}: {exc}") from None
+            raise _signal_error(resource, exc) from None
         row["data"] = p.data
         w = Writer(self.store)
         w.touch_row(row)
