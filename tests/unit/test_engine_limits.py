@@ -264,3 +264,38 @@ def test_an_operation_interrupted_at_every_start_ends_failed(eng):
         f"Stack CREATE failed: interrupted by {LIMITS.resumes} restarts of the undercloud service without "
         "finishing; not resumed again (set UNDERCLOUD_MAX_RESUMES to allow more)")
     assert last.delete("s", wait=True)["stack_status"] == "DELETE_COMPLETE"
+
+
+BATCHED = """\
+heat_template_version: 2021-04-16
+parameters:
+  n: {type: number, default: 6}
+  wait: {type: number, default: 0.3}
+resources:
+  g:
+    type: OS::Heat::ResourceGroup
+    update_policy: {batch_create: {max_batch_size: SIZE}}
+    properties:
+      count: {get_param: n}
+      resource_def: {type: OS::Heat::TestResource, properties: {action_wait_secs: {create: {get_param: wait}}}}
+"""
+
+
+def test_group_batches_bound_the_members_in_progress_with_one_edge_each(eng):
+    s = eng.create("b", eng.bundle("b.yaml", BATCHED.replace("SIZE", "2")))
+    assert s["stack_status"] == "CREATE_COMPLETE"
+    busy, most = set(), 0
+    for name, status in eng.events("b"):
+        if name.startswith("g."):
+            (busy.add if status == "CREATE_IN_PROGRESS" else busy.discard)(name)
+            most = max(most, len(busy))
+    assert most == 2
+    # 9,998 members in batches of 4,999: 4,999 dependencies, not 25 million
+    t = time.monotonic()
+    s = eng.create("big", eng.bundle("big.yaml", BATCHED.replace("SIZE", "4999")), {"n": 9_998, "wait": 0})
+    assert s["stack_status"] == "CREATE_COMPLETE" and time.monotonic() - t < 60
+    tmpl = eng.svc.last_walk.stacks[1].tmpl
+    assert sum(len(d) for d in tmpl.dependencies().values()) == 4_999
+    s = eng.create("bad", eng.bundle("bad.yaml", BATCHED.replace("SIZE", "-1")))
+    assert s["stack_status_reason"].endswith("update_policy.batch_create.max_batch_size must be a whole number "
+                                             "of 1 or more, not '-1'")

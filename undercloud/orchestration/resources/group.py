@@ -96,8 +96,18 @@ class ResourceGroup(Plugin):
         return members
 
     def _batch_size(self, policy_key: str) -> int:
-        size = ((self.update_policy or {}).get(policy_key) or {}).get("max_batch_size")
-        return int(size) if size else 0
+        policy = (self.update_policy or {}).get(policy_key) or {}
+        size = policy.get("max_batch_size") if isinstance(policy, dict) else None
+        if size is None:
+            return 0
+        try:
+            n = int(size)
+        except (TypeError, ValueError, OverflowError):
+            n = 0
+        if n < 1 or isinstance(size, bool):
+            raise ResourceFailure(f"update_policy.{policy_key}.max_batch_size must be a whole number of 1 "
+                                  f"or more, not {str(size)[:100]!r}")
+        return n
 
     def nested_template(self, parent_template: Any) -> Any:
         p = self.properties
@@ -114,8 +124,9 @@ class ResourceGroup(Plugin):
             if definition.get("metadata") is not None:
                 res["metadata"] = _replace_index(definition["metadata"], var, name)
             if batch and i >= batch:
-                first = (i // batch - 1) * batch
-                res["depends_on"] = names[first:first + batch]
+                # at most `batch` members at once: each waits for the one `batch` places before
+                # it (one edge per member; whole batches waiting for whole batches were O(n²))
+                res["depends_on"] = [names[i - batch]]
             resources[name] = res
         template = {"heat_template_version": "2015-04-30", "resources": resources}
         return parent_template.child_from_dict(template, {}, self.name)
