@@ -56,12 +56,15 @@ def test_bad_roles_are_one_line_with_file_and_line(tmp_path, text, where, messag
 
 def test_shipped_roles():
     default = oc.load_roles(oc.roles_file_for("minimal", None))
-    assert [(r.name, r.count) for r in default] == [("Controller", 1)]
+    assert [(r.name, r.count) for r in default] == [("Controller", 1), ("Compute", 1)]
     lib = op.resolve(default, [])
     assert lib.service_names("Controller")[:6] == ["haproxy", "mysql", "rabbitmq", "memcached", "keystone",
                                                    "placement"]
     ha = oc.load_roles(oc.roles_file_for("ha", None))
-    assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Database", 1)]
+    assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Database", 1), ("Compute", 1)]
+    ha_lib = op.resolve(ha, op.environments_for("ha", []))
+    assert ha_lib.service_names("Compute") == ["nova_libvirt", "nova_compute", "neutron_linuxbridge_agent"]
+    assert "nova_compute" not in ha_lib.service_names("Controller")
     with pytest.raises(InvalidInput, match="unknown example"):
         oc.roles_file_for("huge", None)
 
@@ -77,8 +80,8 @@ def loaded(plan, parameters=None):
     return load(bundle, parameters or {}, stack_name="overcloud", partial=True)
 
 
-@pytest.mark.parametrize("example, roles, nodes", [("minimal", ["Controller"], 1),
-                                                    ("ha", ["Controller", "Database"], 4)])
+@pytest.mark.parametrize("example, roles, nodes", [("minimal", ["Controller", "Compute"], 2),
+                                                    ("ha", ["Controller", "Database", "Compute"], 5)])
 def test_rendered_plan_validates_with_steps_in_order(tmp_path, example, roles, nodes):
     plan = plan_for(tmp_path, example)
     tmpl = loaded(plan)

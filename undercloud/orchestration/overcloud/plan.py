@@ -34,6 +34,8 @@ from undercloud.orchestration.template.source import TemplateError
 
 STEP_NAMES = {1: "load balancer", 2: "database and messaging", 3: "bootstrap", 4: "API services",
               5: "compute and agents"}
+# Environments every deploy starts from (yours come later and win): the network mechanism.
+DEFAULT_ENVIRONMENTS = ("environments/neutron-linuxbridge.yaml",)
 # The node flavor of every role per hypervisor (an environment may set Overcloud<Role>Flavor).
 HYPERVISOR_FLAVORS = {"container": "container", "vm": "vm-control", "baremetal": "baremetal"}
 
@@ -185,15 +187,15 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     envs = [plan / "overcloud-resource-registry.yaml", plan / "deploy-parameters.yaml", plan / "secrets.yaml"]
-    if example:
-        envs.append(example_dir(example) / "environment.yaml")
-    envs += [e.resolve() for e in environments]
+    envs += [e if e.is_absolute() else e.resolve() for e in environments_for(example, environments)]
     return Plan(plan, plan / "overcloud.yaml", envs, roles, library)
 
 
 def environments_for(example: str | None, environments: list[Path]) -> list[Path]:
-    """The environments whose registries decide the services: the example's, then yours."""
-    return ([example_dir(example) / "environment.yaml"] if example else []) + list(environments)
+    """The environments whose registries and parameters decide the services, in order: the
+    defaults (the network mechanism), the example's, then yours."""
+    return ([LIBRARY / e for e in DEFAULT_ENVIRONMENTS] + ([example_dir(example) / "environment.yaml"] if example else [])
+            + list(environments))
 
 
 def digest(bundle_json: dict) -> str:
