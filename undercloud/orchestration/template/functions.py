@@ -463,7 +463,13 @@ class Replace(Function):
                 parts = s.split(key)
                 if len(parts) > 1:
                     unused.discard(key)
-                out.append(self.joined(value, replace(parts, rest)))
+                    parts = replace(parts, rest)
+                    n = sum(map(len, parts)) + len(value) * (len(parts) - 1)
+                    if n > LIMITS.value_chars:  # refused before it is built
+                        raise self.too_large(n)
+                    out.append(value.join(parts))
+                else:
+                    out.append(replace(parts, rest)[0])
             return out
 
         text = replace([template], keys)[0]
@@ -683,23 +689,27 @@ class Repeat(Function):
                 self._valid(v)
                 values.append(list(v))
                 lens.append(len(v))
-        if not self.nested_loop() and len(set(lens)) > 1:
+        nested = self.nested_loop()
+        if not nested and len(set(lens)) > 1:
             raise self.err(f"For {self.fn}, the length of for_each values should be equal if no nested loop.")
         template = known(ev, self.args["template"])
         # refused before any copy is made: copies times the template's size
-        copies = math.prod(len(v) for v in values) if self.nested_loop() else min(map(len, values))
+        copies = math.prod(map(len, values)) if nested else min(map(len, values))
         if copies:
             try:
                 each = value_size(template, LIMITS.value_chars // copies + 1)
             except TooLarge:
                 raise self.too_large(copies * (LIMITS.value_chars // copies + 1)) from None
             for k, v in zip(keys, values):  # what the substitutions add to each copy
-                longest = max((len(x) for x in v if isinstance(x, str)), default=0)
+                try:
+                    longest = max(map(len, v))
+                except TypeError:  # not strings: refused below
+                    continue
                 if isinstance(k, str) and k and longest > len(k):
                     each += sum(t.count(k) for t in _strings(template)) * (longest - len(k))
             if copies * each > LIMITS.value_chars:
                 raise self.too_large(copies * each)
-        combos = itertools.product(*values) if self.nested_loop() else zip(*values)
+        combos = itertools.product(*values) if nested else zip(*values)
         for k in keys:
             if not isinstance(k, str):
                 raise self.err(f'The "for_each" keys of "{self.fn}" must be strings')

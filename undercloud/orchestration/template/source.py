@@ -142,19 +142,40 @@ def _flatten(node: yaml.MappingNode, b: _Build, depth: int = 0) -> None:
     node.value = merged + own
 
 
+_SCALAR = yaml.ScalarNode
+_PLAIN = frozenset((_STR, _TIMESTAMP))  # Heat reads timestamps as strings
+
+
+def _scalar(loader: _Loader, node: yaml.ScalarNode) -> Any:
+    if node.tag in _PLAIN:
+        return node.value
+    try:
+        return loader.construct_object(node)
+    except _BAD_SCALAR as exc:  # e.g. `!!float x`, `!!float ''` (PyYAML's constructors assume the form)
+        raise yaml.constructor.ConstructorError(None, None, f"{node.tag}: {exc}", node.start_mark) from None
+
+
+def _key(loader: _Loader, knode: yaml.Node, b: _Build, depth: int) -> Any:
+    key = _scalar(loader, knode) if knode.__class__ is _SCALAR else _build(loader, knode, b, depth)
+    if key.__class__ is not str:
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "found an unhashable key", knode.start_mark) from None
+    return key
+
+
 def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
     """Node tree -> Map/Seq/scalars. A direct walk: much cheaper than PyYAML's generic
-    constructor, which matters for trees of a thousand templates. An alias gives the same
-    object again (nothing is copied); the nodes it stands for count against the limit."""
-    if isinstance(node, yaml.ScalarNode):
-        if node.tag == _STR or node.tag == _TIMESTAMP:  # Heat reads timestamps as strings
-            return node.value
-        try:
-            return loader.construct_object(node)
-        except _BAD_SCALAR as exc:  # e.g. `!!float x`, `!!float ''` (PyYAML's constructors assume the form)
-            raise yaml.constructor.ConstructorError(None, None, f"{node.tag}: {exc}", node.start_mark) from None
+    constructor, which matters for trees of a thousand templates (scalars are made in the
+    loops, without a call each). An alias gives the same object again (nothing is copied);
+    the nodes it stands for count against the limit."""
+    if node.__class__ is _SCALAR:
+        return _scalar(loader, node)
     memo = b.memo
-    done = memo.get(id(node))
+    nid = id(node)
+    done = memo.get(nid)
     if done is not None:
         if done is _BUSY:
             raise yaml.constructor.ConstructorError(None, None, "found unconstructable recursive node",
@@ -163,39 +184,50 @@ def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
     if depth >= b.max_depth:
         raise yaml.constructor.ConstructorError(None, None, f"data nests more than {b.max_depth} levels deep "
                                                 f"(set {BY_NAME['data_depth'].env} to change it)", node.start_mark)
-    memo[id(node)] = _BUSY
+    memo[nid] = _BUSY
     sizes = b.sizes
     size = 1
+    inner = depth + 1
     if isinstance(node, yaml.MappingNode) and node.tag in _MAP:
         _flatten(node, b)
         m = Map()
         m.line = node.start_mark.line + 1
+        lines = m.lines
         for knode, vnode in node.value:
-            key = _build(loader, knode, b, depth + 1)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    None, None, "found an unhashable key", knode.start_mark) from None
-            again = id(vnode) in memo
-            m[key] = _build(loader, vnode, b, depth + 1)
-            n = sizes.get(id(vnode), 1)
-            if again:
-                b.alias(n, knode.start_mark)
-            size += 1 + n
-            m.lines[key] = knode.start_mark.line + 1
+            if knode.__class__ is _SCALAR and knode.tag == _STR:
+                key = knode.value
+            else:
+                key = _key(loader, knode, b, inner)
+            if vnode.__class__ is _SCALAR:
+                m[key] = vnode.value if vnode.tag in _PLAIN else _scalar(loader, vnode)
+                size += 2
+            else:
+                vid = id(vnode)
+                again = vid in memo
+                m[key] = _build(loader, vnode, b, inner)
+                n = sizes[vid]
+                if again:
+                    b.alias(n, knode.start_mark)
+                size += 1 + n
+            lines[key] = knode.start_mark.line + 1
         out: Any = m
     elif isinstance(node, yaml.SequenceNode) and node.tag == _SEQ:
         sq = Seq()
         sq.line = node.start_mark.line + 1
+        lines = sq.lines
         for item in node.value:
-            again = id(item) in memo
-            sq.append(_build(loader, item, b, depth + 1))
-            n = sizes.get(id(item), 1)
-            if again:
-                b.alias(n, item.start_mark)
-            size += n
-            sq.lines.append(item.start_mark.line + 1)
+            if item.__class__ is _SCALAR:
+                sq.append(item.value if item.tag in _PLAIN else _scalar(loader, item))
+                size += 1
+            else:
+                iid = id(item)
+                again = iid in memo
+                sq.append(_build(loader, item, b, inner))
+                n = sizes[iid]
+                if again:
+                    b.alias(n, item.start_mark)
+                size += n
+            lines.append(item.start_mark.line + 1)
         out = sq
     else:  # other tags (!!set, !!binary...): PyYAML's safe constructors
         try:
@@ -205,8 +237,8 @@ def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
         except _BAD_SCALAR:  # a node of the wrong kind for its tag
             raise yaml.constructor.ConstructorError(None, None, f"cannot construct {node.tag} from a {node.id}",
                                                     node.start_mark) from None
-    memo[id(node)] = out
-    sizes[id(node)] = size
+    memo[nid] = out
+    sizes[nid] = size
     return out
 
 
