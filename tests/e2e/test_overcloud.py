@@ -1,15 +1,19 @@
 """Whole overcloud deploys on container nodes, checked with the real OpenStack client.
 
-minimal: deploy from nothing (images built or taken from the cache), `openstack token
-issue`, `endpoint list` and a placement call through the generated clouds.yaml; a no-op
-re-deploy; a broken service configuration fails at its step naming node, service, health
-check and log tail, and a fixed re-deploy recovers; scale out to two controllers and back;
-delete leaves nothing on the host (containers, the database's volume, the network). The
-database outlives its Pod: a project made before a re-deploy that changes MariaDB's
-configuration (the Pod is replaced) is still there after.
-ha: three controllers behind haproxy + a database node; keystone stopped on one
-controller, tokens are still issued through haproxy; haproxy stopped on the controller
-holding the virtual IP, keepalived moves the VIP and tokens are still issued through it.
+minimal (one deployment serves the checks of this module, in order; the ones that break
+things run last): deployed from nothing (images built or taken from the cache); identity,
+the catalog and placement; every service healthy, the VIP on keepalived; a cloud: the guest
+image uploaded to Glance, a network, a flavor, two instances that take their DHCP address,
+read their instance id from the metadata service and ping each other, consoles through
+Nova, deleted freeing their ports and qemu; a no-op re-deploy; secrets shown nowhere;
+ComputeCount 2: a new instance lands on the new hypervisor and reaches one on the first
+(VXLAN between compute nodes), then back to one compute node while MariaDB's Pod is
+replaced and keeps its data; a broken service fails at its step naming node, service,
+check and log tail, and a fixed re-deploy recovers; delete leaves no container, volume,
+network or instance behind.
+ha: three controllers behind haproxy, a database node and a compute node; keystone stopped
+on one controller, tokens are still issued through haproxy; haproxy stopped on the
+controller holding the virtual IP, keepalived moves the VIP and tokens are still issued.
 """
 
 from __future__ import annotations
@@ -24,7 +28,23 @@ import pytest
 
 from tests.conftest import need, need_root, run_cli
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = pytest.mark.timeout(2400)
+
+LIGHT_CONTROL_PLANE = """\
+# Identity and placement only: the control plane of earlier rounds (lighter nodes).
+parameter_defaults:
+  ComputeCount: 0
+resource_registry:
+  OS::TripleO::Services::GlanceApi: OS::Heat::None
+  OS::TripleO::Services::NovaApi: OS::Heat::None
+  OS::TripleO::Services::NovaConductor: OS::Heat::None
+  OS::TripleO::Services::NovaScheduler: OS::Heat::None
+  OS::TripleO::Services::NovaMetadata: OS::Heat::None
+  OS::TripleO::Services::NeutronServer: OS::Heat::None
+  OS::TripleO::Services::NeutronLinuxbridgeAgent: OS::Heat::None
+  OS::TripleO::Services::NeutronDhcpAgent: OS::Heat::None
+  OS::TripleO::Services::NeutronMetadataAgent: OS::Heat::None
+"""
 
 
 def need_overcloud_tools() -> None:
@@ -32,12 +52,18 @@ def need_overcloud_tools() -> None:
     need("podman")
     need("debootstrap")
     if not shutil.which("openstack"):
-        pytest.skip("python-openstackclient is not installed (pip install -e .[test])")
+        pytest.skip("python-openstackclient is not installed (scripts/install-deps)")
 
 
-def openstack(clouds: str, *args: str) -> subprocess.CompletedProcess:
+def openstack(clouds: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(["openstack", "--os-cloud", "overcloud", *args], capture_output=True, text=True,
-                          env={**os.environ, "OS_CLIENT_CONFIG_FILE": clouds}, timeout=120)
+                          env={**os.environ, "OS_CLIENT_CONFIG_FILE": clouds}, timeout=timeout)
+
+
+def ok_json(clouds: str, *args: str, timeout: float = 180):
+    r = openstack(clouds, *args, "-f", "json", timeout=timeout)
+    assert r.returncode == 0, f"openstack {' '.join(args)}: {r.stderr[-2000:]}"
+    return json.loads(r.stdout)
 
 
 def host_objects(instance: str) -> dict:
@@ -74,6 +100,16 @@ def virtual_ip() -> str:
     return json.loads(out.stdout)["output_value"]
 
 
+def qemu_pids(libvirt_container: str) -> set[str]:
+    """Host pids of the guests' qemu processes in a compute node's libvirt container."""
+    p = subprocess.run(["podman", "top", libvirt_container, "hpid", "args"], capture_output=True, text=True)
+    return {line.split()[0] for line in p.stdout.splitlines()[1:] if "qemu-system" in line}
+
+
+def alive(pid: str) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
 @pytest.fixture
 def overcloud_home(uc_home):
     """uc_home, and whatever overcloud a failed test left is deleted (before the service stops)."""
@@ -85,66 +121,188 @@ def overcloud_home(uc_home):
 
 
 def deploy(*args: str) -> subprocess.CompletedProcess:
-    return run_cli("deploy", *args, timeout=1400)
+    return run_cli("deploy", *args, timeout=2000)
 
 
 def secrets_of(uc_home) -> dict:
     return json.loads((uc_home.path / "overcloud" / "overcloud" / "secrets.json").read_text())
 
 
-def test_minimal_deploy_check_break_recover_delete(overcloud_home, tmp_path):
-    uc_home = overcloud_home
+# ---- minimal: one deployment, many checks --------------------------------------------
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory):
+    """The minimal overcloud (a controller and a compute node), deployed once for this module."""
+    from undercloud.api import daemon
+    from undercloud.config import Home
+
     need_overcloud_tools()
-    r = deploy()
-    assert r.returncode == 0, r.stderr[-3000:]
+    home = Home(tmp_path_factory.mktemp("cloud") / "uc")
+    saved = {k: os.environ.get(k) for k in ("UNDERCLOUD_HOME", "UNDERCLOUD_DB")}
+    os.environ["UNDERCLOUD_HOME"] = str(home.path)
+    os.environ.pop("UNDERCLOUD_DB", None)
+    state = {"home": home, "clouds": str(home.path / "overcloud" / "overcloud" / "clouds.yaml"),
+             "work": tmp_path_factory.mktemp("cloud-work")}
+    try:
+        start = time.monotonic()
+        state["deploy"] = deploy()
+        state["deploy_seconds"] = time.monotonic() - start
+        yield state
+    finally:
+        if (home.path / "undercloud.db").exists():
+            listed = run_cli("stack", "list", "-f", "json")
+            if listed.returncode == 0 and "overcloud" in listed.stdout:
+                run_cli("overcloud", "delete", "--yes", timeout=900)
+        daemon.stop(home)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_minimal_deploys_a_controller_and_a_compute_node(cloud):
+    r = cloud["deploy"]
+    assert r.returncode == 0, r.stderr[-4000:]
     for words in ("step 1 (load balancer) on Controller: haproxy", "step 3 (bootstrap) on Controller: keystone",
-                  "step 4 on Controller: healthy on every node", "CREATE_COMPLETE"):
-        assert words in r.stderr, r.stderr[-3000:]
+                  "step 4 (API services) on Controller: placement, glance_api, nova_api",
+                  "step 5 (compute and agents) on Compute: nova_libvirt, nova_compute, neutron_linuxbridge_agent",
+                  "step 5 on Compute: healthy on every node", "CREATE_COMPLETE"):
+        assert words in r.stderr, r.stderr[-4000:]
     endpoints = dict(line.split() for line in r.stdout.splitlines())
-    assert endpoints["keystone"].endswith(":5000/v3") and endpoints["placement"].endswith(":8778")
-    clouds = str(uc_home.path / "overcloud" / "overcloud" / "clouds.yaml")
-    assert f"clouds.yaml: {clouds}" in r.stderr
+    vip = virtual_ip()
+    assert endpoints == {"keystone": f"http://{vip}:5000/v3", "placement": f"http://{vip}:8778",
+                         "image": f"http://{vip}:9292", "compute": f"http://{vip}:8774/v2.1",
+                         "network": f"http://{vip}:9696", "metadata": f"http://{vip}:8775"}
+    assert f"clouds.yaml: {cloud['clouds']}" in r.stderr
+    print(f"minimal deploy from this home's nothing: {cloud['deploy_seconds']:.0f} s")
 
-    token = openstack(clouds, "token", "issue", "-f", "json")
-    assert token.returncode == 0, token.stderr
-    assert json.loads(token.stdout)["id"]
-    eps = openstack(clouds, "endpoint", "list", "-f", "json")
-    assert eps.returncode == 0, eps.stderr
-    got = {(e["Service Type"], e["Interface"], e["URL"]) for e in json.loads(eps.stdout)}
-    for iface in ("public", "internal", "admin"):
-        assert ("identity", iface, endpoints["keystone"]) in got
-        assert ("placement", iface, endpoints["placement"]) in got
-    # The second API, authenticated by keystonemiddleware with the user it registered.
-    rp = openstack(clouds, "resource", "provider", "list", "-f", "json")
-    assert rp.returncode == 0, rp.stderr
-    assert json.loads(rp.stdout) == []
 
+def test_identity_catalog_and_placement(cloud):
+    clouds = cloud["clouds"]
+    assert ok_json(clouds, "token", "issue")["id"]
+    got = {(e["Service Type"], e["Interface"], e["URL"]) for e in ok_json(clouds, "endpoint", "list")}
+    endpoints = dict(line.split() for line in cloud["deploy"].stdout.splitlines())
+    for kind, name in (("identity", "keystone"), ("placement", "placement"), ("image", "image"),
+                       ("compute", "compute"), ("network", "network")):
+        for iface in ("public", "internal", "admin"):
+            assert (kind, iface, endpoints[name]) in got, (kind, iface)
+    # placement, authenticated by keystonemiddleware: the compute node registered itself.
+    assert [p["name"] for p in ok_json(clouds, "resource", "provider", "list")] == ["overcloud-novacompute-0"]
+
+
+def test_every_service_is_healthy_behind_the_vip(cloud):
     status = run_cli("overcloud", "status", "-f", "json")
     assert status.returncode == 0, status.stderr
     rows = json.loads(status.stdout)
-    assert {x["service"] for x in rows} == {"haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement"}
-    assert all(x["health"] == "healthy" for x in rows), rows
-    # The endpoints are on a virtual IP of its own (kept out of the node addresses), which
-    # keepalived holds on the haproxy node.
+    assert {(x["node"], x["service"]) for x in rows if x["node"] == "overcloud-novacompute-0"} == {
+        ("overcloud-novacompute-0", s) for s in ("nova_libvirt", "nova_compute", "neutron_linuxbridge_agent")}
+    assert {x["service"] for x in rows if x["node"] == "overcloud-controller-0"} == {
+        "haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement", "glance_api", "nova_api",
+        "nova_conductor", "nova_scheduler", "nova_metadata", "neutron_api", "neutron_linuxbridge_agent",
+        "neutron_dhcp", "neutron_metadata"}
+    assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
     vip = virtual_ip()
-    assert endpoints["keystone"] == f"http://{vip}:5000/v3"
     assert vip not in {x["address"] for x in rows}
-    assert vip_holders(uc_home.instance, ["overcloud-controller-0"], vip) == ["overcloud-controller-0"]
+    assert vip_holders(cloud["home"].instance, ["overcloud-controller-0"], vip) == ["overcloud-controller-0"]
+    clouds = cloud["clouds"]
+    services = ok_json(clouds, "compute", "service", "list")
+    assert {(s["Binary"], s["Host"], s["State"]) for s in services} == {
+        ("nova-conductor", "overcloud-controller-0", "up"), ("nova-scheduler", "overcloud-controller-0", "up"),
+        ("nova-compute", "overcloud-novacompute-0", "up")}
+    agents = ok_json(clouds, "network", "agent", "list")
+    assert {(a["Binary"], a["Host"]) for a in agents} == {
+        ("neutron-linuxbridge-agent", "overcloud-controller-0"), ("neutron-dhcp-agent", "overcloud-controller-0"),
+        ("neutron-metadata-agent", "overcloud-controller-0"), ("neutron-linuxbridge-agent", "overcloud-novacompute-0")}
+    assert all(a["Alive"] for a in agents), agents
+    hypervisors = ok_json(clouds, "hypervisor", "list")
+    assert [(h["Hypervisor Hostname"], h["State"]) for h in hypervisors] == [("overcloud-novacompute-0", "up")]
 
-    # No change: nothing to do, and it says so.
+
+def console(clouds: str, server: str, want: str, timeout: float = 240) -> str:
+    """The server's console log (through Nova) once it contains `want`."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        r = openstack(clouds, "console", "log", "show", server)
+        text = r.stdout
+        if want in text:
+            return text
+        time.sleep(3)
+    raise AssertionError(f"{server}'s console never showed {want!r} within {timeout:.0f} s: ...{text[-1500:]}")
+
+
+def boot(clouds: str, name: str, *extra: str) -> dict:
+    start = time.monotonic()
+    made = ok_json(clouds, "server", "create", "--image", "guest", "--flavor", "tiny", "--network", "net1",
+                   "--wait", *extra, name, timeout=600)
+    assert made["status"] == "ACTIVE", made
+    made["seconds_to_active"] = time.monotonic() - start
+    return made
+
+
+def address_of(server: dict) -> str:
+    return server["addresses"]["net1"][0]  # python-openstackclient: {network: [addresses]}
+
+
+def test_a_cloud_boots_instances_that_reach_each_other(cloud):
+    clouds, work = cloud["clouds"], cloud["work"]
+    built = run_cli("image", "build", "guest-tiny", timeout=900)
+    assert built.returncode == 0, built.stderr[-2000:]
+    guest = work / "guest-tiny.qcow2"
+    got = run_cli("image", "download", "guest-tiny", "-o", str(guest))
+    assert got.returncode == 0, got.stderr
+    image = ok_json(clouds, "image", "create", "guest", "--file", str(guest), "--disk-format", "qcow2",
+                    "--container-format", "bare", timeout=600)
+    assert image["status"] == "active"
+    assert ok_json(clouds, "network", "create", "net1")["status"] == "ACTIVE"
+    ok_json(clouds, "subnet", "create", "--network", "net1", "--subnet-range", "192.168.77.0/24", "sub1")
+    ok_json(clouds, "flavor", "create", "tiny", "--vcpus", "1", "--ram", "128", "--disk", "1")
+
+    vm1 = boot(clouds, "vm1")
+    addr1 = address_of(ok_json(clouds, "server", "show", "vm1"))
+    log1 = console(clouds, "vm1", "guest-tiny: up")
+    assert f"guest-tiny: address {addr1}/24" in log1  # the address Neutron gave is the one DHCP gave
+    assert f"guest-tiny: instance-id {vm1['id']}" in log1  # read from Nova's metadata service
+    print(f"vm1: ACTIVE after {vm1['seconds_to_active']:.1f} s")
+
+    # The second one pings the first (its user data, run by the guest at boot).
+    script = work / "ping.sh"
+    script.write_text(f"#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8 9 10; do ping -c 2 -W 2 {addr1} && exit 0; sleep 2; done\n"
+                      "exit 1\n")
+    boot(clouds, "vm2", "--user-data", str(script))
+    log2 = console(clouds, "vm2", "guest-tiny: user-data exit")
+    assert "guest-tiny: user-data exit 0" in log2, log2[-1500:]
+    assert "2 packets received" in log2
+
+    # Deleting one frees its port and its qemu.
+    libvirt = f"{cloud['home'].instance}-overcloud-novacompute-0-nova-libvirt-nova-libvirt"
+    before = qemu_pids(libvirt)
+    assert len(before) == 2, before
+    (port,) = ok_json(clouds, "port", "list", "--server", "vm2")
+    r = openstack(clouds, "server", "delete", "--wait", "vm2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert openstack(clouds, "port", "show", port["ID"]).returncode != 0  # gone with its instance
+    after = qemu_pids(libvirt)
+    assert len(after) == 1 and after < before
+
+
+def test_a_second_deploy_changes_nothing_and_secrets_stay_hidden(cloud):
+    uc_home = cloud["home"]
     again = deploy()
     assert again.returncode == 0, again.stderr[-2000:]
     assert "no change since the last deploy" in again.stderr
-
-    # Secrets: only `overcloud clouds-yaml` shows the admin password; nothing shows the rest.
+    # Only `overcloud clouds-yaml` shows the admin password; nothing shows the rest.
     secrets = secrets_of(uc_home)
+    assert {"GlancePassword", "NovaPassword", "NeutronPassword", "MetadataSecret"} <= set(secrets)
     cy = run_cli("overcloud", "clouds-yaml")
     assert cy.returncode == 0 and secrets["AdminPassword"] in cy.stdout
-    shown = r.stdout + r.stderr + again.stdout + again.stderr + status.stdout
+    shown = cloud["deploy"].stdout + cloud["deploy"].stderr + again.stdout + again.stderr
     for args in (["stack", "show", "overcloud", "-f", "json"], ["stack", "event", "list", "overcloud", "-f", "json"],
-                 ["stack", "resource", "show", "overcloud", "ControllerConfig_Step3", "-f", "json"],
+                 ["stack", "resource", "show", "overcloud", "ControllerConfig_Step4", "-f", "json"],
+                 ["stack", "resource", "show", "overcloud", "ServiceData", "-f", "json"],
                  ["stack", "resource", "show", "overcloud", "ControllerKeystone.ConfigFiles", "-f", "json"],
-                 ["stack", "output", "show", "overcloud", "--all", "-f", "json"]):
+                 ["stack", "output", "show", "overcloud", "--all", "-f", "json"], ["overcloud", "status"]):
         out = run_cli(*args)
         assert out.returncode == 0, out.stderr
         shown += out.stdout + out.stderr
@@ -152,73 +310,102 @@ def test_minimal_deploy_check_break_recover_delete(overcloud_home, tmp_path):
     leaked = [k for k, v in secrets.items() if v in shown]
     assert leaked == []
 
-    # A broken service configuration fails at its step, naming node, service, check and log tail.
-    broken = tmp_path / "broken.yaml"
-    broken.write_text('parameter_defaults:\n  MemcachedMaxMemory: "lots"\n')
+
+def test_a_second_compute_node_takes_new_instances(cloud):
+    clouds, work = cloud["clouds"], cloud["work"]
+    two = work / "two-computes.yaml"
+    two.write_text("parameter_defaults:\n  ComputeCount: 2\n")
+    out = deploy("--example", "minimal", "-e", str(two))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "step 5 on Compute: healthy on every node" in out.stderr
+    hypervisors = ok_json(clouds, "hypervisor", "list")
+    assert sorted((h["Hypervisor Hostname"], h["State"]) for h in hypervisors) == [
+        ("overcloud-novacompute-0", "up"), ("overcloud-novacompute-1", "up")]
+    # The scheduler spreads (most free RAM first): the new node, which has none yet.
+    addr1 = address_of(ok_json(clouds, "server", "show", "vm1"))
+    script = work / "ping3.sh"
+    script.write_text(f"#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8 9 10; do ping -c 2 -W 2 {addr1} && exit 0; sleep 2; done\n"
+                      "exit 1\n")
+    boot(clouds, "vm3", "--user-data", str(script))
+    hosts = {s: ok_json(clouds, "server", "show", s)["OS-EXT-SRV-ATTR:host"] for s in ("vm1", "vm3")}
+    assert hosts == {"vm1": "overcloud-novacompute-0", "vm3": "overcloud-novacompute-1"}
+    log3 = console(clouds, "vm3", "guest-tiny: user-data exit")  # across VXLAN, node to node
+    assert "guest-tiny: user-data exit 0" in log3, log3[-1500:]
+    r = openstack(clouds, "server", "delete", "--wait", "vm3", timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+def test_back_to_one_compute_node_while_the_database_pod_is_replaced(cloud):
+    uc_home, clouds, work = cloud["home"], cloud["clouds"], cloud["work"]
+    made = ok_json(clouds, "project", "create", "kept-across-pods")
+    mysql = f"{uc_home.instance}-overcloud-controller-0-mysql-mysql"
+    first_mysql = container_id(mysql)
+    env = work / "one-compute.yaml"
+    env.write_text("parameter_defaults:\n  ComputeCount: 1\n  MysqlMaxConnections: 500\n")
+    out = deploy("--example", "minimal", "-e", str(env))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert container_id(mysql) not in ("", first_mysql)  # replaced
+    assert ok_json(clouds, "project", "show", "kept-across-pods")["id"] == made["id"]
+    objects = host_objects(uc_home.instance)
+    assert not [c for c in objects["containers"] if "novacompute-1" in c]
+    assert not [v for v in objects["volumes"] if "novacompute-1" in v]  # went with its node
+    assert f"{uc_home.instance}-overcloud-controller-0-mysql-data" in objects["volumes"]
+    assert ok_json(clouds, "server", "show", "vm1")["status"] == "ACTIVE"  # untouched on node 0
+
+
+def test_a_broken_service_fails_at_its_step_and_a_fixed_deploy_recovers(cloud):
+    clouds, work = cloud["clouds"], cloud["work"]
+    broken = work / "broken.yaml"
+    broken.write_text("parameter_defaults:\n  ComputeCount: 1\n  MysqlMaxConnections: 500\n  GlanceWorkers: -3\n")
     bad = deploy("--example", "minimal", "-e", str(broken))
     assert bad.returncode == 1
     err = bad.stderr
-    assert ("error: deploy: step 2 failed on node overcloud-controller-0 (role Controller): pod memcached: "
-            "container memcached: readiness probe (TCP :11211) did not pass") in err, err[-2000:]
-    assert "last lines of the service's log:" in err and "memory" in err.split("last lines")[1]
-    assert "Traceback" not in err
-    # Fixed: converges again (only what changed is touched).
-    fixed = deploy()
-    assert fixed.returncode == 0, fixed.stderr[-2000:]
-    assert "UPDATE_COMPLETE" in fixed.stderr
-    assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+    assert ("error: deploy: step 4 failed on node overcloud-controller-0 (role Controller): pod glance-api: "
+            "container glance-api: readiness probe (HTTP GET :19292/healthcheck) did not pass") in err, err[-3000:]
+    assert "last lines of the service's log:" in err and "workers" in err.split("last lines")[1].lower()
+    assert "Traceback" not in err.split("last lines")[0]
+    fixed = work / "one-compute.yaml"
+    again = deploy("--example", "minimal", "-e", str(fixed))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "UPDATE_COMPLETE" in again.stderr
+    assert ok_json(clouds, "image", "show", "guest")["status"] == "active"  # the file store kept it
 
-    # Scale out to two controllers and back: every node healthy, the removed one gone. The
-    # same deploys change MariaDB's configuration (its Pod is replaced, twice): the data
-    # lives in the node's volume, so a project made before is still there.
-    made = openstack(clouds, "project", "create", "kept-across-pods", "-f", "json")
-    assert made.returncode == 0, made.stderr
-    mysql = f"{uc_home.instance}-overcloud-controller-0-mysql-mysql"
-    first_mysql = container_id(mysql)
-    two = tmp_path / "two.yaml"
-    two.write_text("parameter_defaults:\n  ControllerCount: 2\n  MysqlMaxConnections: 500\n")
-    out = deploy("--example", "minimal", "-e", str(two))
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
-    assert {x["node"] for x in rows} == {"overcloud-controller-0", "overcloud-controller-1"}
-    assert all(x["health"] == "healthy" for x in rows), rows
-    assert container_id(mysql) not in ("", first_mysql)  # replaced
-    kept = openstack(clouds, "project", "show", "kept-across-pods", "-f", "json")
-    assert kept.returncode == 0, kept.stderr
-    assert json.loads(kept.stdout)["id"] == json.loads(made.stdout)["id"]
-    back = deploy()
-    assert back.returncode == 0, back.stderr[-2000:]
-    rows = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
-    assert {x["node"] for x in rows} == {"overcloud-controller-0"}
-    assert not [c for c in host_objects(uc_home.instance)["containers"] if "controller-1" in c]
-    assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
-    assert openstack(clouds, "project", "show", "kept-across-pods", "-f", "value", "-c", "id").returncode == 0
 
+def test_delete_leaves_nothing_behind(cloud):
+    uc_home = cloud["home"]
+    libvirt = f"{uc_home.instance}-overcloud-novacompute-0-nova-libvirt-nova-libvirt"
+    guests = qemu_pids(libvirt)
+    assert len(guests) == 1  # vm1, still running
     objects = host_objects(uc_home.instance)
-    assert objects["containers"]
-    assert f"{uc_home.instance}-overcloud-controller-0-mysql-data" in objects["volumes"]
-    assert not [v for v in objects["volumes"] if "controller-1" in v]  # went with its node
-    gone = run_cli("overcloud", "delete", "--yes", timeout=600)
+    assert objects["containers"] and f"{uc_home.instance}-overcloud-controller-0-glance-images" in objects["volumes"]
+    gone = run_cli("overcloud", "delete", "--yes", timeout=900)
     assert gone.returncode == 0, gone.stderr
     assert run_cli("stack", "list", "-f", "json").stdout.strip() in ("", "[]")
     assert host_objects(uc_home.instance) == {"containers": [], "volumes": [], "networks": []}
+    assert not any(alive(p) for p in guests)  # the instance's qemu went with its node
     assert not (uc_home.path / "overcloud" / "overcloud").exists()
 
+
+# ---- ha -------------------------------------------------------------------------------
 
 def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     uc_home = overcloud_home
     need_overcloud_tools()
     r = deploy("--example", "ha")
     assert r.returncode == 0, r.stderr[-3000:]
-    for role in ("Controller", "Database"):
+    for role in ("Controller", "Database", "Compute"):
         assert f"step 2 on {role}: healthy on every node" in r.stderr
     clouds = str(uc_home.path / "overcloud" / "overcloud" / "clouds.yaml")
     status = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
     nodes = {x["node"] for x in status}
     assert nodes == {"overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2",
-                     "overcloud-database-0"}
-    assert all(x["health"] == "healthy" for x in status), status
+                     "overcloud-database-0", "overcloud-novacompute-0"}
+    assert all(x["health"] == "healthy" for x in status), [x for x in status if x["health"] != "healthy"]
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+    services = ok_json(clouds, "compute", "service", "list")
+    assert sorted(s["Host"] for s in services if s["Binary"] == "nova-conductor") == [
+        "overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2"]
+    assert all(s["State"] == "up" for s in services), services
 
     # Stop keystone on one controller: haproxy sends to the others.
     victim = f"{uc_home.instance}-overcloud-controller-0-keystone-keystone"
@@ -253,6 +440,6 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         assert t.returncode == 0, t.stderr
 
     assert any(v.endswith("-overcloud-database-0-mysql-data") for v in host_objects(uc_home.instance)["volumes"])
-    gone = run_cli("overcloud", "delete", "--yes", timeout=600)
+    gone = run_cli("overcloud", "delete", "--yes", timeout=900)
     assert gone.returncode == 0, gone.stderr
     assert host_objects(uc_home.instance) == {"containers": [], "volumes": [], "networks": []}
