@@ -1,30 +1,41 @@
-"""Deploy benchmark: `minimal` and `ha` on container nodes, from cached images to healthy,
-and a no-op re-deploy of each. Prints figures and ratios to the goals (minimal < 60 s,
-ha < 120 s, no-op < 10 s); never pass/fail.
+"""Deploy benchmark: the overcloud on container nodes from cached images to healthy, a no-op
+re-deploy, and the cloud it makes: `server create` to ACTIVE and to the guest's first
+console line. Prints figures and ratios to the goals; never pass/fail.
 
-Needs root, podman and debootstrap (the first run builds the images; that build is not
-timed: a warm-up `undercloud image build` of the node and service images runs first). Each example runs
-in its own UNDERCLOUD_HOME and is deleted afterwards (its delete is timed too).
+Goals: minimal (a controller and a compute node) < 120 s, ha < 240 s, no-op < 10 s, an
+instance ACTIVE < 30 s and its first console line < 60 s (software emulation).
 
-    python3 bench/deploy_bench.py [--only minimal|ha] [--hypervisor container|vm]
+    python3 bench/deploy_bench.py [--only minimal|ha] [--computes 1,2,3] [--hypervisor container|vm]
 
-With `--hypervisor vm` the nodes are libvirt VMs (TCG where KVM does not work, as here),
-each loading its service images from the image store: the same goals, for comparison.
+`minimal` runs once per ComputeCount of --computes (each a fresh deploy in its own
+UNDERCLOUD_HOME, deleted afterwards, its delete timed too), and boots as many instances
+as there are compute nodes, at once, to show how both grow with the number of nodes.
+Needs root, podman and debootstrap; the first run builds the images (not timed: a warm-up
+`undercloud image build --all` and `guest-tiny` run first). With `--hypervisor vm` the
+nodes are libvirt VMs (TCG here) and only identity and placement are deployed (compute in
+an emulated VM would emulate twice); no instances are booted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-GOALS = {"minimal": 60.0, "ha": 120.0, "no-op": 10.0}
+GOALS = {"minimal": 120.0, "ha": 240.0, "no-op": 10.0, "active": 30.0, "console": 60.0}
+CONTROL_PLANE_ONLY = """\
+parameter_defaults: {ComputeCount: 0}
+resource_registry:
+""" + "".join(f"  OS::TripleO::Services::{s}: OS::Heat::None\n" for s in (
+    "GlanceApi", "NovaApi", "NovaConductor", "NovaScheduler", "NovaMetadata", "NeutronServer",
+    "NeutronLinuxbridgeAgent", "NeutronDhcpAgent", "NeutronMetadataAgent"))
 
 
-def cli(home: str, *args: str, timeout: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
+def cli(home: str, *args: str, timeout: float = 2400) -> tuple[float, subprocess.CompletedProcess]:
     start = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "undercloud", *args], capture_output=True, text=True,
                        env={**os.environ, "UNDERCLOUD_HOME": home}, timeout=timeout)
@@ -32,6 +43,15 @@ def cli(home: str, *args: str, timeout: float = 1800) -> tuple[float, subprocess
     if p.returncode != 0:
         sys.exit(f"`undercloud {' '.join(args)}` failed:\n{p.stderr[-3000:]}")
     return took, p
+
+
+def openstack(home: str, *args: str, timeout: float = 600):
+    clouds = os.path.join(home, "overcloud", "overcloud", "clouds.yaml")
+    p = subprocess.run(["openstack", "--os-cloud", "overcloud", *args], capture_output=True, text=True,
+                       env={**os.environ, "OS_CLIENT_CONFIG_FILE": clouds}, timeout=timeout)
+    if p.returncode != 0:
+        sys.exit(f"`openstack {' '.join(args)}` failed:\n{p.stderr[-2000:]}")
+    return p.stdout
 
 
 def stack_seconds(stderr: str) -> float | None:
@@ -45,46 +65,87 @@ def stack_seconds(stderr: str) -> float | None:
     return None
 
 
+def boot(home: str, guest: str, count: int) -> tuple[float, float]:
+    """`count` instances at once: seconds from `server create` to all ACTIVE, and to every
+    guest's first console line (read through Nova)."""
+    openstack(home, "image", "create", "guest", "--file", guest, "--disk-format", "qcow2", "--container-format", "bare")
+    openstack(home, "network", "create", "net1")
+    openstack(home, "subnet", "create", "--network", "net1", "--subnet-range", "192.168.77.0/24", "sub1")
+    openstack(home, "flavor", "create", "tiny", "--vcpus", "1", "--ram", "128", "--disk", "1")
+    start = time.monotonic()
+    openstack(home, "server", "create", "--image", "guest", "--flavor", "tiny", "--network", "net1",
+              "--min", str(count), "--max", str(count), "--wait", "vm")
+    active = time.monotonic() - start
+    names = [s["Name"] for s in json.loads(openstack(home, "server", "list", "-f", "json"))]
+    pending = set(names)
+    while pending and time.monotonic() - start < 600:
+        for n in sorted(pending):
+            if "guest-tiny:" in openstack(home, "console", "log", "show", n):
+                pending.discard(n)
+        time.sleep(1)
+    if pending:
+        sys.exit(f"no console line from {sorted(pending)} within 600 s")
+    return active, time.monotonic() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["minimal", "ha"])
+    ap.add_argument("--computes", default="1,2,3", help="ComputeCount values for minimal (default 1,2,3)")
     ap.add_argument("--hypervisor", choices=["container", "vm"], default="container")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("deploy_bench needs root (image builds, container nodes)")
-    examples = [args.only] if args.only else ["minimal", "ha"]
+    runs = []
+    if args.only in (None, "minimal"):
+        runs += [("minimal", int(c)) for c in args.computes.split(",")]
+    if args.only in (None, "ha"):
+        runs.append(("ha", 1))
+    if args.hypervisor == "vm":
+        runs = [(ex, 0) for ex in dict.fromkeys(ex for ex, _ in runs)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="uc-deploy-bench-") as tmp:
         warm = os.path.join(tmp, "warm")
-        took = 0.0
-        node_type = "oci" if args.hypervisor == "container" else "qcow2"
-        for name, extra in [("overcloud-full", ["--type", node_type])] + [
-                (f"service-{s}", []) for s in ("haproxy", "mariadb", "rabbitmq", "memcached", "keystone", "placement")]:
-            took += cli(warm, "image", "build", name, *extra)[0]
+        guest = os.path.join(tmp, "guest-tiny.qcow2")
+        took = cli(warm, "image", "build", "--all")[0]
+        if args.hypervisor == "container":
+            took += cli(warm, "image", "build", "guest-tiny")[0]
+            cli(warm, "image", "download", "guest-tiny", "-o", guest)
         print(f"warm-up: images built or found in the cache in {took:.1f} s (not counted)")
         cli(warm, "service", "stop")
-        for ex in examples:
-            home = os.path.join(tmp, ex)
+        for ex, computes in runs:
+            home = os.path.join(tmp, f"{ex}-{computes}")
+            env = os.path.join(tmp, f"{ex}-{computes}.yaml")
+            with open(env, "w") as f:
+                f.write(CONTROL_PLANE_ONLY if args.hypervisor == "vm" else f"parameter_defaults: {{ComputeCount: {computes}}}\n")
+            label = f"{ex}, {computes} compute ({args.hypervisor})"
             try:
-                how = ["--example", ex, "--hypervisor", args.hypervisor]
+                how = ["--example", ex, "--hypervisor", args.hypervisor, "-e", env]
                 total, p = cli(home, "deploy", *how)
                 stack = stack_seconds(p.stderr)
                 noop, q = cli(home, "deploy", *how)
                 assert "no change" in q.stderr, q.stderr[-500:]
+                rows.append((f"{label}: deploy (cached images -> healthy)", total, GOALS[ex]))
+                if stack is not None:
+                    rows.append((f"{label}:   of which stack create -> healthy", stack, GOALS[ex]))
+                rows.append((f"{label}: no-op re-deploy", noop, GOALS["no-op"]))
+                if computes:
+                    active, first_line = boot(home, guest, computes)
+                    rows.append((f"{label}: {computes} instance(s) at once -> ACTIVE", active, GOALS["active"]))
+                    rows.append((f"{label}: {computes} instance(s) -> first console line", first_line,
+                                 GOALS["console"]))
                 delete, _ = cli(home, "overcloud", "delete", "--yes")
+                rows.append((f"{label}: delete", delete, None))
             finally:
+                subprocess.run([sys.executable, "-m", "undercloud", "overcloud", "delete", "--yes"],
+                               capture_output=True, env={**os.environ, "UNDERCLOUD_HOME": home})
                 subprocess.run([sys.executable, "-m", "undercloud", "service", "stop"], capture_output=True,
                                env={**os.environ, "UNDERCLOUD_HOME": home})
-            label = f"{ex} ({args.hypervisor})"
-            rows.append((f"{label}: deploy (cached images -> healthy)", total, GOALS[ex]))
-            if stack is not None:
-                rows.append((f"{label}:   of which stack create -> healthy", stack, GOALS[ex]))
-            rows.append((f"{label}: no-op re-deploy", noop, GOALS["no-op"]))
-            rows.append((f"{label}: delete", delete, None))
-    print(f"{'what':<56} {'seconds':>8} {'goal':>6} {'ratio':>6}")
+            print(f"done: {label}", flush=True)
+    print(f"{'what':<70} {'seconds':>8} {'goal':>6} {'ratio':>6}")
     for what, secs, goal in rows:
         ratio = f"{secs / goal:5.2f}x" if goal else ""
-        print(f"{what:<56} {secs:8.1f} {goal or '':>6} {ratio:>6}")
+        print(f"{what:<70} {secs:8.1f} {goal or '':>6} {ratio:>6}")
 
 
 if __name__ == "__main__":
