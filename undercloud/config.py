@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from undercloud.errors import UndercloudError
+
 # Files of a home that carry secrets or point at them: owner-only (store.key is the store's).
 PRIVATE_FILES = ("undercloud.db", "undercloud.db-wal", "undercloud.db-shm", "store.key", "admin.token",
                  "service.log")
@@ -28,7 +30,10 @@ class Home:
         return cls(path.resolve())
 
     def ensure(self) -> Home:
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UndercloudError(f"cannot make the undercloud home: {exc.strerror}", str(self.path)) from None
         return self
 
     def secure(self) -> list[str]:

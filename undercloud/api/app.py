@@ -7,7 +7,9 @@ import importlib
 import logging
 import os
 import time
+from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -106,8 +108,19 @@ def _openapi_400(app: FastAPI):
     return openapi
 
 
+def api_threads(store) -> int:
+    """Threads that run (synchronous) requests: half the store's connections, so requests
+    beyond them wait their turn here instead of timing out at the connection pool."""
+    return max(8, min(40, store.capacity // 2))
+
+
 def create_app(ctx: Context) -> FastAPI:
-    app = FastAPI(title="Undercloud", version=__version__)
+    @asynccontextmanager
+    async def lifespan(_app):
+        anyio.to_thread.current_default_thread_limiter().total_tokens = api_threads(ctx.store)
+        yield
+
+    app = FastAPI(title="Undercloud", version=__version__, lifespan=lifespan)
     app.state.ctx = ctx
     app.state.started = time.time()
 

@@ -212,5 +212,6 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
         ctx.stopping.set()
         for fn in stops:
             fn()
+        ctx.store.engine.dispose()  # closes the connections: SQLite writes its log back into the file
         if pid(home) == os.getpid():
             home.file("service.pid").unlink(missing_ok=True)

@@ -13,6 +13,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -131,6 +132,8 @@ def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
             continue
         try:
             info = {} if missing else mod.from_instackenv(entry)
+            if "://" in str(info.get("address", "")):
+                _ = urlsplit(info["address"]).port  # a bad port or IPv6 literal raises here, not at the BMC
         except (ValueError, TypeError) as exc:  # e.g. urlsplit of "http://[::1": no secrets in its words
             bad(path + ("pm_addr",), label,
                 f"pm_addr/pm_port: not a BMC address: {exc if isinstance(exc, ValueError) else 'wrong type'}")

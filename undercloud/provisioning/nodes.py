@@ -6,6 +6,11 @@ node: the loser sees it moved and stops. Work that talks to a BMC runs on a smal
 pool; the API returns at once with the node in its busy state (`verifying`, ...), and
 `--wait` follows it.
 
+Node work runs on a pool sized from the store's connections (`Store.capacity`): work beyond
+it waits in the pool's queue. A store too busy to answer (SQLite locked, no free
+connection) makes the work wait and try again, never fails a node: only the state's own
+timeout (checked by the periodic loop) does.
+
 Steps are pluggable so later layers can fill them in without touching this file:
 - inspect steps (`inspect_steps`): BMC inventory today; the ramdisk agent later returns WAIT
   and calls `callback(...)` with what it found;
@@ -25,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, select, update
+from sqlalchemy import exc as sa_exc
 
-from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError, internal_error
 from undercloud.provisioning import drivers, instackenv, states
 from undercloud.provisioning.drivers import Driver, DriverError
 from undercloud.store import Store
@@ -94,11 +100,43 @@ def view(n: Node, macs: list[str] | None = None) -> dict:
     }
 
 
+def store_busy(exc: BaseException) -> bool:
+    """The store could not serve us now (locked, or no free connection): try again later."""
+    if isinstance(exc, sa_exc.TimeoutError):
+        return True
+    return isinstance(exc, sa_exc.OperationalError) and any(
+        w in str(exc.orig).lower() for w in ("locked", "busy", "too many connections"))
+
+
+STORE_PATIENCE = 600.0  # seconds node work waits for a busy store before it gives up (and logs)
+
+
+def patient(fn: Callable, *args, **kwargs):
+    """`fn(...)`, tried again with growing pauses while the store is busy."""
+    delay, deadline = 0.05, time.monotonic() + STORE_PATIENCE
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not store_busy(exc) or time.monotonic() > deadline:
+                raise
+            log.warning("store busy (%s); %s again in %.2f s", type(exc).__name__, fn.__name__, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def default_workers(store: Store) -> int:
+    """Node work holds one store connection at a time, and only between BMC calls: a quarter
+    of the store's connections leaves the rest to API requests, the engine and the loops."""
+    return max(2, min(16, getattr(store, "capacity", 8) // 4))
+
+
 class NodeService:
-    def __init__(self, store: Store, workers: int = 8, timeouts: dict[str, float] | None = None,
+    def __init__(self, store: Store, workers: int | None = None, timeouts: dict[str, float] | None = None,
                  enforce_power: bool = False, sync_workers: int = 16):
         self.store = store
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="node-work")
+        self.workers = workers or default_workers(store)
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="node-work")
         self.sync_pool = ThreadPoolExecutor(sync_workers, thread_name_prefix="power-sync")
         self.timeouts = {**states.TIMEOUTS, **(timeouts or {})}
         self.enforce_power = enforce_power
@@ -283,20 +321,24 @@ class NodeService:
     def _run(self, node_id: str, state: str, work: Callable) -> None:
         """Run the work of busy `state`, then fire done/wait/fail from that state."""
         try:
-            record = self.record(node_id)
+            record = patient(self.record, node_id)
             driver = drivers.get(record.driver, record.driver_info)
             outcome = work(self, record, driver)
+            event = WAIT if outcome == WAIT else "done"
+            if event == "done" and state == states.CLEANING:
+                event = patient(self._clean_done_event, node_id)
+            new = patient(self._fire, node_id, event, expect=state)
         except UndercloudError as exc:
-            self._fire(node_id, "fail", expect=state, error=str(exc))
+            patient(self._fire, node_id, "fail", expect=state, error=str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a bug must still end the busy state
-            log.exception("node %s: %s failed", node_id, state)
-            self._fire(node_id, "fail", expect=state, error=f"internal error while {state}: {type(exc).__name__}")
+            if store_busy(exc):  # not the node's fault: its state's timeout decides, if it comes to that
+                log.error("node %s: the store stayed busy for %.0f s while %s; left to the state's timeout",
+                          node_id, STORE_PATIENCE, state)
+                return
+            err = internal_error(exc, log, f"node {node_id} {state}")
+            patient(self._fire, node_id, "fail", expect=state, error=f"{err.message} while {state}")
             return
-        event = WAIT if outcome == WAIT else "done"
-        if event == "done" and state == states.CLEANING:
-            event = self._clean_done_event(node_id)
-        new = self._fire(node_id, event, expect=state)
         if new is not None and new in WORK:  # deleting -> cleaning: chain the next work
             self.pool.submit(self._run, node_id, new, WORK[new])
 
@@ -316,7 +358,7 @@ class NodeService:
             if found == WAIT:
                 return WAIT
             if found:
-                self.apply_inventory(node.id, found)
+                patient(self.apply_inventory, node.id, found)
                 return None
         raise UndercloudError(f"no inspection method for driver {node.driver}: its BMC reports no inventory "
                               f"and no inspection ramdisk is configured")
@@ -420,6 +462,9 @@ class NodeService:
         return self.get(record.id)
 
     def _store_power(self, node_id: str, state: str, message: str | None = None) -> None:
+        patient(self._write_power, node_id, state, message)
+
+    def _write_power(self, node_id: str, state: str, message: str | None) -> None:
         with self.store.session() as s:
             s.execute(update(Node).where(Node.id == node_id).values(power_state=state, power_sync_failures=0))
             if message:

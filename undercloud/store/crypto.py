@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +27,29 @@ KEY_FILE = "store.key"
 ATTR = "undercloud_crypto"  # where a Store hangs its Crypto on its engine's dialect
 
 
+CACHE_TOKEN_CHARS = 4096  # small values (a node's driver_info) are read again and again: keep them
+
+
 class Crypto:
     def __init__(self, key: bytes, source: str = "an ephemeral key"):
         self.fernet = Fernet(key)
         self.source = source
+        # A power-sync pass reads every node's driver_info: the same tokens each pass.
+        self._cached = lru_cache(maxsize=32768)(self._plain)
 
     def encrypt(self, value: Any) -> str:
         # ensure_ascii: a lone surrogate is stored as its escape, never as invalid UTF-8
         return self.fernet.encrypt(json.dumps(value, separators=(",", ":")).encode()).decode()
 
     def decrypt(self, token: str) -> Any:
+        if not isinstance(token, str):
+            raise UndercloudError(f"cannot decrypt the store with {self.source}: a value is not encrypted")
+        return json.loads(self._cached(token) if len(token) <= CACHE_TOKEN_CHARS else self._plain(token))
+
+    def _plain(self, token: str) -> bytes:
         try:
-            return json.loads(self.fernet.decrypt(token.encode() if isinstance(token, str) else token))
-        except (InvalidToken, TypeError, AttributeError):
+            return self.fernet.decrypt(token.encode())
+        except InvalidToken:
             raise UndercloudError(f"cannot decrypt the store with {self.source}: not the key this store "
                                   f"was written with") from None
 
@@ -50,7 +62,7 @@ def load_key(path: Path) -> bytes:
     except FileNotFoundError:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     try:
         os.write(fd, Fernet.generate_key() + b"\n")

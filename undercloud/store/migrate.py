@@ -97,6 +97,11 @@ def upgrade(store, target: str = "head") -> str | None:
                 env.run_migrations()
             if was is not None:
                 log.info("store %s upgraded from revision %s to %s", store.display_url, was, want)
+    if store.is_sqlite and was is not None:
+        # The old pages (plain values before 0002) stay in the file until the log is written
+        # back over them: do it now rather than at some later checkpoint.
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     _check_key(store)
     return was
 

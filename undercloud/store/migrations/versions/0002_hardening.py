@@ -71,6 +71,8 @@ def _recode(encode: bool) -> None:
 
 def upgrade() -> None:
     conn = op.get_bind()
+    if conn.dialect.name == "sqlite":  # the plain values replaced below must not linger in free space
+        conn.exec_driver_sql("PRAGMA secure_delete=ON")
     stacks = sa.table("stacks", sa.column("id"), sa.column("name"), sa.column("parent_id"),
                       sa.column("created_at"))
     seen: set[str] = set()
