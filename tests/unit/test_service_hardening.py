@@ -189,16 +189,15 @@ ONE = {"template": "t.yaml", "environments": [],
 def test_concurrent_creates_of_one_name_make_one_stack(uc_home):
     info = start(uc_home)
     c = client(uc_home, info["url"])
+    def go(name, barrier, results):
+        barrier.wait()
+        results.append(c.post("/v1/stacks", json={"name": name, "bundle": ONE}))
+
     for round_ in range(3):
         name = f"race-{round_}"
         barrier = threading.Barrier(8)
         results: list[httpx.Response] = []
-
-        def go():
-            barrier.wait()
-            results.append(c.post("/v1/stacks", json={"name": name, "bundle": ONE}))
-
-        threads = [threading.Thread(target=go) for _ in range(8)]
+        threads = [threading.Thread(target=go, args=(name, barrier, results)) for _ in range(8)]
         for t in threads:
             t.start()
         for t in threads:
