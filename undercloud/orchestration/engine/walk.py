@@ -200,7 +200,7 @@ class ResTask:
             self.fail_early(f"resources.{self.name}.properties: {describe(exc, 'resolving ' + self.path)}")
             return False
         # what is stored and handed to plugins is bounded, whatever functions made it
-        too_big = oversize(props, "its properties") or oversize(metadata, "its metadata")
+        too_big = oversize(props, "its properties") or (metadata is not None and oversize(metadata, "its metadata"))
         if too_big:
             self.fail_early(f"resources.{self.name}: {too_big}")
             return False
@@ -631,7 +631,8 @@ class Walk:
         op = root_row.get("operation") or {}
         given = root_row.get("parameters") or {}
         self.secrets: frozenset[str] = secret_texts([given[n] for n in op.get("hidden") or [] if n in given])
-        self.writer.clean = self.clean
+        if self.secrets:
+            self.writer.clean = self.clean
 
     def clean(self, text: str) -> str:
         """A reason as it may be stored and shown: hidden values masked, cut to the limit."""
@@ -758,6 +759,7 @@ class Walk:
         self.stacks.append(stack)
         if tmpl.secrets and not tmpl.secrets <= self.secrets:
             self.secrets = self.secrets | tmpl.secrets
+            self.writer.clean = self.clean
         deps = tmpl.dependencies()
         names = list(tmpl.resources)
         for name in names:

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, update
 
-from undercloud.orchestration.limits import cut
+from undercloud.orchestration.limits import LIMITS, cut
 from undercloud.store import Store
 from undercloud.store.stacks import Stack, StackEvent, StackResource
 
@@ -24,9 +24,9 @@ STACK_COLUMNS = [c.name for c in STACKS.columns]
 class Writer:
     def __init__(self, store: Store, clean: Callable[[str], str] | None = None):
         self.store = store
-        # every reason written passes through it (cut to the message limit; the walk also masks
-        # hidden values): status reasons and events never carry more than a line
-        self.clean: Callable[[str], str] = clean or cut
+        # every reason written is cut to the message limit, and passes through `clean` when the
+        # walk has hidden values to mask: status reasons and events never carry more than a line
+        self.clean: Callable[[str], str] | None = clean
         self.new_rows: dict[str, dict] = {}
         self.dirty_rows: dict[str, dict] = {}
         self.gone_rows: set[str] = set()
@@ -67,7 +67,9 @@ class Writer:
         self.events.append({
             "root_id": root_id, "stack_id": stack["id"], "stack_name": stack["name"], "path": stack["path"],
             "resource_name": resource_name, "resource_type": rtype, "physical_id": physical_id,
-            "action": action, "status": status, "reason": self.clean(reason) if reason else reason,
+            "action": action, "status": status,
+            "reason": self._reason(reason) if reason and (self.clean is not None or len(reason) > LIMITS.message_chars)
+            else reason,
             "time": time.time(),
         })
 
@@ -113,8 +115,14 @@ class Writer:
         self.events = []
 
 
+    def _reason(self, text: str) -> str:
+        if self.clean is not None:
+            return self.clean(text)
+        return text if len(text) <= LIMITS.message_chars else cut(text)
+
     def _cols(self, d: dict, cols: list[str]) -> dict[str, Any]:
         out = {c: d.get(c) for c in cols}
-        if out.get("status_reason"):
-            out["status_reason"] = self.clean(out["status_reason"])
+        reason = out.get("status_reason")
+        if reason and (self.clean is not None or len(reason) > LIMITS.message_chars):
+            out["status_reason"] = self._reason(reason)
         return out
