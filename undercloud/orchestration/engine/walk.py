@@ -99,16 +99,23 @@ class StackNode:
         self.parent_task = parent_task
         self.current: dict[str, dict] = {}  # name -> row in use
         self.replaced: list[dict] = []      # old rows of replacements, deleted at cleanup
+        self.refs: dict[str, str] = {}     # reference id / physical id -> name (find_peer in O(1))
         for r in rows:
             if r.get("replaced_by"):
                 self.replaced.append(r)
             else:
                 self.current[r["name"]] = r
+                self.index(r)
         self.tasks: dict[str, ResTask] = {}
         self.remaining = 0
         self.changed = False
         self.failed = False
         self.announced = False  # its IN_PROGRESS event of this operation is written
+
+    def index(self, row: dict) -> None:
+        for key in (row.get("ref"), row.get("physical_id")):
+            if isinstance(key, str):
+                self.refs[key] = row["name"]
 
     @property
     def ref(self) -> StackRef:
@@ -453,6 +460,7 @@ class ResTask:
             return
         row["properties"], row["rsrc_metadata"] = self.props, self.metadata
         row["attributes"], row["ref"], row["physical_id"] = attrs, ref, p.physical_id
+        self.stack.index(row)
         row["data"] = p.data
         row["requires"] = sorted(self.needs)
         row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
@@ -735,7 +743,12 @@ class Walk:
 
     def peer_finder(self, stack: StackNode):
         def find(reference_id: str) -> Plugin | None:
-            for name, row in stack.current.items():
+            # by the index, not a scan: deployments look their configs up, thousands in a stack
+            names = (stack.refs.get(reference_id), reference_id) if isinstance(reference_id, str) else stack.current
+            for name in names:
+                row = stack.current.get(name) if name is not None else None
+                if row is None:
+                    continue
                 if row.get("ref") == reference_id or row.get("physical_id") == reference_id or name == reference_id:
                     task = stack.tasks.get(name)
                     if task is not None and task.plugin is not None:
