@@ -357,3 +357,13 @@ def test_podman_mode_plays_host_network_pods_with_the_nodes_hostname_and_execs_p
     # A Pod that names its hostname keeps it; one without hostNetwork gets none.
     assert kube.with_node_hostname({"spec": {"hostNetwork": True, "hostname": "x"}})["spec"]["hostname"] == "x"
     assert "hostname" not in kube.with_node_hostname({"spec": {}})["spec"]
+
+
+def test_exec_probes_default_to_every_2_s(libpod):
+    """Each exec probe is a process in the container (and a lingering conmon through the
+    podman API): without periodSeconds they run every 2 s, not every 0.5 s."""
+    libpod.exec_results = [(1, "not yet")] * 20
+    got = kube.wait_ready(compute_pod(probe={"exec": {"command": ["false"]}}), 3,
+                          run_exec=lambda c: kube.netns_exec("nova-compute", c))
+    assert got[2] == "did not pass within 3 s; it said: not yet"
+    assert len(libpod.execs) == 2  # at 0 and 2 s

@@ -412,7 +412,8 @@ def wait_ready(pod: dict, timeout: float, dead=lambda: None, run_exec=None) -> t
     why) of the first that did not. `dead()` names a container that keeps exiting, which
     ends the wait early (a broken configuration fails in seconds, not at the timeout).
     `run_exec(container)` gives the runner of that container's exec probes (None: here).
-    A probe runs every periodSeconds when it says, else every 0.5 s."""
+    A probe runs every periodSeconds when it says, else every 0.5 s (exec probes: 2 s; each
+    is a process in the container, and through the podman API a conmon that lingers 5 min)."""
     pending = {c["name"]: c["readinessProbe"] for c in pod["spec"]["containers"] if c.get("readinessProbe")}
     said: dict[str, str] = {}
     due = dict.fromkeys(pending, 0.0)
@@ -422,7 +423,7 @@ def wait_ready(pod: dict, timeout: float, dead=lambda: None, run_exec=None) -> t
             if time.monotonic() < due[n]:
                 continue
             ok, said[n] = probe(spec, run_exec=run_exec(n) if run_exec else None)
-            due[n] = time.monotonic() + float(spec.get("periodSeconds") or 0.5)
+            due[n] = time.monotonic() + float(spec.get("periodSeconds") or (2.0 if "exec" in spec else 0.5))
             if ok:
                 pending.pop(n)
         if pending:
