@@ -3,12 +3,14 @@ parse -> validate -> preview either works or raises TemplateError (InvalidInput)
 that never hold a hidden parameter's value, and preview never shows one either.
 
 Bounded: FUZZ_EXAMPLES examples per property (UNDERCLOUD_FUZZ_EXAMPLES to change), no
-deadline per example (the machine may be loaded), no example database written. Each test
-prints how many examples it tried; `--hypothesis-show-statistics` gives the details.
+deadline per example (the machine may be loaded), no example database written. The module
+prints how many examples each property tried; `--hypothesis-show-statistics` gives details.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import string
@@ -164,24 +166,26 @@ def check(files: dict, given: dict, secret: str) -> None:
     assert_no_secret(json.dumps(rows, default=str), secret)
 
 
-def report(capsys, what: str, n: int) -> None:
-    with capsys.disabled():
-        print(f"\n[fuzz] {what}: {n} examples tried")
+TRIED: collections.Counter = collections.Counter()
 
 
-def test_random_templates_fail_only_as_template_errors_and_never_show_hidden_values(capsys):
-    tried = []
+@pytest.fixture(scope="module", autouse=True)
+def report_examples(request):
+    """One line per property with the number of examples tried, after the module's tests."""
+    yield
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        for what, n in TRIED.items():
+            print(f"\n[fuzz] {what}: {n} examples tried", end="")
+        print()
 
-    @FUZZ
-    @given(templates())
-    def prop(case):
-        tried.append(1)
-        with override(**SMALL):
-            check(*case)
 
-    prop()
-    report(capsys, "structured templates", len(tried))
-    assert len(tried) >= min(FUZZ_EXAMPLES, 50)
+@FUZZ
+@given(templates())
+def test_random_templates_fail_only_as_template_errors_and_never_show_hidden_values(case):
+    TRIED["structured templates"] += 1
+    with override(**SMALL):
+        check(*case)
 
 
 FRAGMENTS = ["heat_template_version: 2021-04-16\n", "resources:\n", "  a: {type: OS::Heat::Value}\n",
@@ -190,24 +194,16 @@ FRAGMENTS = ["heat_template_version: 2021-04-16\n", "resources:\n", "  a: {type:
              "get_param", "str_replace", "\\u0000", "\ud800", "é", "#", "|\n", ">\n", "@", "`"]
 
 
-def test_random_text_parses_or_fails_as_template_errors(capsys):
-    tried = []
-
-    @FUZZ
-    @given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)))
-    def prop(text):
-        tried.append(1)
-        with override(**SMALL):
-            try:
-                parse_yaml(text, "t.yaml")
-            except TemplateError as exc:
-                assert all(line.startswith("t.yaml") for line in str(exc).split("\n"))
-            files = {"t.yaml": text}
-            try:
-                preview(load(Bundle.from_json({"template": "t.yaml", "files": files}), {}, partial=True))
-            except (TemplateError, InvalidInput):
-                pass
-
-    prop()
-    report(capsys, "YAML text", len(tried))
-    assert len(tried) >= min(FUZZ_EXAMPLES, 50)
+@FUZZ
+@given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)))
+def test_random_text_parses_or_fails_as_template_errors(text):
+    TRIED["YAML text"] += 1
+    with override(**SMALL):
+        try:
+            parse_yaml(text, "t.yaml")
+        except TemplateError as exc:
+            assert all(line.startswith("t.yaml") for line in str(exc).split("\n"))
+        try:
+            preview(load(Bundle.from_json({"template": "t.yaml", "files": {"t.yaml": text}}), {}, partial=True))
+        except (TemplateError, InvalidInput):
+            pass
