@@ -99,7 +99,7 @@ def test_libvirt_config_suits_a_container():
     qemu = dict(line.split(" = ", 1) for line in files["qemu.conf"].splitlines() if " = " in line and
                 not line.startswith("#"))
     assert qemu == {"user": '"root"', "group": '"root"', "security_driver": '"none"', "dynamic_ownership": "0",
-                    "remember_owner": "0", "cgroup_controllers": "[ ]", "namespaces": "[ ]"}
+                    "remember_owner": "0", "cgroup_controllers": "[ ]"}
     assert 'auth_unix_rw = "none"' in files["libvirtd.conf"] and 'unix_sock_rw_perms = "0770"' in files["libvirtd.conf"]
     assert "listen_tcp" not in files["libvirtd.conf"]  # sockets only
 
