@@ -209,9 +209,9 @@ def builtin_registry(library: Path = LIBRARY) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for path in sorted((library / "services").glob("*.yaml")):
         try:
-            doc = yaml.safe_load(path.read_text()) or {}
+            doc = parse_yaml(path.read_text(), str(path)) or {}
             declared = doc["outputs"]["role_data"]["value"]["service_type"]
-        except (OSError, yaml.YAMLError, KeyError, TypeError):
+        except (OSError, KeyError, TypeError):
             declared = None
         if not isinstance(declared, str) or not declared.startswith(SERVICE_PREFIX):
             raise TemplateError([problem(str(path), 0, ".".join(ROLE_DATA + ("service_type",)),

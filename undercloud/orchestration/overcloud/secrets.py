@@ -17,8 +17,6 @@ import string
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from undercloud.errors import InvalidInput
 
 
@@ -76,10 +74,12 @@ def secrets_given(environments: list[Path], names: set[str]) -> dict[str, str]:
     """The secrets of `names` your environments set (parameters or parameter_defaults; the
     last wins)."""
     out: dict[str, str] = {}
+    from undercloud.orchestration.template.source import TemplateError, parse_yaml
+
     for e in environments:
         try:
-            doc = yaml.safe_load(e.read_text()) or {}
-        except (OSError, yaml.YAMLError):
+            doc = parse_yaml(e.read_text(), str(e)) or {}  # the template loader's limits (aliases, depth)
+        except (OSError, TemplateError):
             continue  # the template loader reports it with file and line
         if not isinstance(doc, dict):
             continue
