@@ -126,6 +126,7 @@ class FakeCloud:
 
     def __init__(self):
         self.hypervisors: list = []
+        self.services: list = []
         self.calls: list = []
         fake = self
 
@@ -150,6 +151,9 @@ class FakeCloud:
                         {"rel": "self", "href": f"{fake.url}/v3/"}]}})
                 if self.path.startswith("/compute/v2.1/os-hypervisors/detail"):
                     return self.reply(200, {"hypervisors": fake.hypervisors})
+                if self.path.startswith("/compute/v2.1/os-services?binary=nova-compute&host="):
+                    host = self.path.rsplit("=", 1)[1]
+                    return self.reply(200, {"services": [x for x in fake.services if x["host"] == host]})
                 return self.reply(404, {})
 
             def do_POST(self):
@@ -182,9 +186,10 @@ def cloud(tmp_path):
     fake.server.server_close()
 
 
-def ready(conf: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(BIN / "uc-nova-compute-ready"), str(conf)], capture_output=True,
-                          text=True, timeout=60)
+def ready(conf: Path, started: Path | None = None) -> subprocess.CompletedProcess:
+    extra = [str(started)] if started else [str(conf.parent / "no-start-file")]
+    return subprocess.run([sys.executable, str(BIN / "uc-nova-compute-ready"), str(conf), *extra],
+                          capture_output=True, text=True, timeout=60)
 
 
 def hyp(host: str, state: str) -> dict:
@@ -192,8 +197,14 @@ def hyp(host: str, state: str) -> dict:
             "service": {"id": "s", "host": host, "disabled_reason": None}}
 
 
+def svc(host: str, updated_at: str | None) -> dict:
+    return {"id": "s", "binary": "nova-compute", "host": host, "zone": "nova", "status": "enabled",
+            "state": "up", "updated_at": updated_at, "disabled_reason": None, "forced_down": False}
+
+
 def test_ready_only_when_this_hosts_hypervisor_is_listed_and_up(cloud):
     fake, conf = cloud
+    fake.services = [svc("novacompute-0", "2026-11-25T14:02:06.000000")]
     fake.hypervisors = [hyp("novacompute-1", "up")]  # another host's: not ours (ours is not mapped yet)
     r = ready(conf)
     assert r.returncode == 1
@@ -222,3 +233,21 @@ def test_not_ready_is_one_line_without_secrets_when_keystone_is_unreachable(clou
     missing = tmp_path / "none.conf"
     r = ready(missing)
     assert (r.returncode, r.stderr.strip()) == (1, f"uc-nova-compute-ready: {missing}: no [placement] section")
+
+
+def test_a_replaced_container_waits_for_its_own_nova_compute_to_report(cloud, tmp_path):
+    """The predecessor's last report keeps the service "up" for a minute: ready needs a
+    report at or after this container's start (whole seconds, as the database keeps)."""
+    import datetime
+    fake, conf = cloud
+    start = datetime.datetime(2026, 11, 25, 14, 2, 6, 400000, tzinfo=datetime.UTC)
+    started = tmp_path / "started"
+    started.write_text(f"{start.timestamp():.3f}\n")
+    fake.hypervisors = [hyp("novacompute-0", "up")]
+    for updated in (None, "2026-11-25T14:02:05.000000"):  # never, or the predecessor's last report
+        fake.services = [svc("novacompute-0", updated)]
+        r = ready(conf, started)
+        assert (r.returncode, r.stderr.strip()) == (1, "uc-nova-compute-ready: nova-compute on novacompute-0 "
+                                                       "has not reported since this container started")
+    fake.services = [svc("novacompute-0", "2026-11-25T14:02:06.000000")]  # same second: the DB drops fractions
+    assert ready(conf, started).returncode == 0
