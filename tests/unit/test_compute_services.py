@@ -187,8 +187,11 @@ def cloud(tmp_path):
 
 
 def ready(conf: Path, started: Path | None = None) -> subprocess.CompletedProcess:
-    extra = [str(started)] if started else [str(conf.parent / "no-start-file")]
-    return subprocess.run([sys.executable, str(BIN / "uc-nova-compute-ready"), str(conf), *extra],
+    """The probe; `started` defaults to a start time long before the fake reports."""
+    if started is None:
+        started = conf.parent / "started-long-ago"
+        started.write_text("1000000000\n")
+    return subprocess.run([sys.executable, str(BIN / "uc-nova-compute-ready"), str(conf), str(started)],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -251,3 +254,7 @@ def test_a_replaced_container_waits_for_its_own_nova_compute_to_report(cloud, tm
                                                        "has not reported since this container started")
     fake.services = [svc("novacompute-0", "2026-11-25T14:02:06.000000")]  # same second: the DB drops fractions
     assert ready(conf, started).returncode == 0
+    # Before the start script recorded the start, nova-compute has not started: not ready
+    # (the predecessor's report would pass for this container's).
+    r = ready(conf, tmp_path / "not-written-yet")
+    assert (r.returncode, r.stderr.strip()) == (1, "uc-nova-compute-ready: nova-compute has not started yet")
