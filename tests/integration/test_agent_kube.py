@@ -159,7 +159,8 @@ def container_node(image, tmp_path, monkeypatch):
     for c in podman("ps", "-a", "--filter", f"label=undercloud.node={node}", "--format", "{{.Names}}").stdout.split():
         podman("rm", "-f", "-t", "0", c)
     podman("rm", "-f", "-t", "0", node)
-    podman("volume", "rm", "-f", f"{node}-shared")
+    for v in podman("volume", "ls", "-q", "--filter", f"label=undercloud.node={node}").stdout.split():
+        podman("volume", "rm", "-f", v)
 
 
 def test_netns_mode_uts_privileged_shared_claim_and_exec_probes_inside(container_node):
@@ -169,13 +170,15 @@ def test_netns_mode_uts_privileged_shared_claim_and_exec_probes_inside(container
         "hostNetwork": True,
         "containers": [
             {"name": "a", "image": IMAGE, "securityContext": {"privileged": True},
-             "command": ["sh", "-c", f"mkdir -p /tmp; touch {marker}; echo from-a > /shared/note; exec sleep 600"],
-             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+             "command": ["sh", "-c", f"mkdir -p /tmp; touch {marker}; echo from-a > /shared/note; "
+                         f"echo scratch-a > /scratch/note; exec sleep 600"],
+             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}, {"name": "scratch", "mountPath": "/scratch"}],
              "readinessProbe": {"exec": {"command": ["test", "-e", marker]}, "periodSeconds": 1}},
             {"name": "b", "image": IMAGE, "command": ["sleep", "600"],
-             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+             "volumeMounts": [{"name": "shared", "mountPath": "/shared"}, {"name": "scratch", "mountPath": "/scratch"}],
              "readinessProbe": {"exec": {"command": ["cat", "/shared/note"]}, "periodSeconds": 1}}],
-        "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}}]}}
+        "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}},
+                    {"name": "scratch", "emptyDir": {}}]}}
     r = hooks.run(deployment("kn", "virt", "kube", {"kind": "List", "items": [p]}, options={"ready_timeout": 60}),
                   None, 300, env)
     assert r["deploy_status_code"] == 0, r
@@ -187,6 +190,7 @@ def test_netns_mode_uts_privileged_shared_claim_and_exec_probes_inside(container
     assert podman("inspect", a, "--format", "{{.HostConfig.Privileged}}").stdout.strip() == "true"
     assert podman("inspect", b, "--format", "{{.HostConfig.Privileged}}").stdout.strip() == "false"
     assert podman("exec", b, "cat", "/shared/note").stdout == "from-a\n"
+    assert podman("exec", b, "cat", "/scratch/note").stdout == "scratch-a\n"  # emptyDir: the Pod's, shared
 
     # A probe that passes on this host but not inside the container fails, naming its output.
     host_file = Path(env["UNDERCLOUD_AGENT_STATE"]) / "only-on-the-host"

@@ -367,3 +367,20 @@ def test_exec_probes_default_to_every_2_s(libpod):
                           run_exec=lambda c: kube.netns_exec("nova-compute", c))
     assert got[2] == "did not pass within 3 s; it said: not yet"
     assert len(libpod.execs) == 2  # at 0 and 2 s
+
+
+def test_netns_empty_dir_is_one_volume_of_the_pod_shared_by_its_containers_and_emptied_at_each_play(libpod):
+    pod = {"kind": "Pod", "metadata": {"name": "web"}, "spec": {
+        "containers": [{"name": n, "image": "i", "volumeMounts": [{"name": "scratch", "mountPath": "/s"}]}
+                       for n in ("a", "b")],
+        "volumes": [{"name": "scratch", "emptyDir": {}}]}}
+    kube.validate(pod)
+    kube.play_netns("web", pod, {})
+    assert [b["volumes"] for b in libpod.created()] == [[{"Name": "uc1-node-0-web-scratch", "Dest": "/s",
+                                                          "Options": []}]] * 2
+    assert libpod.volumes["uc1-node-0-web-scratch"]["Label"] == {"undercloud.node": "uc1-node-0",
+                                                                  "undercloud.pod": "uc1-node-0-web"}
+    libpod.calls.clear()
+    kube.play_netns("web", pod, {})  # replaced: the old volume goes, a new empty one comes
+    vol_calls = [(m, p) for m, p, b in libpod.calls if p.startswith("/volumes/")]
+    assert vol_calls == [("DELETE", "/volumes/uc1-node-0-web-scratch"), ("POST", "/volumes/create")]

@@ -39,8 +39,9 @@ container's log.
   it starts (the archive API); httpGet/tcpSocket probes run from the agent, which shares
   that namespace. A persistentVolumeClaim is the named volume `NODE-<claimName>`
   (labelled undercloud.node=NODE: deleting the node removes it), so two nodes on one host
-  never share one; capabilities become the create body's cap_add/cap_drop, privileged
-  its privileged.
+  never share one; an emptyDir the named volume `NODE-<pod>-<volume>`, made empty again
+  when the Pod is played; capabilities become the create body's cap_add/cap_drop,
+  privileged its privileged.
 """
 
 from __future__ import annotations
@@ -618,6 +619,13 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
         api.call("DELETE", f"/containers/{old['Id']}?force=true&timeout=5")
     spec = pod.get("spec") or {}
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    empty = {}  # emptyDir: a volume of this Pod's own, shared by its containers, empty at each play
+    for vname in (n for n, v in volumes.items() if isinstance(v, dict) and "emptyDir" in v):
+        empty[vname] = f"{prefix}-{vname}"
+        api.call("DELETE", f"/volumes/{empty[vname]}?force=true")
+        api.ok("POST", "/volumes/create", {"Name": empty[vname], "Label": {"undercloud.node": node,
+                                                                          "undercloud.pod": prefix}},
+               what=f"create volume {empty[vname]}")
     started = []
     for c in spec["containers"]:
         cname = f"{prefix}-{c['name']}"
@@ -632,8 +640,8 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
             elif "hostPath" in v:
                 binds.append({"destination": m["mountPath"], "source": v["hostPath"]["path"], "type": "bind",
                               "options": ["ro"] if m.get("readOnly") else []})
-            elif "persistentVolumeClaim" in v:
-                vname = claim_volume(api, node, v["persistentVolumeClaim"]["claimName"])
+            elif "persistentVolumeClaim" in v or "emptyDir" in v:
+                vname = empty.get(m.get("name")) or claim_volume(api, node, v["persistentVolumeClaim"]["claimName"])
                 named.append({"Name": vname, "Dest": m["mountPath"], "Options": ["ro"] if m.get("readOnly") else []})
         create = {
             "name": cname, "image": c["image"],
