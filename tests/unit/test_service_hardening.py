@@ -78,6 +78,8 @@ def test_the_cli_waits_for_a_slow_service_instead_of_starting_another(uc_home, m
         monkeypatch.setattr(daemon, "START_TIMEOUT", 2.0)
         with pytest.raises(ServiceUnavailable, match=rf"\(pid {info['pid']}\) runs but did not answer"):
             daemon.start(uc_home)
+        r = run_cli("service", "status")
+        assert r.returncode == 3 and f"running (pid {info['pid']}) but not answering" in r.stderr
     finally:
         os.kill(info["pid"], signal.SIGCONT)
     assert daemon.serving(uc_home) == info["pid"]

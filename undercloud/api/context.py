@@ -89,25 +89,31 @@ def key_file(home: Home) -> Path:
     return Path(env) if env else home.file(KEY_FILE)
 
 
-def admin_token(home: Home) -> str:
-    """The token the CLI presents; created once (complete, mode 600), readable by the owner only.
-    It is kept in clear because the CLI must present it; the service only compares it."""
-    path = home.file("admin.token")
+def _write_once(home: Home, name: str, text: str) -> str:
+    """The content of `name` in the home, made (mode 600) with `text` if missing: complete or
+    not at all, and of two racing creators one wins whole (a reader never sees it empty)."""
+    path = home.file(name)
     if not path.exists():
         home.ensure()
-        tmp = path.with_name(f".admin.token.{os.getpid()}.{threading.get_ident()}")
+        tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
         fd = private_file(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
-            os.write(fd, secrets.token_urlsafe(32).encode())
+            os.write(fd, text.encode())
         finally:
             os.close(fd)
         try:
-            os.link(tmp, path)  # a racing creator's token wins whole, never half of each
+            os.link(tmp, path)
         except FileExistsError:
             pass
         finally:
             tmp.unlink(missing_ok=True)
     return path.read_text().strip()
+
+
+def admin_token(home: Home) -> str:
+    """The token the CLI presents; created once, readable by the owner only. It is kept in
+    clear because the CLI must present it; the service only compares it."""
+    return _write_once(home, "admin.token", secrets.token_urlsafe(32))
 
 
 def api_port(home: Home) -> int:
@@ -118,6 +124,4 @@ def api_port(home: Home) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    home.ensure()
-    path.write_text(str(port))
-    return port
+    return int(_write_once(home, "port", str(port)))

@@ -18,6 +18,9 @@ router = APIRouter()
 _ctx = get_context
 
 Short = Annotated[str, StringConstraints(max_length=255)]
+# What refusals quote back (profile, resource class...): no spaces or control characters, so
+# "no node fits server X: ..." stays one line.
+Word = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x20\x7f]{1,255}$")]
 Count = Annotated[int, Field(ge=0, le=2**31)]  # CPUs, MB, GB: far beyond any machine, within SQL integers
 Mac = Annotated[str, StringConstraints(pattern=r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")]
 
@@ -65,15 +68,15 @@ class ClaimBody(BaseModel):
     """A scheduler request (provisioning.scheduler.Request) with its types and bounds."""
 
     model_config = ConfigDict(extra="forbid")
-    instance_uuid: Annotated[str, StringConstraints(min_length=1, max_length=36)]
-    resource_class: Short | None = "baremetal"
-    profile: Short | None = None
-    capabilities: dict[Short, Short] = {}
+    instance_uuid: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,64}$")]
+    resource_class: Word | None = "baremetal"
+    profile: Word | None = None
+    capabilities: dict[Word, Word] = {}
     cpus: Count = 0
     memory_mb: Count = 0
     local_gb: Count = 0
-    cpu_arch: Short | None = None
-    hypervisor_type: Short | None = None
+    cpu_arch: Word | None = None
+    hypervisor_type: Word | None = None
     instance_info: dict = {}
 
 

@@ -53,7 +53,8 @@ def status():
     home = Home.current()
     h = daemon.health(home)
     if not h:
-        note("not running")
+        held = daemon.serving(home)
+        note(f"running (pid {held}) but not answering; see {home.file('service.log')}" if held else "not running")
         raise SystemExit(3)
     return {"status": "running", "pid": h["pid"], "url": daemon.url(home), "store": h["store"],
             "home": h["home"], "uptime_s": h["uptime"], "version": h["version"]}

@@ -1,0 +1,139 @@
+"""The API fuzzing run (schemathesis over the service's own OpenAPI), meant to run inside a
+network namespace without routes: tests/fuzz/test_api_schemathesis.py starts it there.
+
+    unshare --net python3 -m tests.fuzz.api_fuzz [--examples 40] [--budget 240] [--seed N]
+
+The app runs in this process (ASGI calls, no socket); only the fake BMC driver exists, and
+the namespace makes sure a fuzzed address reaches nothing anyway. Prints one JSON line:
+operations, examples tried, seconds, and the failures (a 5xx, or a 4xx that is not one
+line of {error, where}).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+
+def no_route_anywhere() -> str | None:
+    """Why this is not a namespace without routes (None when it is)."""
+    routes = subprocess.run(["ip", "-o", "route", "show", "table", "all"], capture_output=True, text=True).stdout
+    outside = [r for r in routes.splitlines() if r.strip() and " lo " not in f" {r} " and "dev lo" not in r]
+    if outside:
+        return f"routes present: {outside[:3]}"
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect(("192.0.2.1", 80))  # TEST-NET-1: must be unreachable here
+        return "192.0.2.1:80 was reachable"
+    except OSError as exc:
+        if exc.errno not in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL):
+            return f"connect to 192.0.2.1 failed unexpectedly: {exc}"
+    finally:
+        s.close()
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--examples", type=int, default=25, help="examples per operation and generation mode")
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds; operations not started by then are skipped")
+    ap.add_argument("--seed", type=int, default=None, help="repeat a run (each run prints its seed)")
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    problem = no_route_anywhere()
+    if problem:
+        print(json.dumps({"error": f"not in a namespace without routes: {problem}"}))
+        sys.exit(2)
+
+    home = Path(tempfile.mkdtemp(prefix="uc-fuzz-")) / "uc"
+    os.environ.update(UNDERCLOUD_HOME=str(home), UNDERCLOUD_POWER_SYNC_INTERVAL="0",
+                      UNDERCLOUD_MAX_IMAGE_BYTES=str(1 << 20), UNDERCLOUD_AGENT_URL="http://127.0.0.1:9")
+    warnings.simplefilter("ignore")
+    import schemathesis
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+
+    from undercloud.api.app import create_app
+    from undercloud.api.context import Context
+    from undercloud.config import Home
+    from undercloud.provisioning import drivers
+
+    for name in list(drivers.DRIVERS):  # the fake driver only: no BMC protocol is spoken
+        if name != "fake":
+            del drivers.DRIVERS[name]
+    ctx = Context(Home(home))
+    app = create_app(ctx)
+    token = ctx.admin_token
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    t0 = time.monotonic()
+    tried, failures, skipped, ops = 0, [], [], 0
+    def fuzz(op, label: str) -> None:
+        strategy = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
+
+        @hypothesis_seed(seed)
+        @settings(max_examples=2 * args.examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+        @given(case=strategy)
+        def run(case):
+            nonlocal tried
+            tried += 1
+            headers = {**(case.headers or {}), "X-Undercloud-Token": token}
+            try:
+                r = case.call(headers=headers, timeout=30)
+            except Exception as exc:  # noqa: BLE001 - the client refusing to send it is not our failure
+                if type(exc).__name__ in ("InvalidHeader", "InvalidURL", "LocalProtocolError", "UnicodeEncodeError",
+                                          "InvalidRegularExpression", "SerializationNotPossible"):
+                    return
+                failures.append({"operation": label, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                return
+            if r.status_code >= 500:
+                failures.append({"operation": label, "status": r.status_code, "body": r.text[:300],
+                                 "request": case.as_curl_command()[:500]})
+            elif 400 <= r.status_code < 500 and r.status_code != 405 and op.method.upper() != "HEAD":
+                try:
+                    body = r.json()
+                    one_line = isinstance(body.get("error"), str) and "where" in body
+                    if one_line and "\n" in body["error"]:  # an instackenv lists its problems, one per line
+                        one_line = label.startswith("POST /v1/nodes/import")
+                except ValueError:
+                    one_line = False
+                if not one_line:
+                    failures.append({"operation": label, "status": r.status_code, "body": r.text[:300]})
+
+        run()
+
+    for result in schema.get_all_operations():
+        op = result.ok()
+        label = f"{op.method.upper()} {op.path}"
+        if time.monotonic() - t0 > args.budget:
+            skipped.append(label)
+            continue
+        ops += 1
+        fuzz(op, label)
+    health = None
+    from fastapi.testclient import TestClient
+
+    t = time.monotonic()
+    r = TestClient(app).get("/v1/health")
+    health = {"status": r.status_code, "seconds": round(time.monotonic() - t, 3)}
+    print(json.dumps({"operations": ops, "examples": tried, "seed": seed, "seconds": round(time.monotonic() - t0, 1),
+                      "skipped": skipped, "failures": failures[:50], "failure_count": len(failures),
+                      "health": health}), flush=True)
+    os._exit(0)  # node workers may sleep in fake BMC delays: do not wait for them
+
+
+if __name__ == "__main__":
+    main()
