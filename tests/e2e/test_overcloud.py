@@ -362,7 +362,7 @@ def test_a_broken_service_fails_at_its_step_and_a_fixed_deploy_recovers(cloud):
     err = bad.stderr
     assert ("error: deploy: step 4 failed on node overcloud-controller-0 (role Controller): pod glance-api: "
             "container glance-api: readiness probe (HTTP GET :19292/healthcheck) did not pass") in err, err[-3000:]
-    assert "last lines of the service's log:" in err and "workers" in err.split("last lines")[1].lower()
+    assert "last lines of the service's log:" in err and "uc-glance-start:" in err.split("last lines")[1]
     assert "Traceback" not in err.split("last lines")[0]
     fixed = work / "one-compute.yaml"
     again = deploy("--example", "minimal", "-e", str(fixed))
