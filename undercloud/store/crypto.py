@@ -97,13 +97,20 @@ def crypto_of(dialect) -> Crypto:
 
 
 class Encrypted(TypeDecorator):
-    """A JSON column whose value is stored as one Fernet token (a JSON string)."""
+    """A JSON column whose value is stored as one Fernet token (a JSON string). An empty map
+    or list holds nothing to hide and is stored as itself (most resources' metadata and
+    attributes are empty: no cipher work for them); anything else, strings included, is a
+    token, so a stored string is always a token."""
 
     impl = JSON
     cache_ok = True
 
     def process_bind_param(self, value, dialect):
-        return None if value is None else crypto_of(dialect).encrypt(value)
+        if value is None or value == {} or value == []:
+            return value
+        return crypto_of(dialect).encrypt(value)
 
     def process_result_value(self, value, dialect):
-        return None if value is None else crypto_of(dialect).decrypt(value)
+        if value is None or value == {} or value == []:
+            return value
+        return crypto_of(dialect).decrypt(value)
