@@ -27,7 +27,9 @@ KEY_FILE = "store.key"
 ATTR = "undercloud_crypto"  # where a Store hangs its Crypto on its engine's dialect
 
 
-CACHE_TOKEN_CHARS = 4096  # small values (a node's driver_info) are read again and again: keep them
+# Small values (a node's driver_info: about 250 characters as a token) are read again and
+# again: their plain text is kept, at most CACHE_ENTRIES of them (about 35 MB at worst).
+CACHE_TOKEN_CHARS, CACHE_ENTRIES = 1024, 20000
 
 
 class Crypto:
@@ -35,7 +37,7 @@ class Crypto:
         self.fernet = Fernet(key)
         self.source = source
         # A power-sync pass reads every node's driver_info: the same tokens each pass.
-        self._cached = lru_cache(maxsize=32768)(self._plain)
+        self._cached = lru_cache(maxsize=CACHE_ENTRIES)(self._plain)
 
     def encrypt(self, value: Any) -> str:
         # ensure_ascii: a lone surrogate is stored as its escape, never as invalid UTF-8
