@@ -4,7 +4,6 @@ against a stand-in Keystone + Compute API on a local port."""
 
 from __future__ import annotations
 
-import configparser
 import http.server
 import json
 import subprocess
@@ -15,12 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit import service_support
+from tests.unit.service_support import SERVICES, ini
 from undercloud.images import elements
-from undercloud.orchestration.template import Bundle, load
-from undercloud.orchestration.template.stack import PlaceholderResolver
 
 BIN = elements.SHIPPED / "nova-compute" / "static" / "usr" / "local" / "bin"
-SERVICES = Path(__file__).resolve().parents[2] / "undercloud" / "overcloud" / "services"
 NODES = {"rabbitmq": ["10.0.0.2", "10.0.0.3"], "mysql": ["10.0.0.2"], "nova_compute": ["10.0.0.9"]}
 ENDPOINTS = {"keystone": "http://10.0.0.250:5000/v3", "network": "http://10.0.0.250:9696"}
 SECRETS = {"NovaPassword": "nova-secret", "NeutronPassword": "neutron-secret", "RabbitPassword": "rabbit-secret"}
@@ -28,20 +26,8 @@ SECRETS = {"NovaPassword": "nova-secret", "NeutronPassword": "neutron-secret", "
 
 def render(name: str) -> tuple[dict, dict, dict]:
     """(config files, Pod, role_data declarations) of a service template with test values."""
-    path = SERVICES / f"{name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    given = {"ServiceNodes": NODES, "EndpointMap": ENDPOINTS, **SECRETS}
-    given.update({p: "localhost/undercloud/service-nova-compute:1" for p in doc["parameters"] if p.startswith("Container")})
-    t = load(Bundle.from_paths(str(path), []), {k: v for k, v in given.items() if k in doc["parameters"]})
-    files = t.resolve(t.resources["ConfigFiles"].properties, PlaceholderResolver())["value"]
-    pod = t.resolve(t.resources["Pod"].properties, PlaceholderResolver())["value"]
-    return files, pod, doc["outputs"]["role_data"]["value"]
-
-
-def ini(text: str) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read_string(text)
-    return parser
+    return service_support.render(name, {"ServiceNodes": NODES, "EndpointMap": ENDPOINTS, **SECRETS},
+                                  "localhost/undercloud/service-nova-compute:1")
 
 
 def mounts(pod: dict) -> dict:

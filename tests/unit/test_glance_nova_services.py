@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import configparser
 import http.server
-import importlib.machinery
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,12 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit import service_support
+from tests.unit.service_support import SERVICES, ini, script_module
 from undercloud.images import elements
-from undercloud.orchestration.template import Bundle, load
-from undercloud.orchestration.template.stack import PlaceholderResolver
 
 BIN = elements.SHIPPED / "nova" / "static" / "usr" / "local" / "bin"
-SERVICES = Path(__file__).resolve().parents[2] / "undercloud" / "overcloud" / "services"
 
 # `nova-manage cell_v2 list_cells` as nova 26 prints it (passwords masked).
 LIST_CELLS = """\
@@ -36,11 +33,7 @@ LIST_CELLS = """\
 
 
 def script(name: str):
-    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), str(BIN / name))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return script_module(BIN / name)
 
 
 @pytest.fixture
@@ -206,20 +199,8 @@ TEMPLATES = ("glance-api", "nova-api", "nova-conductor", "nova-scheduler", "nova
 
 def render(name: str) -> tuple[dict, dict, dict]:
     """(config files, Pod, role_data declarations) of a service template with test values."""
-    path = SERVICES / f"{name}.yaml"
-    doc = yaml.safe_load(path.read_text())
-    given = {"ServiceNodes": NODES, "EndpointMap": {"keystone": "http://10.0.0.250:5000/v3"}, **SECRETS}
-    given.update({p: "localhost/undercloud/service-x:1" for p in doc["parameters"] if p.startswith("Container")})
-    t = load(Bundle.from_paths(str(path), []), {k: v for k, v in given.items() if k in doc["parameters"]})
-    files = t.resolve(t.resources["ConfigFiles"].properties, PlaceholderResolver())["value"]
-    pod = t.resolve(t.resources["Pod"].properties, PlaceholderResolver())["value"]
-    return files, pod, doc["outputs"]["role_data"]["value"]
-
-
-def ini(text: str) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read_string(text)
-    return parser
+    return service_support.render(name, {"ServiceNodes": NODES, "EndpointMap": {"keystone": "http://10.0.0.250:5000/v3"},
+                                         **SECRETS}, "localhost/undercloud/service-x:1")
 
 
 @pytest.mark.parametrize("name", TEMPLATES)

@@ -4,10 +4,7 @@ environment (configs, Pods, literal declarations), and the element's scripts
 
 from __future__ import annotations
 
-import configparser
 import http.server
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.unit import service_support
+from tests.unit.service_support import ini, script_module
 from undercloud.images import elements
 from undercloud.orchestration.overcloud import library
-from undercloud.orchestration.template import Bundle, load
-from undercloud.orchestration.template.stack import PlaceholderResolver
 
 STATIC = elements.SHIPPED / "neutron" / "static" / "usr" / "local"
 OVERCLOUD = Path(__file__).resolve().parents[2] / "undercloud" / "overcloud"
@@ -40,29 +37,12 @@ SECRETS = {"NeutronPassword": "qp", "NeutronDbPassword": "qdb", "NovaPassword": 
 
 def render(name: str, extra: dict | None = None, env: bool = True) -> tuple[dict, dict, dict]:
     """(config files, Pod, role_data declarations) of a template with test values and the environment."""
-    path = SERVICES / f"{name}.yaml"
-    doc = yaml.safe_load(path.read_text())
     given = {"ServiceNodes": NODES, "EndpointMap": ENDPOINTS, "VirtualIP": "10.0.0.250", **SECRETS, **(extra or {})}
-    given.update({p: "localhost/undercloud/service-neutron:1" for p in doc["parameters"] if p.startswith("Container")})
-    t = load(Bundle.from_paths(str(path), [str(ENV)] if env else []),
-             {k: v for k, v in given.items() if k in doc["parameters"]})
-    files = t.resolve(t.resources["ConfigFiles"].properties, PlaceholderResolver())["value"]
-    pod = t.resolve(t.resources["Pod"].properties, PlaceholderResolver())["value"]
-    return files, pod, doc["outputs"]["role_data"]["value"]
-
-
-def ini(text: str) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read_string(text)
-    return parser
+    return service_support.render(name, given, "localhost/undercloud/service-neutron:1", (ENV,) if env else ())
 
 
 def module(path: Path):
-    loader = importlib.machinery.SourceFileLoader(path.name.replace("-", "_"), str(path))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return script_module(path)
 
 
 # ---- templates ------------------------------------------------------------------------
