@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -132,6 +133,7 @@ def main() -> None:
     print(json.dumps({"operations": ops, "examples": tried, "seed": seed, "seconds": round(time.monotonic() - t0, 1),
                       "skipped": skipped, "failures": failures[:50], "failure_count": len(failures),
                       "health": health}), flush=True)
+    shutil.rmtree(home.parent, ignore_errors=True)
     os._exit(0)  # node workers may sleep in fake BMC delays: do not wait for them
 
 
