@@ -7,6 +7,7 @@ stack row's `operation` records what runs so that the next start of the service 
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 import time
@@ -431,7 +432,7 @@ class StackService:
         if row is None or srow is None:
             raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
         row = dict(row)
-        if token is not None and (row.get("data") or {}).get("token") != token:
+        if token is not None and not hmac.compare_digest(str((row.get("data") or {}).get("token") or ""), token):
             raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
         # A running walk owns the live plugin: hand it the signal there.
         with self.lock:

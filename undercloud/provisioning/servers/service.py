@@ -81,9 +81,6 @@ class ServersService:
         self._realisers: dict[str, Realiser] = dict(realisers or {})
         self._lock = threading.Lock()  # placement: capacity check + insert are one step
         self._available: dict[str, float] = {}  # hypervisor type -> when it was last found usable
-        from undercloud.store.servers import add_missing_columns
-
-        add_missing_columns(store.engine)
 
     # ---- realisers -----------------------------------------------------------------
     def realiser(self, ht: str) -> Realiser:
