@@ -1,8 +1,8 @@
 """Limits of the HTTP API: request body sizes per route, and the sizes of names and lists.
 
-Same shape as orchestration/limits.py (which bounds what a template can make the engine
-do): a default and an environment variable per limit, read once at import; `override()`
-for tests; one line naming the variable when a limit is hit. docs/architecture.md lists
+A table of undercloud/limits.py, like orchestration/limits.py (which bounds what a
+template can make the engine do): a default and an environment variable per limit, read
+once at import; `override()` for tests; one line naming the variable when a limit is hit. docs/architecture.md lists
 them ("Limits").
 """
 
@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-from undercloud.errors import InvalidInput
+from undercloud.limits import Limit, LimitSet
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
-@dataclass(frozen=True)
-class Limit:
-    name: str
-    env: str
-    default: int
-    what: str
 
 
 TABLE: tuple[Limit, ...] = (
@@ -45,7 +37,7 @@ TABLE: tuple[Limit, ...] = (
 )
 BY_NAME: dict[str, Limit] = {x.name: x for x in TABLE}
 
-class Limits:
+class Limits(LimitSet):
     body_bytes: int
     stack_body_bytes: int
     import_body_bytes: int
@@ -54,21 +46,13 @@ class Limits:
     json_depth: int
     list_limit: int
 
-    def __init__(self, environ: Mapping[str, str]):
-        for x in TABLE:
-            raw = environ.get(x.env)
-            value = x.default
-            if raw not in (None, ""):
-                try:
-                    value = int(raw.replace("_", ""))
-                except ValueError:
-                    value = 0
-                if value < 1:
-                    raise InvalidInput(f"{x.env}={raw!r}: expected a whole number of 1 or more")
-            setattr(self, x.name, value)
+    def __init__(self, environ: Mapping[str, str] = os.environ):
+        super().__init__(TABLE, environ)
 
 
 LIMITS = Limits(os.environ)
+exceeded = LIMITS.exceeded  # one line: what, by how much, the limit and its variable
+override = LIMITS.override  # tests
 
 # (method, path pattern) -> the limit of its body; the first match wins.
 BODY_ROUTES: tuple[tuple[str, re.Pattern, str], ...] = (
@@ -87,24 +71,3 @@ def body_limit(method: str, path: str) -> tuple[str, int]:
         if m == method and pattern.fullmatch(path):
             return name, getattr(LIMITS, name)
     return "body_bytes", LIMITS.body_bytes
-
-
-def exceeded(name: str, what: str, amount: int | None = None) -> str:
-    x = BY_NAME[name]
-    n = f" ({amount:,})" if amount is not None else ""
-    return f"{what}{n} is more than the limit of {getattr(LIMITS, name):,} (set {x.env} to change it)"
-
-
-@contextmanager
-def override(**values: int) -> Iterator[None]:
-    """Change limits for a block (tests); restored after."""
-    old = {k: getattr(LIMITS, k) for k in values}
-    for k, v in values.items():
-        if k not in BY_NAME:
-            raise KeyError(k)
-        setattr(LIMITS, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(LIMITS, k, v)

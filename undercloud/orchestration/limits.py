@@ -10,21 +10,10 @@ naming the limit and its variable (`exceeded()`), never a traceback.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from undercloud.errors import InvalidInput
-
-
-@dataclass(frozen=True)
-class Limit:
-    name: str
-    env: str
-    default: int
-    what: str  # what is limited and what happens beyond it (docs/architecture.md lists these)
-
+from undercloud.limits import Limit, LimitSet
 
 TABLE: tuple[Limit, ...] = (
     Limit("file_bytes", "UNDERCLOUD_MAX_TEMPLATE_BYTES", 512 * 1024,
@@ -52,7 +41,7 @@ TABLE: tuple[Limit, ...] = (
 BY_NAME: dict[str, Limit] = {x.name: x for x in TABLE}
 
 
-class Limits:
+class Limits(LimitSet):
     """The limits in force, as attributes (cheap to read on hot paths)."""
 
     file_bytes: int
@@ -66,43 +55,13 @@ class Limits:
     message_chars: int
     resumes: int
 
-    def __init__(self, environ: Mapping[str, str]):
-        for x in TABLE:
-            raw = environ.get(x.env)
-            value = x.default
-            if raw not in (None, ""):
-                try:
-                    value = int(raw.replace("_", ""))
-                except ValueError:
-                    value = 0
-                if value < 1:
-                    raise InvalidInput(f"{x.env}={raw!r}: expected a whole number of 1 or more")
-            setattr(self, x.name, value)
+    def __init__(self, environ: Mapping[str, str] = os.environ):
+        super().__init__(TABLE, environ)
 
 
 LIMITS = Limits(os.environ)
-
-
-def exceeded(name: str, what: str, amount: int | None = None) -> str:
-    """The one-line message for `what` going over limit `name`."""
-    x = BY_NAME[name]
-    n = f" ({amount:,})" if amount is not None else ""
-    return f"{what}{n} is more than the limit of {getattr(LIMITS, name):,} (set {x.env} to change it)"
-
-
-@contextmanager
-def override(**values: int) -> Iterator[None]:
-    """Change limits for a block (tests, benchmarks); restored after."""
-    old = {k: getattr(LIMITS, k) for k in values}
-    for k, v in values.items():
-        if k not in BY_NAME:
-            raise KeyError(k)
-        setattr(LIMITS, k, v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            setattr(LIMITS, k, v)
+exceeded = LIMITS.exceeded  # one line: what, by how much, the limit and its variable
+override = LIMITS.override  # tests and benchmarks
 
 
 def cut(text: str, limit: int | None = None) -> str:
