@@ -100,6 +100,22 @@ def libvirtd_pid() -> int | None:
     return None
 
 
+VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")
+
+
+def virtlogd_running(path: Path = VIRTLOGD_SOCKET) -> bool:
+    """The host's virtlogd answers on its socket (libvirtd needs it to start domains). A
+    virtlogd process seen in /proc may be another's: an overcloud's nova_libvirt container
+    runs one with its own /run/libvirt, which this host's libvirtd cannot use."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        try:
+            s.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
 def _free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
@@ -175,7 +191,7 @@ class Lab:
             state["netns_created"] = True
             self._save(state)
             self._ns(ns, "ip", "link", "set", "lo", "up")
-            if not any("virtlogd" in _cmdline(int(p)) for p in os.listdir("/proc") if p.isdigit()):
+            if not virtlogd_running():
                 self._ns(ns, "virtlogd", "-d")
             # libvirtd in the foreground under our reaper (see lab/reaper.py), detached
             LIBVIRTD_LOG.parent.mkdir(parents=True, exist_ok=True)
@@ -189,6 +205,9 @@ class Lab:
             state["libvirtd_started"] = pid
         else:
             _wait_for("libvirtd", lambda: virsh("version", check=False, timeout=10).returncode == 0)
+            if not virtlogd_running():  # it died, or never ran beside a libvirtd started elsewhere
+                run(["virtlogd", "-d"], timeout=60)
+        _wait_for("virtlogd", virtlogd_running)
         state["libvirtd_netns"] = f"/proc/{pid}/ns/net"
         # Keep a name on libvirtd's namespace: /proc/PID paths vanish with the process.
         if not Path(f"/run/netns/{self.netns}").exists():
