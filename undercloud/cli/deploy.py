@@ -97,8 +97,9 @@ def finish(client: Client, stack: str) -> None:
 
 @click.command()
 @click.option("--example", type=click.Choice(["minimal", "ha"]),
-              help="A shipped example: minimal (one controller, every service; the default when "
-                   "neither --roles nor -e is given) or ha (three controllers behind haproxy + a database node).")
+              help="A shipped example: minimal (a controller with every control-plane service and a "
+                   "compute node; the default when neither --roles nor -e is given) or ha (three "
+                   "controllers behind haproxy, a database node and a compute node).")
 @click.option("--roles", type=click.Path(dir_okay=False), help="Your roles_data.yaml (TripleO format).")
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
@@ -111,9 +112,11 @@ def finish(client: Client, stack: str) -> None:
 def deploy(example, roles, environments, hypervisor, stack, timeout):
     """Deploy the overcloud, or bring it to what the roles and environments now say.
 
-    Builds the images that are missing (node image, one image per service), renders the
-    overcloud templates from the roles (TripleO's roles_data.yaml: per role a group of
-    servers, its services and deploy steps 1..5), then creates or updates the stack.
+    Builds the images that are missing (node image, one image per service the roles run),
+    renders the overcloud templates from the roles (TripleO's roles_data.yaml: per role a
+    group of servers, its services and deploy steps 1..5) and what each service template
+    declares (databases, Keystone entries, endpoints, haproxy frontends, secrets), then
+    creates or updates the stack.
     Progress per role, step and service goes to stderr; a step starts only when the
     previous one is healthy on every node. At the end: the endpoints (stdout) and the path
     of a generated clouds.yaml. Run again with no change, it does nothing and says so.
@@ -122,8 +125,8 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     Examples:
       undercloud deploy                          # the `minimal` example, container nodes
       undercloud deploy --example ha
-      undercloud deploy --roles my_roles.yaml -e counts.yaml
-      openstack --os-cloud overcloud token issue  # with OS_CLIENT_CONFIG_FILE=<path shown>
+      undercloud deploy --roles my_roles.yaml -e counts.yaml   # e.g. {ComputeCount: 2}
+      openstack --os-cloud overcloud server list   # with OS_CLIENT_CONFIG_FILE=<path shown>
     """
     from undercloud.orchestration.overcloud import plan as op
     from undercloud.orchestration.overcloud.roles import load_roles, roles_file_for
