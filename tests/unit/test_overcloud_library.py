@@ -163,11 +163,20 @@ def test_a_service_of_your_own_is_wired_by_its_declarations_alone(tmp_path):
 
 
 def test_disabled_services_declare_nothing(tmp_path):
-    env = write(tmp_path, "off.yaml", "resource_registry:\n  OS::TripleO::Services::Placement: OS::Heat::None\n")
-    lib = op.resolve(roles_with(tmp_path), [env])
+    env = write(tmp_path, "off.yaml", "resource_registry:\n  OS::TripleO::Services::Placement: OS::Heat::None\n"
+                "  OS::TripleO::Services::RabbitMQ: OS::Heat::None\n")
+    roles = roles_with(tmp_path)
+    lib = op.resolve(roles, [env])
     assert "placement" not in lib.service_names()
     assert "ContainerPlacementImage" not in lib.images() and "PlacementPassword" not in lib.secrets()
     assert lib.services_at("Controller", 4) == []
+    # Yet every service's name is a key of ServiceNodes (a list, maybe empty): a template
+    # asking for [ServiceNodes, rabbitmq] (nova's transport URL) gets [], never null.
+    plan = op.render(tmp_path / "home", "overcloud", roles, lib, {k: "x:1" for k in lib.images()}, "container",
+                     None, [env])
+    nodes = yaml.safe_load(plan.template.read_text())["resources"]["ServiceNodes"]["properties"]["value"]
+    assert {"rabbitmq", "placement", "nova_compute", "neutron_dhcp"} <= set(nodes)
+    assert nodes["rabbitmq"] == {"list_concat": [[]]}
 
 
 def test_two_services_cannot_claim_one_port_or_endpoint(tmp_path):

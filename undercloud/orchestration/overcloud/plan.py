@@ -46,6 +46,7 @@ class Library:
 
     registry: dict[str, Path]             # the library's own: type -> template
     per_role: dict[str, list[Service]]    # role -> its services in order (disabled: name "")
+    known_names: list[str]                # every service name of the library and the roles
 
     @property
     def enabled(self) -> list[Service]:
@@ -87,7 +88,11 @@ def resolve(roles: list[Role], environments: list[Path], library: Path = LIBRARY
             if key not in read:
                 read[key] = lib.declared_or_plain(t, target)
             per_role[role.name].append(read[key])
-    out = Library(builtin, per_role)
+    # ServiceNodes has a key (maybe []) for every service a template could ask about, enabled
+    # or not: a template reading [ServiceNodes, rabbitmq] must get a list, never null.
+    names = [lib.read_service(t, p).name for t, p in builtin.items()]
+    names += [s.name for services in per_role.values() for s in services if s.name]
+    out = Library(builtin, per_role, sorted(set(names)))
     problems = lib.conflicts(out.enabled) + lib.endpoint_problems(out.enabled)
     if problems:
         raise TemplateError(problems)
@@ -165,7 +170,7 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
                                 loader=jinja2.FileSystemLoader(str(LIBRARY)))
         data = yaml.safe_dump(service_data(enabled), sort_keys=False, default_flow_style=False, width=1000)
         text = j2.get_template("overcloud.j2.yaml").render(
-            roles=roles, service_names=library.service_names(), haproxy_role=haproxy_roles[0].name,
+            roles=roles, service_names=library.known_names, haproxy_role=haproxy_roles[0].name,
             steps=STEPS, secrets=sorted(library.secrets()), endpoints=endpoints,
             role_service_names={r.name: library.service_names(r.name) for r in roles},
             service_data=data.rstrip())
