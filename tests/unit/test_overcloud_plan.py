@@ -163,6 +163,12 @@ def test_deploy_bad_input_is_one_line_and_creates_nothing(uc_home, tmp_path, arg
         assert stacks.returncode == 0 and json.loads(stacks.stdout or "[]") == []
 
 
+def test_no_clouds_yaml_without_an_admin_password(tmp_path):
+    with pytest.raises(InvalidInput, match="overcloud oc has no admin password"):
+        clouds.write_clouds_yaml(tmp_path, "oc", "http://10.0.0.5:5000/v3")
+    assert not (tmp_path / "overcloud" / "oc" / "clouds.yaml").exists()
+
+
 def test_a_secret_set_in_an_environment_wins_and_is_kept(tmp_path):
     env = tmp_path / "pw.yaml"
     env.write_text("parameter_defaults:\n  AdminPassword: chosen-by-me\n")

@@ -88,9 +88,12 @@ def finish(client: Client, stack: str) -> None:
 
     out = outputs(client, stack)
     endpoints = out.get("EndpointMap") or {}
-    path = write_clouds_yaml(client.home.path, stack, endpoints.get("keystone", ""))
     for service, url in sorted(endpoints.items()):
         click.echo(f"{service:<10} {url}")
+    if not endpoints.get("keystone"):
+        note("no keystone in this overcloud: no clouds.yaml")
+        return
+    path = write_clouds_yaml(client.home.path, stack, endpoints["keystone"])
     note(f"clouds.yaml: {path} (admin credentials; `openstack --os-cloud {stack} ...` with "
          f"OS_CLIENT_CONFIG_FILE={path}, or `undercloud overcloud clouds-yaml`)")
 

@@ -47,15 +47,15 @@ def clouds_yaml(stack):
     This is the one command that reveals them (as TripleO's overcloudrc did). The
     endpoint is the virtual IP in front of the APIs, which this host reaches directly.
     """
+    from undercloud.orchestration.overcloud.clouds import admin_password
     from undercloud.orchestration.overcloud.clouds import clouds_yaml as render
-    from undercloud.orchestration.overcloud.secrets import load_secrets
 
     client = Client()
     endpoints = _outputs(client, stack).get("EndpointMap") or {}
     if not endpoints.get("keystone"):
-        raise UndercloudError(f"stack {stack} has no keystone endpoint yet (not deployed?)", "--stack")
-    secrets = load_secrets(client.home.path, stack)
-    click.echo(render(stack, endpoints["keystone"], secrets["AdminPassword"]), nl=False)
+        raise UndercloudError(f"stack {stack} has no keystone endpoint (not deployed, or keystone disabled)",
+                              "--stack")
+    click.echo(render(stack, endpoints["keystone"], admin_password(client.home.path, stack)), nl=False)
 
 
 def probe(address: str, check: str, timeout: float = 2.0) -> str:

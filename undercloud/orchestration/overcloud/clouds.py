@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from undercloud.errors import InvalidInput
 from undercloud.orchestration.overcloud.secrets import load_secrets, stack_dir, write_private
 
 
@@ -16,7 +17,14 @@ def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionO
         "region_name": region, "identity_api_version": 3, "interface": "public"}}}, sort_keys=False)
 
 
+def admin_password(home: Path, stack: str) -> str:
+    password = load_secrets(home, stack).get("AdminPassword")
+    if not password:
+        raise InvalidInput(f"overcloud {stack} has no admin password (is keystone disabled?)", "clouds.yaml")
+    return password
+
+
 def write_clouds_yaml(home: Path, stack: str, auth_url: str) -> Path:
     path = stack_dir(home, stack) / "clouds.yaml"
-    write_private(path, clouds_yaml(stack, auth_url, load_secrets(home, stack)["AdminPassword"]))
+    write_private(path, clouds_yaml(stack, auth_url, admin_password(home, stack)))
     return path
