@@ -85,9 +85,15 @@ def outputs(client: Client, stack: str) -> dict:
 
 def finish(client: Client, stack: str) -> None:
     from undercloud.orchestration.overcloud.clouds import write_clouds_yaml
+    from undercloud.orchestration.overcloud.deploy import ENDPOINT_WAIT, wait_for_endpoints
 
     out = outputs(client, stack)
     endpoints = out.get("EndpointMap") or {}
+    failing = wait_for_endpoints(endpoints)
+    if failing:
+        raise DeployFailed("; ".join(f"{svc} at {endpoints[svc]} does not answer through the virtual IP "
+                                     f"after {ENDPOINT_WAIT:.0f} s ({why})" for svc, why in sorted(failing.items())),
+                           "deploy")
     for service, url in sorted(endpoints.items()):
         click.echo(f"{service:<10} {url}")
     if not endpoints.get("keystone"):

@@ -461,6 +461,10 @@ class NodeService:
                             message=f"boot device {device} ({'persistent' if persistent else 'next boot only'})"))
         return self.get(record.id)
 
+    def record_power(self, node_id: str, driver: Driver) -> None:
+        """Store what the BMC reports now (after work outside the state machine changed it)."""
+        self._store_power(node_id, driver.get_power())
+
     def _store_power(self, node_id: str, state: str, message: str | None = None) -> None:
         patient(self._write_power, node_id, state, message)
 

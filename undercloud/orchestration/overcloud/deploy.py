@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from undercloud.errors import UndercloudError
@@ -97,3 +100,35 @@ def failure_details(get: Callable[..., Any], stack: str) -> tuple[str, list[str]
         return (f"step {step} failed on node {node} (role {role}): {head}",
                 [x for x in tail.split(" | ") if x] if tail else [])
     return f"stack {stack} {s['stack_status']}: {s['stack_status_reason']}", []
+
+
+ENDPOINT_WAIT = 90.0  # seconds for every API to answer through the VIP once its service is healthy
+
+
+def _endpoint_answer(url: str) -> str | None:
+    """None when the API answers (any status below 500), else why not."""
+    try:
+        with urllib.request.urlopen(url, timeout=5):
+            return None
+    except urllib.error.HTTPError as exc:
+        return None if exc.code < 500 else f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+def wait_for_endpoints(endpoints: dict[str, str], timeout: float = ENDPOINT_WAIT,
+                       answer: Callable[[str], str | None] = _endpoint_answer) -> dict[str, str]:
+    """Wait until each endpoint answers through the virtual IP: haproxy takes a backend back
+    only at its next check, a little after the service passed its own. Returns what still
+    does not answer after `timeout`: service -> why."""
+    deadline = time.monotonic() + timeout
+    waiting = dict(endpoints)
+    failing: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(waiting)))) as pool:
+        while waiting:
+            failing = {svc: why for svc, why in zip(waiting, pool.map(answer, waiting.values())) if why}
+            waiting = {svc: waiting[svc] for svc in failing}
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+    return failing

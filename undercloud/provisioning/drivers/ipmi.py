@@ -72,7 +72,8 @@ class IpmiDriver(Driver):
                 return fn(_session(key, command))
         except exceptions.IpmiException as exc:
             _sessions.pop(key, None)
-            msg = str(exc)
+            # pyghmi gives no reason when the BMC never answered the login
+            msg = str(exc) if exc.args and exc.args[0] else "no answer to the login (wrong address, port or credentials?)"
             if "password" in msg.lower() or "unauthorized" in msg.lower() or "user" in msg.lower():
                 raise DriverError(f"{self.where} refused the credentials of user "
                                   f"{self.info.get('username')!r} ({msg})") from None

@@ -349,6 +349,7 @@ class BaremetalRealiser(Realiser):
                 driver.set_power("reboot")
             else:
                 driver.set_power("off")
+            self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
             reason = drivers.scrub(str(exc), record.driver_info)
             self._fail_wait(node_id, f"finishing the deploy: {reason}" + (f" (ramdisk: {error})" if error else ""))
@@ -372,6 +373,7 @@ class BaremetalRealiser(Realiser):
         try:
             driver.eject_media()
             driver.set_power("off")
+            self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
             ok, error = False, f"finishing the inspection: {drivers.scrub(str(exc), record.driver_info)}"
         _drop_lab_media_copy(self.env.home, record)
