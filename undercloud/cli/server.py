@@ -55,7 +55,8 @@ def delete(refs: tuple[str, ...], wait: float):
 
 @server.command()
 @click.argument("ref", metavar="SERVER")
-@click.option("--lines", type=int, default=100, show_default=True, help="How many last lines.")
+@click.option("--lines", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="How many last lines (at most 10000).")
 def console(ref: str, lines: int):
     """Print the server's console: the serial console of a VM or node, a container's log."""
     click.echo(Client().get(f"/v1/servers/{ref}/console", params={"lines": lines})["console"], nl=False)
