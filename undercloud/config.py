@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,3 +67,24 @@ class Home:
 def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
     """Open (creating it mode 0600 if missing) a file only its owner may read; returns the fd."""
     return os.open(path, flags | os.O_CREAT, 0o600)
+
+
+def write_once(path: Path, data: bytes) -> None:
+    """Make `path` (mode 0600) with `data` unless it exists: complete or not at all, and of two
+    racing creators one wins whole (a hard link of a complete file: no reader sees it empty)."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = private_file(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)

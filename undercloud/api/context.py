@@ -13,7 +13,7 @@ import threading
 from functools import cached_property
 from pathlib import Path
 
-from undercloud.config import Home, private_file
+from undercloud.config import Home, write_once
 from undercloud.store import Store
 from undercloud.store.crypto import KEY_FILE
 
@@ -95,18 +95,7 @@ def _write_once(home: Home, name: str, text: str) -> str:
     path = home.file(name)
     if not path.exists():
         home.ensure()
-        tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
-        fd = private_file(tmp, os.O_WRONLY | os.O_TRUNC)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_once(path, text.encode())
     return path.read_text().strip()
 
 

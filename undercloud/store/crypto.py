@@ -11,8 +11,6 @@ token, so the columns behave as the JSON columns they replace.
 from __future__ import annotations
 
 import json
-import os
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import JSON
 from sqlalchemy.types import TypeDecorator
 
+from undercloud.config import write_once
 from undercloud.errors import UndercloudError
 
 KEY_FILE = "store.key"
@@ -63,20 +62,7 @@ def load_key(path: Path) -> bytes:
         return _read(path)
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, Fernet.generate_key() + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_once(path, Fernet.generate_key() + b"\n")
     return _read(path)
 
 
