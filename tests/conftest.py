@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+SHARED = (REPO.parent / "shared").resolve()  # as the engine names files: a symlinked ../shared too
 CORPUS = SHARED / "corpus" / "heat-templates"
 
 
