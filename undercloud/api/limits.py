@@ -2,8 +2,8 @@
 
 A table of undercloud/limits.py, like orchestration/limits.py (which bounds what a
 template can make the engine do): a default and an environment variable per limit, read
-once at import; `override()` for tests; one line naming the variable when a limit is hit. docs/architecture.md lists
-them ("Limits").
+once at import; `override()` for tests; one line naming the variable when a limit is hit.
+docs/architecture.md lists them ("Limits").
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ from collections.abc import Mapping
 from undercloud.limits import Limit, LimitSet
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-
-
-
 
 TABLE: tuple[Limit, ...] = (
     Limit("body_bytes", "UNDERCLOUD_MAX_BODY_BYTES", 1 * MiB,
@@ -35,7 +32,7 @@ TABLE: tuple[Limit, ...] = (
     Limit("list_limit", "UNDERCLOUD_MAX_LIST_LIMIT", 100_000,
           "largest `limit=` of a list request (events)"),
 )
-BY_NAME: dict[str, Limit] = {x.name: x for x in TABLE}
+
 
 class Limits(LimitSet):
     body_bytes: int
