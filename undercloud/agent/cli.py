@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         agent = Agent(settings)
         if args.once:
             return 0 if agent.cycle() else 1
+        agent.start_watchdog()
         try:
             agent.run_forever()
         except KeyboardInterrupt:

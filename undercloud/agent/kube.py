@@ -7,8 +7,8 @@ spec.volumes[] hostPath (files, directories, devices such as /dev/net/tun), empt
 configMap, persistentVolumeClaim (claimName: a named volume per node, kept when the Pod is
 replaced, shared by every container of the node that mounts the same claim); hostNetwork
 (the node's network and, as Kubernetes gives it, the node's hostname). livenessProbe is
-accepted and validated but not acted on: nothing restarts a container on it (podman's
-health-check timers need systemd, which these nodes do not run).
+acted on by the agent's watchdog (podman's health-check timers need systemd, which these
+nodes do not run).
 Exec probes run inside their container, as Kubernetes runs them (podman: `podman exec`;
 netns: the libpod exec API), except in process mode, where the container is a process here.
 
@@ -21,8 +21,10 @@ How the Pod runs, in order of preference (options.kube_mode forces one):
   is played with spec.hostname = this node's hostname (podman 4.3 names it after the Pod).
 - `process`: no podman: each container's command runs as a supervised process from the
   node's own file system (restarted on exit, logs under the agent's state directory).
-A Pod whose rendered config hash is unchanged and still running is left alone; a changed
-one is replaced.
+A Pod whose rendered config hash is unchanged and still running and ready is left alone; a
+changed one is replaced; an unchanged one that drifted (containers stopped, missing or not
+ready) is repaired and the repair reported (`repairs`). Between deployments the agent's
+watchdog (agent/watchdog.py) keeps played Pods running and healthy.
 
 The config may also be a `kind: List` of ConfigMaps and Pods (what an overcloud deploy
 step hands a node: every service of the step): each Pod is played with the ConfigMaps it
@@ -46,6 +48,7 @@ container's log.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -188,11 +191,6 @@ def choose_mode(options: dict) -> str:
 
 def _run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=podman_env())
-
-
-def _pod_running(name: str) -> bool:
-    p = _run(["podman", "pod", "inspect", name, "--format", "{{.State}}"], timeout=60)
-    return p.returncode == 0 and p.stdout.strip() == "Running"
 
 
 def _images_dir() -> Path:
@@ -453,6 +451,83 @@ def podman_exec(name: str, container: str):
     return run
 
 
+@contextlib.contextmanager
+def pod_lock(name: str, wait: bool = True):
+    """Held while a Pod is played (the hook) or repaired (the watchdog), so the two never
+    act on one Pod at once; yields False when `wait` is False and someone else holds it."""
+    import fcntl
+
+    with open(state_dir() / f"{name}.lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+
+
+def node_containers(mode: str) -> dict[tuple[str, str], dict]:
+    """(pod, container) -> {id, name, state, started_at, image, image_id} of every
+    container this node's Pods have (one listing; process mode has none)."""
+    found: dict[tuple[str, str], dict] = {}
+    if mode == "netns":
+        target = node_target()
+        if not target:
+            return found
+        for c in PodmanAPI(target[0]).containers(f"undercloud.node={target[1]}"):
+            labels = c.get("Labels") or {}
+            prefix, container = labels.get("undercloud.pod", ""), labels.get("undercloud.container")
+            if container and prefix.startswith(target[1] + "-"):
+                found[(prefix[len(target[1]) + 1:], container)] = _container_info(c)
+    elif mode == "podman":
+        p = _run(["podman", "ps", "-a", "--pod", "--format", "json"], timeout=60)
+        if p.returncode != 0:
+            raise PodError(f"podman ps: {(p.stderr or p.stdout).strip()[-200:]}")
+        for c in json.loads(p.stdout or "[]"):
+            pod, name = c.get("PodName") or "", (c.get("Names") or [""])[0]
+            if pod and not c.get("IsInfra") and name.startswith(pod + "-"):
+                found[(pod, name[len(pod) + 1:])] = _container_info(c)
+    return found
+
+
+def _container_info(c: dict) -> dict:
+    return {"id": c.get("Id") or c.get("ID") or "", "name": (c.get("Names") or [""])[0],
+            "state": c.get("State") or "unknown", "started_at": c.get("StartedAt") or 0,
+            "image": c.get("Image") or "", "image_id": (c.get("ImageID") or "")[:12]}
+
+
+def start_container(mode: str, name: str, restart: bool = False) -> None:
+    """Start a stopped container, or (restart) kill it and start it again: SIGKILL at once,
+    which also ends a process stopped with SIGSTOP."""
+    if mode == "netns":
+        target = node_target()
+        if not target:
+            raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
+        api = PodmanAPI(target[0])
+        status, data = api.call("POST", f"/containers/{name}/restart?t=0" if restart else f"/containers/{name}/start")
+        if status >= 300 and status != 304:  # 304: already running
+            raise PodError(f"podman API {'restart' if restart else 'start'} {name}: HTTP {status}: "
+                           f"{data.decode(errors='replace').strip()[:200]}")
+    else:
+        p = _run(["podman", "restart", "-t", "0", name] if restart else ["podman", "start", name], timeout=120)
+        if p.returncode != 0:
+            raise PodError(f"podman {'restart' if restart else 'start'} {name}: {(p.stderr or p.stdout).strip()[-200:]}")
+
+
+def liveness_probe(container: dict) -> dict | None:
+    """What the watchdog checks: the livenessProbe when the container has one, else its
+    readinessProbe when that checks the container itself (httpGet or tcpSocket without a
+    host). Exec readiness probes often ask other services (nova-compute's asks the Compute
+    API): failing them says nothing about this container, so they restart nothing."""
+    if container.get("livenessProbe"):
+        return container["livenessProbe"]
+    spec = container.get("readinessProbe") or {}
+    for kind in ("httpGet", "tcpSocket"):
+        if isinstance(spec.get(kind), dict) and not spec[kind].get("host"):
+            return spec
+    return None
+
+
 # --- netns mode: the host's podman API, containers in the node's network namespace -------
 
 class PodmanAPI:
@@ -556,17 +631,6 @@ def _config_tar(mounts: list[tuple[str, dict]]) -> bytes:
 def netns_prefix(name: str) -> str:
     target = node_target()
     return f"{target[1]}-{name}" if target else name
-
-
-def netns_running(name: str) -> bool:
-    target = node_target()
-    if not target:
-        return False
-    try:
-        found = PodmanAPI(target[0]).containers(f"undercloud.pod={netns_prefix(name)}")
-    except (OSError, PodError):
-        return False
-    return bool(found) and all(c.get("State") == "running" for c in found)
 
 
 def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | None:
@@ -703,16 +767,57 @@ def _probe_text(spec: dict) -> str:
 
 def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
     name = validate(pod)
+    with pod_lock(name):
+        return _play_locked(name, pod, configmaps, mode, options)
+
+
+def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
+    """Play the Pod unless its config is unchanged and it runs and is ready. With the config
+    unchanged (a re-run to converge), what drifted is repaired and said in `repairs`: stopped
+    containers are started again, a Pod not ready or with containers missing is re-created."""
     digest = hashlib.sha256(json.dumps([pod, {k: configmaps.get(k) for k in _configmap_names(pod)}],
                                        sort_keys=True).encode()).hexdigest()
     spec_file = state_dir() / f"{name}.json"
     hash_file = state_dir() / f"{name}.sha256"
     existed = hash_file.exists()
     same = existed and hash_file.read_text() == f"{mode}:{digest}"
-    running = {"podman": _pod_running, "netns": netns_running}.get(mode, _processes_running)(name)
-    if same and running:
-        return {"deploy_stdout": f"pod {name}: unchanged ({digest[:12]}), left running\n", "deploy_stderr": "",
-                "deploy_status_code": 0, "config_hash": digest, "pod_action": "unchanged"}
+    dead = (lambda: netns_dead(name, pod)) if mode == "netns" else (lambda: None)
+    run_exec = {"netns": lambda c: netns_exec(name, c), "podman": lambda c: podman_exec(name, c)}.get(mode)
+    ready_timeout = float(options.get("ready_timeout", 60))
+    unchanged = {"deploy_stdout": f"pod {name}: unchanged ({digest[:12]}), left running\n", "deploy_stderr": "",
+                 "deploy_status_code": 0, "config_hash": digest, "pod_action": "unchanged"}
+    was = ""
+    if same and mode == "process":
+        if _processes_running(name):
+            return unchanged
+        was = "not running"
+    elif same:
+        try:
+            states = {c: i for (p, c), i in node_containers(mode).items() if p == name}
+        except (OSError, ValueError, PodError, subprocess.SubprocessError) as exc:
+            return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
+        wanted = [c["name"] for c in pod["spec"]["containers"]]
+        stopped = [c for c in wanted if c in states and states[c]["state"] != "running"]
+        if any(c not in states for c in wanted):
+            was = "missing containers"
+        elif not stopped:
+            not_ready = wait_ready(pod, min(ready_timeout, 30.0), dead, run_exec)
+            if not_ready is None:
+                return unchanged
+            was = f"running but not ready ({not_ready[0]}: {not_ready[2]})"
+        else:
+            was = states[stopped[0]]["state"]
+            try:
+                for c in stopped:
+                    start_container(mode, states[c]["name"])
+            except PodError as exc:
+                was += f", could not be started ({exc})"
+            else:
+                if wait_ready(pod, ready_timeout, dead, run_exec) is None:
+                    repair = f"{name}: was {was}, started, healthy"
+                    return dict(unchanged, deploy_stdout=f"pod {name}: {repair}\n", pod_action="started",
+                                repairs=[repair])
+                was += ", started but not ready"
     spec_file.write_text(json.dumps(pod, indent=2))
     hash_file.unlink(missing_ok=True)  # written again only once this play is ready
     if mode == "podman":
@@ -731,9 +836,7 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
     else:
         start_processes(name, pod, spec_file)
         out, err = f"pod {name}: started as supervised processes\n", ""
-    dead = (lambda: netns_dead(name, pod)) if mode == "netns" else (lambda: None)
-    run_exec = {"netns": lambda c: netns_exec(name, c), "podman": lambda c: podman_exec(name, c)}.get(mode)
-    not_ready = wait_ready(pod, float(options.get("ready_timeout", 60)), dead, run_exec)
+    not_ready = wait_ready(pod, ready_timeout, dead, run_exec)
     if not_ready:
         container, spec, not_ready_why = not_ready
         tail = log_tail(mode, name, container)
@@ -745,9 +848,12 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
                 "deploy_status_code": 1, "deploy_failure_reason": reason,
                 "failed_pod": name, "failed_container": container}
     hash_file.write_text(f"{mode}:{digest}")
-    action = "replaced" if existed or running else "created"
-    return {"deploy_stdout": out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", "deploy_stderr": err,
-            "deploy_status_code": 0, "config_hash": digest, "pod_action": action}
+    result = {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": 0, "config_hash": digest}
+    if was:
+        repair = f"{name}: was {was}, re-created, healthy"
+        return dict(result, deploy_stdout=out + f"pod {name}: {repair}\n", pod_action="re-created", repairs=[repair])
+    action = "replaced" if existed else "created"
+    return dict(result, deploy_stdout=out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", pod_action=action)
 
 
 def _configmap_names(pod: dict) -> list[str]:
@@ -784,11 +890,13 @@ def hook_kube(c: dict) -> dict:
         except PodError as exc:
             return {"deploy_stdout": "".join(outs), "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1,
                     "deploy_failure_reason": str(exc)}
+    repairs = []
     for pod in pods:
         result = play_one(pod, configmaps, mode, options)
         outs.append(result.get("deploy_stdout") or "")
         errs.append(result.get("deploy_stderr") or "")
+        repairs += result.get("repairs") or []
         if result.get("deploy_status_code"):
             break
-    result = dict(result, deploy_stdout="".join(outs), deploy_stderr="".join(errs))
-    return result
+    # `repairs`: what a re-run found drifted and repaired (a deployment output the CLI reports).
+    return dict(result, deploy_stdout="".join(outs), deploy_stderr="".join(errs), repairs=repairs)

@@ -245,6 +245,20 @@ class Agent:
         self.deploy(metadata, apply_error)
         return self.failures == 0
 
+    def start_watchdog(self, stop=None) -> None:
+        """The watchdog (agent/watchdog.py) in a thread of its own: it keeps the played Pods
+        up while run_forever waits on the undercloud, and goes on when it is away. Started by
+        `undercloud-agent run` (it sets the process's UNDERCLOUD_AGENT_STATE)."""
+        import threading
+
+        from undercloud.agent import watchdog
+
+        if self.s.watch_interval <= 0:
+            return
+        os.environ["UNDERCLOUD_AGENT_STATE"] = str(self.state)  # where the kube hook keeps its Pods
+        threading.Thread(target=watchdog.run, args=(self.log, self.s.watch_interval, self.uc.report_health, stop),
+                         name="watchdog", daemon=True).start()
+
     def run_forever(self, stop=None) -> None:
         self.log(f"started: server {self.s.server_id}, undercloud {self.s.url}")
         while not (stop and stop()):

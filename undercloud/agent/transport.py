@@ -84,3 +84,11 @@ class Undercloud:
                                      headers={"Content-Type": "application/json"})
         with self._open(req, self.timeout + len(data) / 1e6):
             pass
+
+    def report_health(self, body: dict) -> None:
+        """The watchdog's view of this node's Pods (kept by the undercloud for `overcloud status`)."""
+        req = urllib.request.Request(f"{self.base}/v1/agent/servers/{self.server_id}/health",
+                                     data=json.dumps(body).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+        with self._open(req, self.timeout):
+            pass

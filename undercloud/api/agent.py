@@ -83,3 +83,20 @@ async def signal(server_id: str, deployment_id: str, request: Request):
     except NotFound as exc:
         return JSONResponse({"error": exc.message, "where": None}, status_code=404)
     return {"acknowledged": True, "deployment": deployment_id}
+
+
+@router.put("/servers/{server_id}/health")
+async def health(server_id: str, request: Request):
+    """The agent's watchdog: its node's Pods, containers, images and restarts."""
+    meta, srv = _auth(request, server_id)
+    if srv is None:
+        return JSONResponse(_DENIED, status_code=401)
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        return JSONResponse({"error": "health report is not JSON", "where": None}, status_code=400)
+    if not isinstance(body, dict) or not isinstance(body.get("pods", {}), dict):
+        return JSONResponse({"error": "health report must be a JSON object with pods: {name: ...}", "where": "pods"},
+                            status_code=400)
+    meta.record_health(server_id, {"paused": bool(body.get("paused")), "pods": body.get("pods") or {}})
+    return {"acknowledged": True}

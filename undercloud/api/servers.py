@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context, api_port
-from undercloud.errors import InvalidInput
+from undercloud.errors import InvalidInput, NotFound
 from undercloud.names import check_name
 
 log = logging.getLogger("undercloud.api.servers")
@@ -179,6 +179,17 @@ def server_action(ref: str, body: ActionBody, ctx: Context = Depends(_ctx)):
     if body.action == "rebuild":
         return ctx.servers.rebuild(ref, body.image)
     raise InvalidInput(f"unknown action {body.action!r}; one of power-on, power-off, rebuild", "action")
+
+
+@router.get("/v1/servers/{ref}/health")
+def server_health(ref: str, ctx: Context = Depends(_ctx)):
+    """What the server's agent watchdog last reported: per Pod its config, per container its
+    state, image and restarts."""
+    srv = ctx.servers.get(ref)
+    report = ctx.server_metadata.health(srv["id"])
+    if report is None:
+        raise NotFound(f"server {srv['name']}: no health report from its agent yet", "server")
+    return {"server": srv["id"], "name": srv["name"], **report}
 
 
 @router.get("/v1/servers/{ref}/console")

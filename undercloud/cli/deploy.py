@@ -79,6 +79,38 @@ def wait(client: Client, stack: str, plan, start: float, before: list[dict]) -> 
         time.sleep(POLL)
 
 
+def new_identifier() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:16]
+
+
+def drifted(client: Client, stack: str) -> list[dict]:
+    """The services not healthy now (`overcloud status`'s checks); none when the stack has
+    no outputs to check yet (a create that failed)."""
+    from undercloud.cli.overcloud import service_health
+
+    try:
+        rows = service_health(client, stack)
+    except UndercloudError:
+        return []
+    return [r for r in rows if r["health"] != "healthy" and not r["health"].startswith("not checked")]
+
+
+def report_repairs(client: Client, stack: str) -> None:
+    """What the steps' runs repaired (the stack output Repairs), one line each."""
+    said = 0
+    for _role, steps in sorted((outputs(client, stack).get("Repairs") or {}).items()):
+        for _step, nodes in sorted((steps or {}).items()):
+            for node, items in sorted((nodes or {}).items()):
+                for item in items or []:
+                    pod, _, what = str(item).partition(": ")
+                    note(f"repaired: {pod} on {node}: {what}")
+                    said += 1
+    if not said:
+        note("repaired: nothing needed it when the steps ran again (each service was running and ready)")
+
+
 def outputs(client: Client, stack: str) -> dict:
     return {o["output_key"]: o.get("output_value") for o in client.get(f"/v1/stacks/{stack}/outputs")}
 
@@ -128,7 +160,10 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     creates or updates the stack.
     Progress per role, step and service goes to stderr; a step starts only when the
     previous one is healthy on every node. At the end: the endpoints (stdout) and the path
-    of a generated clouds.yaml. Run again with no change, it does nothing and says so.
+    of a generated clouds.yaml. Before anything else it checks every service of a deployed
+    stack (as `overcloud status`): one not healthy (stopped, missing, failing its check)
+    makes every step run again, which starts or re-creates what drifted and says what it
+    repaired. Run again with no change and every service healthy, it does nothing and says so.
 
     \b
     Examples:
@@ -167,30 +202,46 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
         current = client.get(f"/v1/stacks/{stack}")
     except NotFound:
         current = None
-    body = {"bundle": bundle, "parameters": params, "timeout": timeout * 60}
+    try:
+        last = json.loads(last_file.read_text())
+    except (OSError, ValueError):
+        last = {}
+    # DeployIdentifier: kept while nothing drifted (unchanged steps do not run again); a new
+    # one when a service is not healthy, so every step runs again and repairs it.
+    identifier = last.get("deploy_identifier") or new_identifier()
+    drift = []
+    if current is not None and not current["stack_status"].endswith("_IN_PROGRESS"):
+        drift = drifted(client, stack)
+        if drift:
+            identifier = new_identifier()
+    body = {"bundle": bundle, "parameters": {**params, "DeployIdentifier": identifier}, "timeout": timeout * 60}
     before = resources(client, stack) if current is not None else []
     stack_start = time.monotonic()
     if current is None:
         note(f"stack {stack}: creating ({', '.join(f'{r.name}' for r in role_list)})")
         client.post("/v1/stacks", json={"name": stack, **body})
     else:
-        try:
-            last = json.loads(last_file.read_text())
-        except (OSError, ValueError):
-            last = {}
         status = current["stack_status"]
-        if (last.get("digest") == digest and last.get("stack_id") == current["id"]
-                and status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")):
-            note(f"stack {stack}: no change since the last deploy ({status}); nothing to do")
+        unchanged = (last.get("digest") == digest and last.get("stack_id") == current["id"]
+                     and status in ("CREATE_COMPLETE", "UPDATE_COMPLETE"))
+        if unchanged and not drift:
+            note(f"stack {stack}: no change since the last deploy ({status}) and every service is healthy; "
+                 f"nothing to do")
             finish(client, stack)
             return
         if status.endswith("_IN_PROGRESS"):
             raise UndercloudError(f"stack {stack} is {status}: wait for it or `undercloud stack cancel {stack}`",
                                   "deploy")
-        note(f"stack {stack}: updating ({status} before)")
+        if drift:
+            note(f"stack {stack}: {len(drift)} service(s) not healthy: "
+                 + "; ".join(f"{r['service']} on {r['node']} ({r['health']})" for r in drift)
+                 + ("; every step runs again to repair them" if unchanged else ""))
+        note(f"stack {stack}: updating ({status} before{', no change to the stack' if unchanged else ''})")
         client.patch(f"/v1/stacks/{stack}", json=body)
     s = wait(client, stack, plan, start, before)
-    write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"]}))
+    write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier}))
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
+    if drift:
+        report_repairs(client, stack)
     finish(client, stack)

@@ -113,12 +113,59 @@ def check(instance: str, node: str, address: str, service: list) -> str:
     return next((r for r in results if r != "healthy"), "healthy")
 
 
+def node_reports(client: Client, nodes: list[str]) -> dict[str, dict]:
+    """node -> what its agent's watchdog last reported (nodes that have not reported: none)."""
+    reports = {}
+    for node in nodes:
+        try:
+            reports[node] = client.get(f"/v1/servers/{node}/health")
+        except UndercloudError:
+            continue
+    return reports
+
+
+def service_health(client: Client, stack: str) -> list[dict]:
+    """One row per service per node: its health checked now (probes from this host, exec
+    ones inside the container on container nodes; a container its agent reports stopped is
+    not healthy either), and from the agent's report its restarts, image and config."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = _outputs(client, stack)
+    nodes, services = out.get("RoleNodes") or {}, out.get("RoleServices") or {}
+    todo = [(role, node, address, svc) for role, members in sorted(nodes.items())
+            for node, address in sorted((members or {}).items()) for svc in services.get(role) or []]
+    reports = node_reports(client, sorted({node for _, node, _, _ in todo}))
+
+    def row(item) -> dict:
+        role, node, address, svc = item
+        pod = (svc[3:4] or [None])[0]
+        seen = ((reports.get(node) or {}).get("pods") or {}).get(pod) or {}
+        containers = seen.get("containers") or {}
+        health = check(client.home.instance, node, address, svc) if address else "no address"
+        stopped = sorted(f"{c} {x.get('state')}" for c, x in containers.items()
+                         if x.get("state") not in ("running", "supervised", None))
+        if health == "healthy" and stopped:
+            health = f"failing ({', '.join(stopped)})"
+        last = max((x.get("last_restart") or {} for x in containers.values()), key=lambda r: r.get("at", ""),
+                   default={})
+        return {"role": role, "node": node, "address": address, "service": svc[0], "step": svc[1],
+                "health_check": svc[2], "health": health,
+                "restarts": sum(int(x.get("restarts") or 0) for x in containers.values()) if seen else None,
+                "image": ",".join(sorted({x.get("image_id") or x.get("image", "") for x in containers.values()})),
+                "config": seen.get("config", ""), "last_restart": last.get("why", "")}
+
+    with ThreadPoolExecutor(8) as pool:  # checks wait on the network and on podman exec: in parallel
+        return list(pool.map(row, todo))
+
+
 @overcloud.command()
 @STACK_OPTION
-@formatted(["role", "node", "address", "service", "step", "health_check", "health"])
+@formatted(["role", "node", "address", "service", "step", "health_check", "health", "restarts", "image", "config"])
 def status(stack):
     """Every node, its services and their health checks, checked now from this host (exec
-    checks inside their containers, on container nodes)."""
+    checks inside their containers, on container nodes), with what each node's agent
+    reports: restarts (its watchdog's and podman's), image and configuration versions (a
+    half-rolled change shows as mixed versions). `-f json` adds the last restart's reason."""
     client = Client()
     try:
         s = client.get(f"/v1/stacks/{stack}")
@@ -126,21 +173,7 @@ def status(stack):
         raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
     note(f"stack {stack}: {s['stack_status']}" + (f" ({s['stack_status_reason']})"
                                                   if s["stack_status"].endswith("FAILED") else ""))
-    out = _outputs(client, stack)
-    nodes, services = out.get("RoleNodes") or {}, out.get("RoleServices") or {}
-    from concurrent.futures import ThreadPoolExecutor
-
-    todo = [(role, node, address, svc) for role, members in sorted(nodes.items())
-            for node, address in sorted((members or {}).items()) for svc in services.get(role) or []]
-
-    def row(item) -> dict:
-        role, node, address, svc = item
-        return {"role": role, "node": node, "address": address, "service": svc[0], "step": svc[1],
-                "health_check": svc[2],
-                "health": check(client.home.instance, node, address, svc) if address else "no address"}
-
-    with ThreadPoolExecutor(8) as pool:  # checks wait on the network and on podman exec: in parallel
-        return list(pool.map(row, todo))
+    return service_health(client, stack)
 
 
 @overcloud.command()

@@ -52,6 +52,7 @@ class _Server:
     etag: str = ""
     last_modified: str = ""
     last_seen: float | None = None
+    health: dict | None = None  # the agent's watchdog report, with `reported_at` (memory only)
 
     def rebuild(self) -> None:
         entries = sorted(self.deployments.values(), key=lambda d: (d.get("name") or "", d["id"]))
@@ -172,6 +173,16 @@ class ServerMetadata:
                         "signalled": done, "last_seen": srv.last_seen,
                         "etag": srv.etag})
         return out
+
+    def record_health(self, server_id: str, report: dict) -> None:
+        """What the server's watchdog last saw of its Pods; kept in memory (agents report
+        on change and every minute, so a restarted undercloud knows again soon)."""
+        with self._lock:
+            self._get(server_id).health = {**report, "reported_at": time.time()}
+
+    def health(self, server_id: str) -> dict | None:
+        srv = self._all().get(server_id)
+        return srv.health if srv else None
 
     # --- deployments ---------------------------------------------------------------
     def put_deployment(self, server_id: str, entry: dict, owner: str | None = None) -> None:

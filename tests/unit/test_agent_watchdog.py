@@ -1,0 +1,133 @@
+"""The watchdog's rules, on a stand-in for podman (tests/integration/test_agent_watchdog.py
+runs them on real podman): which check is a liveness check, two looks before starting a
+stopped container, failures counted only after a pass since the start (or the initial
+delay), the threshold, a paused watchdog, missing containers left to the next deploy, the
+report sent on change."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from undercloud.agent import kube, watchdog
+
+
+def test_liveness_is_the_containers_own_check():
+    http = {"httpGet": {"port": 80, "path": "/"}}
+    assert kube.liveness_probe({"readinessProbe": http}) == http
+    assert kube.liveness_probe({"readinessProbe": {"tcpSocket": {"port": 5672}}}) == {"tcpSocket": {"port": 5672}}
+    # Checks that ask elsewhere say nothing about this container: no restarts for them.
+    assert kube.liveness_probe({"readinessProbe": {"httpGet": {"host": "192.0.2.250", "port": 1936}}}) is None
+    assert kube.liveness_probe({"readinessProbe": {"exec": {"command": ["uc-nova-compute-ready"]}}}) is None
+    live = {"exec": {"command": ["true"]}}
+    assert kube.liveness_probe({"readinessProbe": http, "livenessProbe": live}) == live
+
+
+class FakeNode:
+    """Containers as the listing shows them; start/restart change them as podman would."""
+
+    def __init__(self):
+        self.containers = {}
+        self.probe_ok = True
+        self.acted = []
+
+    def listing(self, mode):
+        return {k: dict(v) for k, v in self.containers.items()}
+
+    def start(self, mode, name, restart=False):
+        self.acted.append(("restart" if restart else "start", name))
+        for v in self.containers.values():
+            if v["name"] == name:
+                v.update(state="running", started_at=v["started_at"] + 1)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(tmp_path))
+    fake = FakeNode()
+    monkeypatch.setattr(kube, "node_containers", fake.listing)
+    monkeypatch.setattr(kube, "start_container", fake.start)
+    monkeypatch.setattr(kube, "probe", lambda spec, run_exec=None: (fake.probe_ok, "" if fake.probe_ok else "timed out"))
+    monkeypatch.setattr(watchdog, "PERIOD", 0.0)
+    base = kube.state_dir()
+    pod = {"metadata": {"name": "keystone"}, "spec": {"containers": [
+        {"name": "keystone", "image": "localhost/service-keystone:1",
+         "readinessProbe": {"httpGet": {"port": 15000, "path": "/v3"}}}]}}
+    (base / "keystone.json").write_text(json.dumps(pod))
+    (base / "keystone.sha256").write_text("netns:" + "a" * 64)
+    fake.containers[("keystone", "keystone")] = {"id": "c1", "name": "n-keystone-keystone", "state": "running",
+                                                 "started_at": 100, "image": "localhost/service-keystone:1",
+                                                 "image_id": "0123456789ab"}
+    return fake
+
+
+def test_a_stopped_container_is_started_on_the_second_look(node):
+    dog = watchdog.Watchdog(lambda m: None)
+    assert dog.round() == []
+    node.containers[("keystone", "keystone")]["state"] = "exited"
+    assert dog.round() == [] and node.acted == []  # a process that exited is the restart policy's first
+    assert dog.round() == ["pod keystone: container keystone was exited: started"]
+    assert node.acted == [("start", "n-keystone-keystone")]
+    rec = json.loads((kube.state_dir() / "health.json").read_text())["pods"]["keystone"]
+    assert rec["config"] == "a" * 12 and rec["containers"]["keystone"]["restarts"] == 1
+    assert rec["containers"]["keystone"]["last_restart"]["why"] == "was exited; started"
+
+
+def test_a_failing_check_restarts_only_after_a_pass_and_three_failures(node):
+    dog = watchdog.Watchdog(lambda m: None)
+    node.probe_ok = False
+    for _ in range(5):  # never passed since its start: a slow start, within the initial delay
+        assert dog.round() == []
+    node.probe_ok = True
+    assert dog.round() == []
+    node.probe_ok = False
+    assert dog.round() == [] and dog.round() == []
+    assert dog.round() == ["pod keystone: container keystone health check (HTTP GET :15000/v3) failed 3 times in a "
+                           "row; it said: timed out: restarted"]
+    assert node.acted == [("restart", "n-keystone-keystone")]
+    assert dog.round() == []  # a new start: counting begins again
+
+
+def test_a_restart_by_podmans_policy_is_counted(node):
+    dog = watchdog.Watchdog(lambda m: None)
+    dog.round()
+    node.containers[("keystone", "keystone")]["started_at"] = 200  # same container, started again
+    assert dog.round() == [] and node.acted == []
+    rec = json.loads((kube.state_dir() / "health.json").read_text())["pods"]["keystone"]["containers"]["keystone"]
+    assert rec["restarts"] == 1 and rec["last_restart"]["why"] == "its process exited; restarted by podman"
+    node.containers[("keystone", "keystone")].update(id="c2", started_at=300)  # re-created by a deploy
+    dog.round()
+    assert json.loads((kube.state_dir() / "health.json").read_text())["pods"]["keystone"]["containers"][
+        "keystone"]["restarts"] == 1
+
+
+def test_paused_missing_and_reports(node):
+    sent = []
+    dog = watchdog.Watchdog(lambda m: None, report=sent.append)
+    dog.round()
+    dog.round()
+    assert len(sent) == 1  # nothing changed: not sent again (until REPORT_EVERY)
+    (kube.state_dir() / "watchdog.pause").touch()
+    node.containers[("keystone", "keystone")]["state"] = "exited"
+    assert dog.round() == [] and dog.round() == [] and node.acted == []
+    assert sent[-1]["paused"] is True and sent[-1]["pods"]["keystone"]["containers"]["keystone"]["state"] == "exited"
+    (kube.state_dir() / "watchdog.pause").unlink()
+    del node.containers[("keystone", "keystone")]  # removed: left to the next deploy
+    assert dog.round() == [] and dog.round() == [] and node.acted == []
+    assert sent[-1]["pods"]["keystone"]["containers"]["keystone"]["state"] == "missing"
+
+
+def test_a_report_the_undercloud_does_not_take_is_sent_again(node):
+    tries = []
+
+    def report(body):
+        tries.append(body)
+        if len(tries) == 1:
+            raise OSError("connection refused")
+
+    said = []
+    dog = watchdog.Watchdog(said.append, report=report)
+    dog.round()
+    dog.round()
+    assert len(tries) == 2 and any("health report not acknowledged" in x for x in said)

@@ -1,0 +1,198 @@
+"""The agent's watchdog: keeps the Pods this node played running and healthy between
+deployments, without the undercloud. podman's restart policy covers a process that exits;
+nothing else covered a container stopped by hand (`podman stop`, `podman kill`) or a hung
+one, and podman's own health-check timers need systemd, which these nodes do not run.
+
+Every `watch_interval` seconds (agent setting; 0 turns it off), for each Pod the kube hook
+played and found ready (kube/<pod>.sha256 and kube/<pod>.json):
+- a container seen not running in two rounds in a row is started (one round is left to the
+  restart policy, which brings an exited process back within a second);
+- a container whose liveness check (`kube.liveness_probe`) fails `failureThreshold` times
+  in a row (3) is killed and started again. Failures count once the check passed since the
+  container's start, or `initialDelaySeconds` (120) after it: a slow start is not a hang.
+Never while the hook plays that Pod (`kube.pod_lock`). A container that is missing is left
+to the next deploy (a Pod no longer wanted may have been removed on purpose). A file
+`kube/watchdog.pause` in the agent's state directory pauses it: maintenance, when a
+stopped service must stay stopped.
+
+What it sees goes to kube/health.json and to the undercloud (`PUT .../health`, on change
+and every REPORT_EVERY seconds): per Pod its config hash, per container its state, image,
+restarts (its own, and podman's: a container whose start time changed without it acting)
+and the last restart with its reason. `undercloud
+overcloud status` shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from undercloud.agent import kube
+
+FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
+INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
+PERIOD = 5.0  # seconds between checks of one container, unless its probe says periodSeconds
+REPORT_EVERY = 60.0
+
+
+def _now_text() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Watchdog:
+    def __init__(self, log, report=None):
+        self.log = log
+        self.report = report  # body -> None; raises OSError-like on failure
+        self.track: dict[tuple[str, str], dict] = {}
+        self.file = kube.state_dir() / "health.json"
+        try:
+            self.health = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            self.health = {}
+        self.sent: str | None = None
+        self.sent_at = 0.0
+
+    @staticmethod
+    def played() -> list[tuple[str, str, str, dict]]:
+        """(pod, mode, config hash, Pod) of every Pod the hook played and found ready."""
+        out = []
+        base = kube.state_dir()
+        for h in sorted(base.glob("*.sha256")):
+            try:
+                mode, _, digest = h.read_text().partition(":")
+                pod = json.loads((base / f"{h.stem}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(pod, dict) and (pod.get("metadata") or {}).get("name") == h.stem:
+                out.append((h.stem, mode, digest, pod))
+        return out
+
+    def paused(self) -> bool:
+        return (kube.state_dir() / "watchdog.pause").exists()
+
+    def round(self) -> list[str]:
+        """One look at every played Pod; returns what it repaired."""
+        did: list[str] = []
+        pods = self.played()
+        listing: dict[str, dict] = {}
+        for mode in sorted({m for _, m, _, _ in pods if m in ("netns", "podman")}):
+            try:
+                listing[mode] = kube.node_containers(mode)
+            except (OSError, ValueError, kube.PodError, subprocess.SubprocessError) as exc:
+                self.log(f"watchdog: cannot list the containers ({mode}): {exc}")
+        if not self.paused():
+            for name, mode, _digest, pod in pods:
+                if mode not in listing:
+                    continue  # process mode: its supervisor restarts what exits
+                with kube.pod_lock(name, wait=False) as mine:
+                    if mine:
+                        did += self._look(name, mode, pod, listing[mode])
+        self._record(pods, listing)
+        return did
+
+    def _look(self, name: str, mode: str, pod: dict, found: dict) -> list[str]:
+        did = []
+        for c in pod["spec"]["containers"]:
+            info = found.get((name, c["name"]))
+            if info is None:
+                continue
+            t = self.track.setdefault((name, c["name"]), {"started": None})
+            if info["started_at"] != t["started"]:  # (re)started since the last look
+                if t["started"] is not None and t.get("id") == info["id"]:
+                    # Not by us (a repair forgets the container's track): podman's restart policy.
+                    rec = self._container_record(name, c["name"])
+                    rec["policy_restarts"] = int(rec.get("policy_restarts") or 0) + 1
+                    rec["last_restart"] = {"at": _now_text(), "why": "its process exited; restarted by podman"}
+                t.update(started=info["started_at"], id=info["id"], since=time.monotonic(), fails=0, passed=False,
+                         down=0, due=0.0)
+            if info["state"] != "running":
+                t["down"] += 1
+                if t["down"] >= 2:
+                    did += self._repair(name, mode, c["name"], info, f"was {info['state']}", restart=False)
+                continue
+            t["down"] = 0
+            spec = kube.liveness_probe(c)
+            if not spec or time.monotonic() < t["due"]:
+                continue
+            t["due"] = time.monotonic() + float(spec.get("periodSeconds") or PERIOD)
+            run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
+            ok, said = kube.probe(spec, run_exec=run_exec)
+            if ok:
+                t.update(passed=True, fails=0)
+                continue
+            if not t["passed"] and time.monotonic() - t["since"] < float(spec.get("initialDelaySeconds")
+                                                                          or INITIAL_DELAY):
+                continue
+            t["fails"] += 1
+            threshold = int(spec.get("failureThreshold") or FAILURE_THRESHOLD)
+            if t["fails"] >= threshold:
+                why = f"health check ({kube._probe_text(spec)}) failed {t['fails']} times in a row"
+                did += self._repair(name, mode, c["name"], info, why + kube._said(said), restart=True)
+        return did
+
+    def _repair(self, name: str, mode: str, container: str, info: dict, why: str, restart: bool) -> list[str]:
+        verb = "restarted" if restart else "started"
+        try:
+            kube.start_container(mode, info["name"], restart=restart)
+        except (OSError, kube.PodError, subprocess.SubprocessError) as exc:
+            self.log(f"watchdog: pod {name}: container {container} {why}; could not be {verb}: {exc}")
+            return []
+        self.track.pop((name, container), None)
+        rec = self._container_record(name, container)
+        rec["agent_restarts"] = int(rec.get("agent_restarts") or 0) + 1
+        rec["last_restart"] = {"at": _now_text(), "why": f"{why}; {verb}"}
+        line = f"pod {name}: container {container} {why}: {verb}"
+        self.log(f"watchdog: {line}")
+        return [line]
+
+    def _container_record(self, pod: str, container: str) -> dict:
+        return self.health.setdefault("pods", {}).setdefault(pod, {}).setdefault("containers", {}) \
+            .setdefault(container, {})
+
+    def _record(self, pods: list, listing: dict) -> None:
+        """health.json, and the report to the undercloud when it changed (or now and then)."""
+        kept = self.health.get("pods") or {}
+        out = {}
+        for name, mode, digest, pod in pods:
+            old = kept.get(name) or {}
+            if old.get("config") != digest[:12]:
+                old = {}  # a new config: its own restart count
+            containers = {}
+            for c in pod["spec"]["containers"]:
+                rec = dict((old.get("containers") or {}).get(c["name"]) or {})
+                info = (listing.get(mode) or {}).get((name, c["name"]))
+                if mode in listing:
+                    rec.update(state=info["state"] if info else "missing",
+                               image=info["image"] if info else c.get("image", ""),
+                               image_id=info["image_id"] if info else "",
+                               restarts=int(rec.get("agent_restarts") or 0) + int(rec.get("policy_restarts") or 0))
+                else:
+                    rec.update(state="supervised", image=c.get("image", ""))
+                containers[c["name"]] = rec
+            out[name] = {"config": digest[:12], "mode": mode, "containers": containers}
+        self.health = {"paused": self.paused(), "pods": out}
+        text = json.dumps(self.health, sort_keys=True)
+        tmp = self.file.with_name(".health.json.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.file)
+        if self.report and (text != self.sent or time.monotonic() - self.sent_at > REPORT_EVERY):
+            try:
+                self.report(self.health)
+            except Exception as exc:  # noqa: BLE001 - the transport's errors; reported again next round
+                self.log(f"watchdog: health report not acknowledged: {exc}")
+                return
+            self.sent, self.sent_at = text, time.monotonic()
+
+
+def run(log, interval: float, report=None, stop=None) -> None:
+    """The watchdog's loop (a thread of the agent)."""
+    dog = Watchdog(log, report)
+    while not (stop and stop()):
+        try:
+            dog.round()
+        except Exception as exc:  # noqa: BLE001 - a supervisor must outlive one bad round
+            log(f"watchdog: round failed: {type(exc).__name__}: {exc}")
+        time.sleep(interval)
+
