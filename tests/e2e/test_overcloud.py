@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 
@@ -108,6 +109,38 @@ def qemu_pids(libvirt_container: str) -> set[str]:
 
 def alive(pid: str) -> bool:
     return os.path.exists(f"/proc/{pid}")
+
+
+def pause_watchdog(instance: str, node: str, paused: bool = True) -> None:
+    """Pause (or resume) a node's agent watchdog, which otherwise starts a stopped service
+    within seconds (maintenance: a stopped service stays stopped)."""
+    flag = "/var/lib/undercloud-agent/kube/watchdog.pause"
+    cmd = ["touch", flag] if paused else ["rm", "-f", flag]
+    r = subprocess.run(["podman", "exec", f"{instance}-{node}", *cmd], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def main_pid(container: str) -> int:
+    return int(subprocess.run(["podman", "inspect", container, "--format", "{{.State.Pid}}"],
+                              capture_output=True, text=True).stdout.strip() or 0)
+
+
+def status_rows() -> list[dict]:
+    r = run_cli("overcloud", "status", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def back_healthy(address: str, check: str, container: str, old_pid: int, limit: float = 300) -> float:
+    """Seconds until `container` runs a new main process and passes `check` again."""
+    from undercloud.cli.overcloud import probe
+
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if main_pid(container) not in (0, old_pid) and probe(address, check) == "healthy":
+            return time.monotonic() - start
+        time.sleep(0.5)
+    raise AssertionError(f"{container} not back and healthy within {limit:.0f} s")
 
 
 @pytest.fixture
@@ -311,6 +344,54 @@ def test_a_second_deploy_changes_nothing_and_secrets_stay_hidden(cloud):
     assert leaked == []
 
 
+def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
+    """Self-healing on the node (no command): a killed service by podman's restart policy, a
+    hung one by the agent's watchdog; drift the watchdog was told to leave (paused) by
+    `undercloud deploy`, which says what it repaired."""
+    inst = cloud["home"].instance
+    controller = next(x["address"] for x in status_rows() if x["node"] == "overcloud-controller-0")
+    keystone = f"{inst}-overcloud-controller-0-keystone-keystone"
+    pid = main_pid(keystone)
+    os.kill(pid, signal.SIGKILL)
+    killed = back_healthy(controller, "HTTP GET :15000/v3", keystone, pid)
+    pid = main_pid(keystone)
+    os.kill(pid, signal.SIGSTOP)  # hung: it accepts connections and never answers
+    hung = back_healthy(controller, "HTTP GET :15000/v3", keystone, pid)
+    print(f"keystone back healthy: after kill -9 in {killed:.1f} s (goal 15), after SIGSTOP in {hung:.1f} s (goal 45)")
+    row = next(x for x in status_rows() if x["node"] == "overcloud-controller-0" and x["service"] == "keystone")
+    assert row["health"] == "healthy" and row["restarts"] >= 2, row
+    assert row["last_restart"].startswith("health check (HTTP GET :15000/v3) failed 3 times in a row"), row
+    assert row["config"] and row["image"], row
+
+    # Two services stopped by hand on two nodes, their watchdogs paused: deploy repairs both.
+    stopped = {"overcloud-controller-0": "memcached-memcached",
+               "overcloud-novacompute-0": "neutron-linuxbridge-agent-neutron-linuxbridge-agent"}
+    try:
+        for node, container in stopped.items():
+            pause_watchdog(inst, node)
+            r = subprocess.run(["podman", "stop", "-t", "2", f"{inst}-{node}-{container}"], capture_output=True,
+                               text=True)
+            assert r.returncode == 0, r.stderr
+        bad = {(x["node"], x["service"]) for x in status_rows() if x["health"] != "healthy"}
+        assert bad == {("overcloud-controller-0", "memcached"), ("overcloud-novacompute-0", "neutron_linuxbridge_agent")}
+        start = time.monotonic()
+        fixed = deploy()
+        assert fixed.returncode == 0, fixed.stderr[-3000:]
+        for line in ("2 service(s) not healthy: memcached on overcloud-controller-0 (failing",
+                     "repaired: memcached on overcloud-controller-0: was exited, started, healthy",
+                     "repaired: neutron-linuxbridge-agent on overcloud-novacompute-0: was exited, started, healthy"):
+            assert line in fixed.stderr, fixed.stderr[-3000:]
+        print(f"drift repair by deploy: {time.monotonic() - start:.1f} s")
+    finally:
+        for node in stopped:
+            pause_watchdog(inst, node, paused=False)
+    assert all(x["health"] == "healthy" for x in status_rows())
+    start = time.monotonic()
+    again = deploy()
+    assert again.returncode == 0 and "every service is healthy; nothing to do" in again.stderr, again.stderr[-2000:]
+    print(f"deploy with nothing to do: {time.monotonic() - start:.1f} s")
+
+
 def test_a_second_compute_node_takes_new_instances(cloud):
     clouds, work = cloud["clouds"], cloud["work"]
     two = work / "two-computes.yaml"
@@ -407,8 +488,10 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         "overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2"]
     assert all(s["State"] == "up" for s in services), services
 
-    # Stop keystone on one controller: haproxy sends to the others.
+    # Stop keystone on one controller (its watchdog paused: it stays stopped): haproxy sends
+    # to the others. Resumed, the watchdog starts it again.
     victim = f"{uc_home.instance}-overcloud-controller-0-keystone-keystone"
+    pause_watchdog(uc_home.instance, "overcloud-controller-0")
     stop = subprocess.run(["podman", "stop", "-t", "2", victim], capture_output=True, text=True)
     assert stop.returncode == 0, stop.stderr
     after = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
@@ -417,6 +500,10 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     for _ in range(3):
         t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
         assert t.returncode == 0, t.stderr
+    pause_watchdog(uc_home.instance, "overcloud-controller-0", paused=False)
+    address = next(x["address"] for x in after if x["node"] == "overcloud-controller-0")
+    print(f"stopped keystone started by the watchdog, healthy in "
+          f"{back_healthy(address, 'HTTP GET :15000/v3', victim, 0):.1f} s")
     eps = openstack(clouds, "endpoint", "list", "-f", "value", "-c", "Service Type")
     assert eps.returncode == 0 and "placement" in eps.stdout
 
@@ -425,6 +512,7 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     vip = virtual_ip()
     controllers = sorted(n for n in nodes if "controller" in n)
     (holder,) = vip_holders(uc_home.instance, controllers, vip)
+    pause_watchdog(uc_home.instance, holder)  # else it starts haproxy again before keepalived gives up
     stop = subprocess.run(["podman", "stop", "-t", "2", f"{uc_home.instance}-{holder}-haproxy-haproxy"],
                           capture_output=True, text=True)
     assert stop.returncode == 0, stop.stderr

@@ -336,6 +336,31 @@ def test_a_server_token_reads_only_its_own_metadata(uc):
     assert api.get("/v1/servers", headers={"X-Undercloud-Token": tok["a"]}).status_code == 401
 
 
+def test_a_servers_watchdog_reports_its_health_with_its_own_token(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.stack("s1", TWO)
+    ids = {s["name"]: s["id"] for s in uc.servers.list()}
+    tok = {n: json.loads((uc.servers.first_boot_dir(i) / "config.json").read_text())["token"] for n, i in ids.items()}
+    api = TestClient(create_app(uc.ctx))
+    admin = {"X-Undercloud-Token": uc.ctx.admin_token}
+    missing = api.get("/v1/servers/a/health", headers=admin)
+    assert missing.status_code == 404 and missing.json()["error"] == "server a: no health report from its agent yet"
+    report = {"paused": False, "pods": {"keystone": {"config": "0123456789ab", "mode": "netns", "containers": {
+        "keystone": {"state": "running", "image": "localhost/service-keystone:1", "restarts": 2}}}}}
+    url = f"/v1/agent/servers/{ids['a']}/health"
+    assert api.put(url, json=report, headers={"X-Server-Token": tok["b"]}).status_code == 401  # not its own
+    assert api.put(url, json=report).status_code == 401
+    bad = api.put(url, json={"pods": ["keystone"]}, headers={"X-Server-Token": tok["a"]})
+    assert bad.status_code == 400 and bad.json()["where"] == "pods"
+    assert api.put(url, content=b"{not json", headers={"X-Server-Token": tok["a"],
+                                                        "Content-Type": "application/json"}).status_code == 400
+    assert api.put(url, json=report, headers={"X-Server-Token": tok["a"]}).json() == {"acknowledged": True}
+    got = api.get("/v1/servers/a/health", headers=admin).json()
+    assert got["name"] == "a" and got["server"] == ids["a"] and got["pods"] == report["pods"]
+    assert got["reported_at"] > 0 and got["paused"] is False
+    assert api.get("/v1/servers/a/health", headers={"X-Server-Token": tok["a"]}).status_code == 401  # admin only
+
+
 def test_errors_are_one_line_undercloud_errors(uc):
     with pytest.raises(UndercloudError) as e:
         uc.servers.create(id="a", name="ok", flavor="nope", image="x", first_boot={})

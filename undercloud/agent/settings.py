@@ -36,7 +36,7 @@ class Settings:
     hook_timeout: float = 3600.0    # unless a deployment's options.timeout says otherwise
     output_limit: int = 256 * 1024  # per signalled text value, beyond it trimmed with a marker
     request_timeout: float = 10.0
-    watch_interval: float = 5.0     # the watchdog's round (agent/watchdog.py); 0: no watchdog
+    watch_interval: float = 2.0     # the watchdog's round (agent/watchdog.py); 0: no watchdog
 
     @classmethod
     def load(cls, path: Path) -> Settings:

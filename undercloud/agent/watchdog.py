@@ -33,7 +33,7 @@ from undercloud.agent import kube
 
 FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
 INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
-PERIOD = 5.0  # seconds between checks of one container, unless its probe says periodSeconds
+PERIOD = 3.0  # seconds between checks of one container, unless its probe says periodSeconds
 REPORT_EVERY = 60.0
 
 
