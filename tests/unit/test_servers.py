@@ -361,6 +361,48 @@ def test_a_servers_watchdog_reports_its_health_with_its_own_token(uc):
     assert api.get("/v1/servers/a/health", headers={"X-Server-Token": tok["a"]}).status_code == 401  # admin only
 
 
+GROUP = """\
+heat_template_version: wallaby
+parameters:
+  ComputeCount: {type: number, default: 3}
+  policies: {type: json, default: []}
+resources:
+  ComputeServers:
+    type: OS::Heat::ResourceGroup
+    properties:
+      count: {get_param: ComputeCount}
+      removal_policies: {get_param: policies}
+      resource_def:
+        type: OS::Nova::Server
+        properties: {name: "cmp-%index%", image: overcloud-full, flavor: container}
+"""
+
+
+def test_scale_in_names_the_nodes_the_engine_would_remove(uc):
+    from undercloud.orchestration.overcloud import scale
+
+    uc.image("overcloud-full", "container", "oci")
+    path = uc.dir / "group.yaml"
+    path.write_text(GROUP)
+    bundle = Bundle.from_paths(str(path)).to_json()
+    uc.ctx.stacks.create("oc", bundle, {}, wait=True)
+    api = TestClient(create_app(uc.ctx))
+
+    def get(url, **kw):
+        r = api.get(url, headers={"X-Undercloud-Token": uc.ctx.admin_token}, **kw)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def removed(**params):
+        return scale.removed_nodes("oc", uc.ctx.stacks.update("oc", bundle, params, dry_run=True), get)
+
+    assert removed() == {}
+    assert removed(ComputeCount=1) == {"cmp-1": "Compute", "cmp-2": "Compute"}  # the highest indexes
+    assert removed(ComputeCount=2, policies=[{"resource_list": ["0"]}]) == {"cmp-0": "Compute"}  # as told
+    assert removed(ComputeCount=4) == {}
+    assert len(uc.servers.list()) == 3  # a dry run changes nothing
+
+
 def test_errors_are_one_line_undercloud_errors(uc):
     with pytest.raises(UndercloudError) as e:
         uc.servers.create(id="a", name="ok", flavor="nope", image="x", first_boot={})

@@ -111,6 +111,41 @@ def report_repairs(client: Client, stack: str) -> None:
         note("repaired: nothing needed it when the steps ran again (each service was running and ready)")
 
 
+def scale_in(client: Client, stack: str, body: dict, library, yes: bool):
+    """The nodes this update removes (the engine's dry run), compute nodes drained first:
+    their instances refused unless `yes`, else deleted, then their nova-compute records.
+    Returns (connection to the overcloud or None, the compute nodes drained)."""
+    from undercloud.orchestration.overcloud import scale
+    from undercloud.orchestration.overcloud.clouds import admin_password
+
+    dry = client.patch(f"/v1/stacks/{stack}", json={**body, "dry_run": True})
+    removed = scale.removed_nodes(stack, dry, client.get)
+    if not removed:
+        return None, []
+    note(f"scale-in: removing {', '.join(sorted(removed))}")
+    computes = sorted(n for n, role in removed.items() if scale.COMPUTE_SERVICE in library.service_names(role))
+    keystone = (outputs(client, stack).get("EndpointMap") or {}).get("keystone")
+    if not computes or not keystone:
+        return None, []
+    try:
+        conn = scale.connect(keystone, admin_password(client.home.path, stack))
+        busy = {n: [s.name for s in scale.instances_on(conn, n)] for n in computes}
+    except UndercloudError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - openstacksdk and keystoneauth errors: one line, no traceback
+        raise UndercloudError(f"cannot ask the overcloud's Compute API which instances run on "
+                              f"{', '.join(computes)}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                              "deploy") from None
+    busy = {n: names for n, names in busy.items() if names}
+    if busy and not yes:
+        raise UndercloudError("scale-in would remove " + "; ".join(
+            f"{n}, which runs instance(s) {', '.join(names)}" for n, names in sorted(busy.items()))
+            + ": delete or move them, or deploy again with --yes to delete them first", "deploy")
+    for n in computes:
+        scale.drain(conn, n, note)
+    return conn, computes
+
+
 def outputs(client: Client, stack: str) -> dict:
     return {o["output_key"]: o.get("output_value") for o in client.get(f"/v1/stacks/{stack}/outputs")}
 
@@ -150,7 +185,10 @@ def finish(client: Client, stack: str) -> None:
 @click.option("--stack", default="overcloud", show_default=True, help="The stack's name.")
 @click.option("--timeout", type=float, default=60, show_default=True, metavar="MINUTES",
               help="Fail what is still in progress after this long.")
-def deploy(example, roles, environments, hypervisor, stack, timeout):
+@click.option("-y", "--yes", is_flag=True,
+              help="Scale-in: delete the instances on the compute nodes being removed (without it, a "
+                   "removal that would take instances with it is refused, naming them).")
+def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     """Deploy the overcloud, or bring it to what the roles and environments now say.
 
     Builds the images that are missing (node image, one image per service the roles run),
@@ -164,12 +202,16 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
     stack (as `overcloud status`): one not healthy (stopped, missing, failing its check)
     makes every step run again, which starts or re-creates what drifted and says what it
     repaired. Run again with no change and every service healthy, it does nothing and says so.
+    Scale-in (a lower <Role>Count, removal_policies): the nodes to remove are found first;
+    a compute node's instances are refused (named) unless --yes, which deletes them, then
+    its nova-compute service record, then the node.
 
     \b
     Examples:
       undercloud deploy                          # the `minimal` example, container nodes
       undercloud deploy --example ha
       undercloud deploy --roles my_roles.yaml -e counts.yaml   # e.g. {ComputeCount: 2}
+      undercloud deploy -e one-compute.yaml --yes   # scale in, deleting the removed node's instances
       openstack --os-cloud overcloud server list   # with OS_CLIENT_CONFIG_FILE=<path shown>
     """
     from undercloud.orchestration.overcloud import plan as op
@@ -215,6 +257,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
         if drift:
             identifier = new_identifier()
     body = {"bundle": bundle, "parameters": {**params, "DeployIdentifier": identifier}, "timeout": timeout * 60}
+    drained = (None, [])
     before = resources(client, stack) if current is not None else []
     stack_start = time.monotonic()
     if current is None:
@@ -236,9 +279,15 @@ def deploy(example, roles, environments, hypervisor, stack, timeout):
             note(f"stack {stack}: {len(drift)} service(s) not healthy: "
                  + "; ".join(f"{r['service']} on {r['node']} ({r['health']})" for r in drift)
                  + ("; every step runs again to repair them" if unchanged else ""))
+        if not unchanged:
+            drained = scale_in(client, stack, body, library, yes)
         note(f"stack {stack}: updating ({status} before{', no change to the stack' if unchanged else ''})")
         client.patch(f"/v1/stacks/{stack}", json=body)
     s = wait(client, stack, plan, start, before)
+    conn, gone = drained
+    for node in gone:  # now that the node is gone, its agents cannot register again
+        from undercloud.orchestration.overcloud.scale import forget_agents
+        forget_agents(conn, node, note)
     write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier}))
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
