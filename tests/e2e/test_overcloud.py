@@ -377,7 +377,8 @@ def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
         start = time.monotonic()
         fixed = deploy()
         assert fixed.returncode == 0, fixed.stderr[-3000:]
-        for line in ("2 service(s) not healthy: memcached on overcloud-controller-0 (failing",
+        for line in ("2 service(s) not healthy: ", "memcached on overcloud-controller-0 (failing",
+                     "neutron_linuxbridge_agent on overcloud-novacompute-0 (failing (container exited)",
                      "repaired: memcached on overcloud-controller-0: was exited, started, healthy",
                      "repaired: neutron-linuxbridge-agent on overcloud-novacompute-0: was exited, started, healthy"):
             assert line in fixed.stderr, fixed.stderr[-3000:]

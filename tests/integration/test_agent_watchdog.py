@@ -90,7 +90,7 @@ def test_podman_mode_stopped_hung_and_drifted_pods_come_back(image, tmp_path, mo
         started = time.monotonic()
         did = rounds_until(dog, lambda: answers(port), limit=40)
         assert did == [f"pod {name}: container web health check (HTTP GET :{port}/index.html) failed 3 times "
-                       f"in a row: restarted"], did
+                       f"in a row: restarted"], (did, lines)
         print(f"hung container back and answering in {time.monotonic() - started:.1f} s")
         health = json.loads((state / "kube" / "health.json").read_text())
         web = health["pods"][name]["containers"]["web"]

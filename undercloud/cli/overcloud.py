@@ -81,8 +81,11 @@ def probe_container(container: str, spec: dict) -> str:
     (container nodes); elsewhere the node's agent runs it."""
     from undercloud.host import podman as hp
 
-    if hp.podman("container", "exists", container, check=False).returncode != 0:
+    state = hp.podman("container", "inspect", container, "--format", "{{.State.Status}}", check=False)
+    if state.returncode != 0:
         return "not checked from here (the node's agent runs it)"
+    if state.stdout.strip() != "running":
+        return f"failing (container {state.stdout.strip()})"
     timeout = int(spec.get("timeoutSeconds") or 10)
     try:
         p = hp.podman("exec", container, *[str(a) for a in spec["exec"]["command"]], check=False, timeout=timeout + 5)
