@@ -498,13 +498,23 @@ def _container_info(c: dict) -> dict:
 
 def start_container(mode: str, name: str, restart: bool = False) -> None:
     """Start a stopped container, or (restart) kill it and start it again: SIGKILL at once,
-    which also ends a process stopped with SIGSTOP."""
+    which also ends a process stopped with SIGSTOP. A restart can race podman's restart
+    policy (the kill makes conmon start it too) and fail with the container up again, or
+    left stopped: then it is started unless it runs."""
+    try:
+        _start(mode, name, restart)
+    except PodError:
+        if not restart:
+            raise
+        time.sleep(0.5)
+        if _state(mode, name) != "running":
+            _start(mode, name, False)
+
+
+def _start(mode: str, name: str, restart: bool) -> None:
     if mode == "netns":
-        target = node_target()
-        if not target:
-            raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
-        api = PodmanAPI(target[0])
-        status, data = api.call("POST", f"/containers/{name}/restart?t=0" if restart else f"/containers/{name}/start")
+        status, data = _node_api().call("POST", f"/containers/{name}/restart?t=0" if restart
+                                        else f"/containers/{name}/start")
         if status >= 300 and status != 304:  # 304: already running
             raise PodError(f"podman API {'restart' if restart else 'start'} {name}: HTTP {status}: "
                            f"{data.decode(errors='replace').strip()[:200]}")
@@ -512,6 +522,21 @@ def start_container(mode: str, name: str, restart: bool = False) -> None:
         p = _run(["podman", "restart", "-t", "0", name] if restart else ["podman", "start", name], timeout=120)
         if p.returncode != 0:
             raise PodError(f"podman {'restart' if restart else 'start'} {name}: {(p.stderr or p.stdout).strip()[-200:]}")
+
+
+def _state(mode: str, name: str) -> str:
+    if mode == "netns":
+        status, data = _node_api().call("GET", f"/containers/{name}/json")
+        return ((json.loads(data).get("State") or {}).get("Status") or "") if status == 200 else ""
+    p = _run(["podman", "inspect", name, "--format", "{{.State.Status}}"], timeout=60)
+    return p.stdout.strip() if p.returncode == 0 else ""
+
+
+def _node_api() -> PodmanAPI:
+    target = node_target()
+    if not target:
+        raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
+    return PodmanAPI(target[0])
 
 
 def liveness_probe(container: dict) -> dict | None:
