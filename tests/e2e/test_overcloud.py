@@ -354,6 +354,9 @@ def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
     pid = main_pid(keystone)
     os.kill(pid, signal.SIGKILL)
     killed = back_healthy(controller, "HTTP GET :15000/v3", keystone, pid)
+    # Let the watchdog see it healthy once since this start (its checks run every 3 s):
+    # until then a hang is taken for a slow start, for up to 120 s.
+    time.sleep(8)
     pid = main_pid(keystone)
     os.kill(pid, signal.SIGSTOP)  # hung: it accepts connections and never answers
     hung = back_healthy(controller, "HTTP GET :15000/v3", keystone, pid)
