@@ -127,23 +127,28 @@ def scale_in(client: Client, stack: str, body: dict, library, yes: bool):
     keystone = (outputs(client, stack).get("EndpointMap") or {}).get("keystone")
     if not computes or not keystone:
         return None, []
-    try:
-        conn = scale.connect(keystone, admin_password(client.home.path, stack))
-        busy = {n: [s.name for s in scale.instances_on(conn, n)] for n in computes}
-    except UndercloudError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - openstacksdk and keystoneauth errors: one line, no traceback
-        raise UndercloudError(f"cannot ask the overcloud's Compute API which instances run on "
-                              f"{', '.join(computes)}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
-                              "deploy") from None
+    conn = scale.connect(keystone, admin_password(client.home.path, stack))
+    busy = {n: [s.name for s in overcloud_call(f"cannot ask the overcloud's Compute API which instances run on {n}",
+                                               scale.instances_on, conn, n)] for n in computes}
     busy = {n: names for n, names in busy.items() if names}
     if busy and not yes:
         raise UndercloudError("scale-in would remove " + "; ".join(
             f"{n}, which runs instance(s) {', '.join(names)}" for n, names in sorted(busy.items()))
             + ": delete or move them, or deploy again with --yes to delete them first", "deploy")
     for n in computes:
-        scale.drain(conn, n, note)
+        overcloud_call(f"drain {n}", scale.drain, conn, n, note)
     return conn, computes
+
+
+def overcloud_call(what: str, fn, *args):
+    """A call to the overcloud's APIs: its errors as one line, no traceback."""
+    try:
+        return fn(*args)
+    except UndercloudError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - openstacksdk and keystoneauth errors alike
+        raise UndercloudError(f"{what}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}",
+                              "deploy") from None
 
 
 def outputs(client: Client, stack: str) -> dict:
@@ -287,7 +292,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     conn, gone = drained
     for node in gone:  # now that the node is gone, its agents cannot register again
         from undercloud.orchestration.overcloud.scale import forget_agents
-        forget_agents(conn, node, note)
+        overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, note)
     write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier}))
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")

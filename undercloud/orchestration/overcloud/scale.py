@@ -44,7 +44,9 @@ def connect(auth_url: str, password: str):
 
 
 def instances_on(conn, host: str) -> list:
-    return sorted(conn.compute.servers(all_projects=True, host=host), key=lambda s: s.name or s.id)
+    """Every project's instances on `host` (filtered by Nova, and checked here again)."""
+    found = conn.compute.servers(all_projects=True, compute_host=host)
+    return sorted((s for s in found if s.compute_host == host), key=lambda s: s.name or s.id)
 
 
 def drain(conn, host: str, say: Callable[[str], None], timeout: float = 300) -> None:
