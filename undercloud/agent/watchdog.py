@@ -53,6 +53,7 @@ class Watchdog:
             self.health = {}
         self.sent: str | None = None
         self.sent_at = 0.0
+        self.list_seconds = 0.0  # what the last listing of the containers cost
 
     @staticmethod
     def played() -> list[tuple[str, str, str, dict]]:
@@ -77,11 +78,13 @@ class Watchdog:
         did: list[str] = []
         pods = self.played()
         listing: dict[str, dict] = {}
+        start = time.monotonic()
         for mode in sorted({m for _, m, _, _ in pods if m in ("netns", "podman")}):
             try:
                 listing[mode] = kube.node_containers(mode)
             except (OSError, ValueError, kube.PodError, subprocess.SubprocessError) as exc:
                 self.log(f"watchdog: cannot list the containers ({mode}): {exc}")
+        self.list_seconds = time.monotonic() - start
         if not self.paused():
             for name, mode, _digest, pod in pods:
                 if mode not in listing:
@@ -188,14 +191,15 @@ class Watchdog:
 
 def run(log, interval: float, report=None, stop=None) -> None:
     """The watchdog's loop (a thread of the agent). It pauses at least `interval`, and five
-    times as long as a round took: on a slow node (an emulated VM, where each `podman ps`
-    costs a second) watching never takes more than a sixth of the time."""
+    times as long as listing the containers took: on a slow node (an emulated VM, where a
+    `podman ps` costs a second) listing never takes more than a sixth of the time. (Not the
+    whole round: a hung service's check waits out its timeout, and must not slow the
+    checks that find it hung.)"""
     dog = Watchdog(log, report)
     while not (stop and stop()):
-        start = time.monotonic()
         try:
             dog.round()
         except Exception as exc:  # noqa: BLE001 - a supervisor must outlive one bad round
             log(f"watchdog: round failed: {type(exc).__name__}: {exc}")
-        time.sleep(max(interval, 5 * (time.monotonic() - start)))
+        time.sleep(max(interval, 5 * dog.list_seconds))
 
