@@ -307,8 +307,8 @@ outputs:
 """
 
 
-def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path):
-    p = stack_create_bg(write(tmp_path, GROUP))
+def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path, template=GROUP):
+    p = stack_create_bg(write(tmp_path, template))
     cfgs = wait_for(lambda: sorted((uc_home.path / "agents").glob("*.json"))
                     if (uc_home.path / "agents").exists() and len(list((uc_home.path / "agents").glob("*.json"))) == 2
                     else None, what="two agent configs")
@@ -334,3 +334,18 @@ def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path):
     assert o["stdouts"] == {"first": f"on {ids['first']}\n", "second": f"on {ids['second']}\n"}
     assert o["codes"] == {"first": 0, "second": 0}
     assert o["where"] == {"first": "first", "second": "second"}
+
+
+def test_deployment_group_in_batches_of_one_runs_one_server_after_the_other(uc_home, tmp_path):
+    """update_policy batch_create (rolling_update on updates) as on Heat's ResourceGroup:
+    the second server's deployment starts once the first one's completed."""
+    text = GROUP.replace("    type: OS::Heat::SoftwareDeploymentGroup\n",
+                         "    type: OS::Heat::SoftwareDeploymentGroup\n"
+                         "    update_policy: {batch_create: {max_batch_size: 1}}\n")
+    test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path, text)
+    r = run_cli("stack", "event", "list", "s", "--nested-depth", "2", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    order = [(e["resource_name"].split(".")[-1], e["resource_status"]) for e in json.loads(r.stdout)
+             if e["resource_name"] in ("deployments.first", "deployments.second")]
+    assert order == [("first", "CREATE_IN_PROGRESS"), ("first", "CREATE_COMPLETE"),
+                     ("second", "CREATE_IN_PROGRESS"), ("second", "CREATE_COMPLETE")], order

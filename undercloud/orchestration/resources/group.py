@@ -18,6 +18,16 @@ def _replace_index(value: Any, var: str, index: str) -> Any:
     return value
 
 
+def in_batches(resources: dict[str, dict], batch: int) -> dict[str, dict]:
+    """At most `batch` members at once: each waits for the one `batch` places before it (one
+    edge per member; whole batches waiting for whole batches were O(n²))."""
+    names = list(resources)
+    if batch:
+        for i, name in enumerate(names[batch:], start=batch):
+            resources[name] = {**resources[name], "depends_on": [names[i - batch]]}
+    return resources
+
+
 def _order(name: str) -> tuple:
     return (0, int(name)) if name.isdigit() else (1, name)
 
@@ -109,26 +119,27 @@ class ResourceGroup(Plugin):
                                   f"or more, not {str(size)[:100]!r}")
         return n
 
+    def batch(self) -> int:
+        """At most this many members at once (0: all): update_policy's batch_create when
+        creating, rolling_update when updating, as Heat's ResourceGroup."""
+        return self._batch_size("batch_create" if self.action == "CREATE" else "rolling_update")
+
     def nested_template(self, parent_template: Any) -> Any:
         p = self.properties
         definition = p.get("resource_def") or {}
         var = p.get("index_var") or "%index%"
         existing = list(self.nested.members) if self.nested else []
         names = self.member_names(existing)
-        batch = self._batch_size("batch_create" if self.action == "CREATE" else "rolling_update")
+        batch = self.batch()
         resources: dict[str, dict] = {}
-        for i, name in enumerate(names):
+        for name in names:
             res: dict[str, Any] = {"type": definition.get("type")}
             if definition.get("properties") is not None:
                 res["properties"] = _replace_index(definition["properties"], var, name)
             if definition.get("metadata") is not None:
                 res["metadata"] = _replace_index(definition["metadata"], var, name)
-            if batch and i >= batch:
-                # at most `batch` members at once: each waits for the one `batch` places before
-                # it (one edge per member; whole batches waiting for whole batches were O(n²))
-                res["depends_on"] = [names[i - batch]]
             resources[name] = res
-        template = {"heat_template_version": "2015-04-30", "resources": resources}
+        template = {"heat_template_version": "2015-04-30", "resources": in_batches(resources, batch)}
         return parent_template.child_from_dict(template, {}, self.name)
 
     def attributes(self) -> dict:

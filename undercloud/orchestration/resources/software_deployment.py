@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
-from undercloud.orchestration.resources.group import ResourceGroup
+from undercloud.orchestration.resources.group import ResourceGroup, in_batches
 
 SIGNAL_TRANSPORTS = ("CFN_SIGNAL", "TEMP_URL_SIGNAL", "HEAT_SIGNAL", "NO_SIGNAL", "ZAQAR_SIGNAL")
 ACTIONS = ("CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME")
@@ -316,7 +316,7 @@ class SoftwareDeploymentGroup(ResourceGroup):
             props = {k: v for k, v in p.items() if v is not None and k in self.properties_schema}
             props["server"] = server
             resources[str(name)] = {"type": self.member_type, "properties": props}
-        template = {"heat_template_version": "2015-04-30", "resources": resources}
+        template = {"heat_template_version": "2015-04-30", "resources": in_batches(resources, self.batch())}
         return parent_template.child_from_dict(template, {}, self.name)
 
     def attributes(self) -> dict:
