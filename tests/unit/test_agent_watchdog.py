@@ -131,3 +131,20 @@ def test_a_report_the_undercloud_does_not_take_is_sent_again(node):
     dog.round()
     dog.round()
     assert len(tries) == 2 and any("health report not acknowledged" in x for x in said)
+
+
+def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, monkeypatch):
+    calls = []
+    listing = node.listing
+    monkeypatch.setattr(kube, "node_containers", lambda mode: calls.append(mode) or listing(mode))
+    dog = watchdog.Watchdog(lambda m: None)
+    dog.round()
+    dog.list_cost["netns"] = 100.0  # as if a listing took 100 s: the next is due in 2000 s
+    node.containers[("keystone", "keystone")]["state"] = "exited"
+    for _ in range(4):
+        assert dog.round() == []  # the stale listing says running: nothing to do, nothing listed
+    assert calls == ["netns"] and node.acted == []
+    dog.list_cost["netns"] = 0.0
+    assert dog.round() == [] and dog.round() == ["pod keystone: container keystone was exited: started"]
+    assert calls == ["netns"] * 3
+    assert dog.round() == [] and node.acted == [("start", "n-keystone-keystone")]  # listed again after a repair

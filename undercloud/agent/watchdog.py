@@ -35,6 +35,7 @@ FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
 INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
 PERIOD = 3.0  # seconds between checks of one container, unless its probe says periodSeconds
 REPORT_EVERY = 60.0
+LIST_SHARE = 20  # list the containers again after 20 times what a listing cost: <= 5 % of the time
 
 
 def _now_text() -> str:
@@ -53,7 +54,8 @@ class Watchdog:
             self.health = {}
         self.sent: str | None = None
         self.sent_at = 0.0
-        self.list_seconds = 0.0  # what the last listing of the containers cost
+        self.listings: dict[str, tuple[float, dict]] = {}  # mode -> (when, the node's containers)
+        self.list_cost: dict[str, float] = {}  # mode -> seconds the last listing took
 
     @staticmethod
     def played() -> list[tuple[str, str, str, dict]]:
@@ -78,24 +80,42 @@ class Watchdog:
         did: list[str] = []
         pods = self.played()
         listing: dict[str, dict] = {}
-        start = time.monotonic()
+        fresh: set[str] = set()
         for mode in sorted({m for _, m, _, _ in pods if m in ("netns", "podman")}):
-            try:
-                listing[mode] = kube.node_containers(mode)
-            except (OSError, ValueError, kube.PodError, subprocess.SubprocessError) as exc:
-                self.log(f"watchdog: cannot list the containers ({mode}): {exc}")
-        self.list_seconds = time.monotonic() - start
+            found, new = self._listing(mode)
+            if found is not None:
+                listing[mode] = found
+                if new:
+                    fresh.add(mode)
         if not self.paused():
             for name, mode, _digest, pod in pods:
                 if mode not in listing:
                     continue  # process mode: its supervisor restarts what exits
                 with kube.pod_lock(name, wait=False) as mine:
                     if mine:
-                        did += self._look(name, mode, pod, listing[mode])
+                        did += self._look(name, mode, pod, listing[mode], mode in fresh)
         self._record(pods, listing)
         return did
 
-    def _look(self, name: str, mode: str, pod: dict, found: dict) -> list[str]:
+    def _listing(self, mode: str) -> tuple[dict | None, bool]:
+        """(the node's containers, listed just now?). Listed again only LIST_SHARE times
+        what the last listing cost after it: through the libpod API (container nodes) a
+        listing costs milliseconds and happens every round; a `podman ps` on an emulated VM
+        costs a second or two, and then at most 1/LIST_SHARE of the time goes to it."""
+        when, found = self.listings.get(mode, (None, None))
+        if when is not None and time.monotonic() - when < LIST_SHARE * self.list_cost.get(mode, 0.0):
+            return found, False
+        start = time.monotonic()
+        try:
+            found = kube.node_containers(mode)
+        except (OSError, ValueError, kube.PodError, subprocess.SubprocessError) as exc:
+            self.log(f"watchdog: cannot list the containers ({mode}): {exc}")
+            return None, False
+        self.list_cost[mode] = time.monotonic() - start
+        self.listings[mode] = (time.monotonic(), found)
+        return found, True
+
+    def _look(self, name: str, mode: str, pod: dict, found: dict, fresh: bool = True) -> list[str]:
         did = []
         for c in pod["spec"]["containers"]:
             info = found.get((name, c["name"]))
@@ -111,6 +131,8 @@ class Watchdog:
                 t.update(started=info["started_at"], id=info["id"], since=time.monotonic(), fails=0, passed=False,
                          down=0, due=0.0)
             if info["state"] != "running":
+                if not fresh:
+                    continue  # only a listing made now may say a container is down
                 t["down"] += 1
                 if t["down"] >= 2:
                     did += self._repair(name, mode, c["name"], info, f"was {info['state']}", restart=False)
@@ -143,6 +165,7 @@ class Watchdog:
             self.log(f"watchdog: pod {name}: container {container} {why}; could not be {verb}: {exc}")
             return []
         self.track.pop((name, container), None)
+        self.listings.pop(mode, None)  # what it listed is stale now: list again next round
         rec = self._container_record(name, container)
         rec["agent_restarts"] = int(rec.get("agent_restarts") or 0) + 1
         rec["last_restart"] = {"at": _now_text(), "why": f"{why}; {verb}"}
@@ -190,16 +213,11 @@ class Watchdog:
 
 
 def run(log, interval: float, report=None, stop=None) -> None:
-    """The watchdog's loop (a thread of the agent). It pauses at least `interval`, and five
-    times as long as listing the containers took: on a slow node (an emulated VM, where a
-    `podman ps` costs a second) listing never takes more than a sixth of the time. (Not the
-    whole round: a hung service's check waits out its timeout, and must not slow the
-    checks that find it hung.)"""
+    """The watchdog's loop (a thread of the agent)."""
     dog = Watchdog(log, report)
     while not (stop and stop()):
         try:
             dog.round()
         except Exception as exc:  # noqa: BLE001 - a supervisor must outlive one bad round
             log(f"watchdog: round failed: {type(exc).__name__}: {exc}")
-        time.sleep(max(interval, 5 * dog.list_seconds))
-
+        time.sleep(interval)
