@@ -148,3 +148,25 @@ def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, m
     assert dog.round() == [] and dog.round() == ["pod keystone: container keystone was exited: started"]
     assert calls == ["netns"] * 3
     assert dog.round() == [] and node.acted == [("start", "n-keystone-keystone")]  # listed again after a repair
+
+
+def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatch):
+    import time
+
+    probed = []
+
+    def slow_probe(spec, run_exec=None):
+        probed.append(1)
+        time.sleep(0.05)  # a service answering slowly: 20 x 0.05 s = 1 s between checks
+        return True, ""
+
+    monkeypatch.setattr(kube, "probe", slow_probe)
+    dog = watchdog.Watchdog(lambda m: None)
+    dog.round()  # the first check: its cost is known after it
+    assert dog.probe_cost >= 0.05
+    dog.round()  # due again at once (set before the cost was known); next in about 1 s
+    dog.round()
+    assert len(probed) == 2
+    time.sleep(1.1)
+    dog.round()
+    assert len(probed) == 3

@@ -56,6 +56,8 @@ class Watchdog:
         self.sent_at = 0.0
         self.listings: dict[str, tuple[float, dict]] = {}  # mode -> (when, the node's containers)
         self.list_cost: dict[str, float] = {}  # mode -> seconds the last listing took
+        self.probe_cost = 0.0  # seconds the passing checks of the last round that ran some took
+        self.probing = 0.0
 
     @staticmethod
     def played() -> list[tuple[str, str, str, dict]]:
@@ -87,6 +89,7 @@ class Watchdog:
                 listing[mode] = found
                 if new:
                     fresh.add(mode)
+        self.probing = 0.0
         if not self.paused():
             for name, mode, _digest, pod in pods:
                 if mode not in listing:
@@ -94,6 +97,8 @@ class Watchdog:
                 with kube.pod_lock(name, wait=False) as mine:
                     if mine:
                         did += self._look(name, mode, pod, listing[mode], mode in fresh)
+        if self.probing:
+            self.probe_cost = self.probing
         self._record(pods, listing)
         return did
 
@@ -141,10 +146,16 @@ class Watchdog:
             spec = kube.liveness_probe(c)
             if not spec or time.monotonic() < t["due"]:
                 continue
-            t["due"] = time.monotonic() + float(spec.get("periodSeconds") or PERIOD)
+            # Checks cost the service a request each: on an emulated VM a WSGI app's answer
+            # takes a fair share of a CPU. They come again after the period, or LIST_SHARE
+            # times what all the passing checks of the last round cost, if that is longer.
+            t["due"] = time.monotonic() + max(float(spec.get("periodSeconds") or PERIOD),
+                                              LIST_SHARE * self.probe_cost)
             run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
+            started = time.monotonic()
             ok, said = kube.probe(spec, run_exec=run_exec)
             if ok:
+                self.probing += time.monotonic() - started
                 t.update(passed=True, fails=0)
                 continue
             if not t["passed"] and time.monotonic() - t["since"] < float(spec.get("initialDelaySeconds")
