@@ -148,6 +148,12 @@ def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, m
     assert dog.round() == [] and dog.round() == ["pod keystone: container keystone was exited: started"]
     assert calls == ["netns"] * 3
     assert dog.round() == [] and node.acted == [("start", "n-keystone-keystone")]  # listed again after a repair
+    dog.list_cost["netns"] = 100.0
+    dog.round()
+    assert len(calls) == 4
+    (kube.state_dir() / "keystone.sha256").write_text("netns:" + "b" * 64)  # played again: list now
+    dog.round()
+    assert len(calls) == 5
 
 
 def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatch):

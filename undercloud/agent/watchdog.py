@@ -57,6 +57,7 @@ class Watchdog:
         self.listings: dict[str, tuple[float, dict]] = {}  # mode -> (when, the node's containers)
         self.list_cost: dict[str, float] = {}  # mode -> seconds the last listing took
         self.probe_cost = 0.0  # seconds the passing checks of the last round that ran some took
+        self.played_last: set = set()
         self.probing = 0.0
 
     @staticmethod
@@ -81,6 +82,10 @@ class Watchdog:
         """One look at every played Pod; returns what it repaired."""
         did: list[str] = []
         pods = self.played()
+        played = {(name, digest) for name, _m, digest, _p in pods}
+        if played != self.played_last:  # a Pod played or replaced since: list again now
+            self.listings.clear()
+            self.played_last = played
         listing: dict[str, dict] = {}
         fresh: set[str] = set()
         for mode in sorted({m for _, m, _, _ in pods if m in ("netns", "podman")}):
