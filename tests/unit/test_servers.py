@@ -321,12 +321,17 @@ resources:
 """
 
 
-def test_a_server_token_reads_only_its_own_metadata(uc):
+def two_servers(uc):
+    """Servers a and b of one stack: their ids, each one's agent token, an API client."""
     uc.image("overcloud-full", "container", "oci")
     uc.stack("s1", TWO)
     ids = {s["name"]: s["id"] for s in uc.servers.list()}
     tok = {n: json.loads((uc.servers.first_boot_dir(i) / "config.json").read_text())["token"] for n, i in ids.items()}
-    api = TestClient(create_app(uc.ctx))
+    return ids, tok, TestClient(create_app(uc.ctx))
+
+
+def test_a_server_token_reads_only_its_own_metadata(uc):
+    ids, tok, api = two_servers(uc)
     own = api.get(f"/v1/agent/servers/{ids['a']}/metadata", headers={"X-Server-Token": tok["a"]})
     assert own.status_code == 200 and own.json()["secret_of"] == "a"
     other = api.get(f"/v1/agent/servers/{ids['b']}/metadata", headers={"X-Server-Token": tok["a"]})
@@ -337,11 +342,7 @@ def test_a_server_token_reads_only_its_own_metadata(uc):
 
 
 def test_a_servers_watchdog_reports_its_health_with_its_own_token(uc):
-    uc.image("overcloud-full", "container", "oci")
-    uc.stack("s1", TWO)
-    ids = {s["name"]: s["id"] for s in uc.servers.list()}
-    tok = {n: json.loads((uc.servers.first_boot_dir(i) / "config.json").read_text())["token"] for n, i in ids.items()}
-    api = TestClient(create_app(uc.ctx))
+    ids, tok, api = two_servers(uc)
     admin = {"X-Undercloud-Token": uc.ctx.admin_token}
     missing = api.get("/v1/servers/a/health", headers=admin)
     assert missing.status_code == 404 and missing.json()["error"] == "server a: no health report from its agent yet"
