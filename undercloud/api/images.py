@@ -59,6 +59,8 @@ class Batch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     images: list[ImageItem] = Field(max_length=100)
     replace: bool = False
+    # With replace: images (ids or podman tags) to keep anyway, e.g. a deployed set's.
+    keep: list[Annotated[str, StringConstraints(max_length=255)]] = Field(default=[], max_length=1000)
 
 
 _ITEM, _BATCH = TypeAdapter(ImageItem), TypeAdapter(Batch)
@@ -79,7 +81,7 @@ def register(body: dict = Body(...), ctx: Context = Depends(get_context)):
     batch = _parse(_BATCH, body) if "images" in body else Batch(images=[_parse(_ITEM, body)])
     for i, item in enumerate(batch.images):
         check_name(item.name, "image", f"images[{i}].name" if "images" in body else "name")
-    return ctx.images.register([i.model_dump() for i in batch.images], replace=batch.replace)
+    return ctx.images.register([i.model_dump() for i in batch.images], replace=batch.replace, keep=batch.keep)
 
 
 @router.get("/{ref}", dependencies=ADMIN)

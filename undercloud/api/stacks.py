@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
 from undercloud.api.limits import LIMITS
-from undercloud.errors import Conflict
+from undercloud.errors import Conflict, InvalidInput
 
 router = APIRouter(prefix="/v1/stacks")
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a mistake (the default is an hour)
@@ -20,11 +20,12 @@ DEPTH = Query(0, ge=0, le=100)
 
 class StackBody(BaseModel):
     name: str | None = Field(None, max_length=255)  # the engine checks the characters
-    bundle: dict[str, Any]
+    bundle: dict[str, Any] | None = None  # required, except for an update with `existing`
     parameters: dict[str, Any] = Field(default_factory=dict)
     rollback: bool = False
     timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT)  # seconds
     dry_run: bool = False
+    existing: bool = False  # update: keep the stored bundle (unless given) and parameters, these over them
 
 
 @router.get("")
@@ -34,6 +35,8 @@ def list_stacks(ctx: Context = Depends(get_context)):
 
 @router.post("", status_code=201)
 def create_stack(body: StackBody, ctx: Context = Depends(get_context)):
+    if body.bundle is None:
+        raise InvalidInput("a create needs a bundle", "bundle")
     try:
         return ctx.stacks.create(body.name or "", body.bundle, body.parameters, rollback=body.rollback,
                                  timeout=body.timeout)
@@ -49,7 +52,7 @@ def show_stack(stack: str, ctx: Context = Depends(get_context)):
 @router.patch("/{stack}")
 def update_stack(stack: str, body: StackBody, ctx: Context = Depends(get_context)):
     return ctx.stacks.update(stack, body.bundle, body.parameters, rollback=body.rollback,
-                             timeout=body.timeout, dry_run=body.dry_run)
+                             timeout=body.timeout, dry_run=body.dry_run, existing=body.existing)
 
 
 @router.delete("/{stack}")

@@ -29,16 +29,33 @@ def node_targets(hypervisor: str) -> list:
     return targets
 
 
-def build_images(client: Client, hypervisor: str, library) -> dict[str, str]:
-    """Build what is missing (node image, the service images the enabled services declare);
-    returns the image parameters."""
+def deployed_records(client: Client, library, current: dict | None) -> dict[str, dict]:
+    """The image records of the deployed set that the library still uses, by image name:
+    a deploy keeps what runs (`overcloud update` changes service images)."""
+    names = library.images()
+    have = {}
+    for param, i in ((current or {}).get("images") or {}).items():
+        if names.get(param) == i.get("name"):
+            try:
+                have[i["name"]] = client.get(f"/v1/images/{i['id']}")
+            except NotFound:
+                pass  # removed behind our back: built again below
+    return have
+
+
+def build_images(client: Client, hypervisor: str, library, current: dict | None = None) -> tuple[dict, dict]:
+    """Build what is missing (node image, the service images the enabled services declare
+    and the deployed set has not); returns (the image parameters, the records by name)."""
     from undercloud.cli.image import build_targets
     from undercloud.images import catalog
     from undercloud.orchestration.overcloud import deploy as od
 
-    targets = node_targets(hypervisor) + [t for name in od.service_images(library) for t in catalog.targets(name)]
+    have = deployed_records(client, library, current)
+    targets = node_targets(hypervisor) + [t for name in od.service_images(library) if name not in have
+                                          for t in catalog.targets(name)]
     records = {r["name"]: r for r in build_targets(client, targets)}
-    return od.image_parameters(library, records, hypervisor)
+    records.update(have)
+    return od.image_parameters(library, records, hypervisor), records
 
 
 def virtual_ip_parameters(client: Client, stack: str, hypervisor: str) -> dict:
@@ -219,6 +236,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
       undercloud deploy -e one-compute.yaml --yes   # scale in, deleting the removed node's instances
       openstack --os-cloud overcloud server list   # with OS_CLIENT_CONFIG_FILE=<path shown>
     """
+    from undercloud.orchestration.overcloud import deployed
     from undercloud.orchestration.overcloud import plan as op
     from undercloud.orchestration.overcloud.roles import load_roles, roles_file_for
     from undercloud.orchestration.overcloud.secrets import load_secrets, stack_dir, write_private
@@ -237,7 +255,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
             raise UndercloudError("environment file not found", str(e))
     library = op.resolve(role_list, op.environments_for(example, env_paths))
     note(f"images: building what is missing for {hypervisor} nodes")
-    images = build_images(client, hypervisor, library)
+    images, records = build_images(client, hypervisor, library, deployed.load(home, stack).get("current"))
     images.update(virtual_ip_parameters(client, stack, hypervisor))
     plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
@@ -294,6 +312,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         from undercloud.orchestration.overcloud.scale import forget_agents
         overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, note)
     write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier}))
+    deployed.record(home, stack, deployed.make_set(library, records, hypervisor))
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
     if drift:

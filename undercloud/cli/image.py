@@ -220,6 +220,7 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
 def build_targets(client: Client, targets: list, no_cache: bool = False) -> list[dict]:
     """Build (or find up to date) and register each target; returns the image records."""
     from undercloud.images import build as builder
+    from undercloud.orchestration.overcloud import deployed
 
     done = []
     for t in targets:
@@ -236,7 +237,9 @@ def build_targets(client: Client, targets: list, no_cache: bool = False) -> list
                 raise UndercloudError(f"{t.label}: build output {art.path} vanished before its upload "
                                       f"(removed from the shared cache by another build?): run again", "image build")
             push_blob(client, art.path, art.sha256)
-        done += client.post("/v1/images", json={"images": result.registrations(), "replace": True})
+        # Older images of the name go, except those a deployed set of this home still names.
+        done += client.post("/v1/images", json={"images": result.registrations(), "replace": True,
+                                                "keep": deployed.kept(client.home.path)})
         note(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")
     return done
 

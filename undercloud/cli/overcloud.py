@@ -1,4 +1,5 @@
-"""`undercloud overcloud ...`: the deployed overcloud (credentials, health, removal)."""
+"""`undercloud overcloud ...`: the deployed overcloud (credentials, health, update and rollback,
+removal)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import click
 
@@ -200,3 +202,156 @@ def delete(stack, yes):
     wait_for(client, s["id"], deleting=True)
     shutil.rmtree(stack_dir(client.home.path, stack), ignore_errors=True)
     note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
+
+
+def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: int, timeout: float,
+             what: str) -> None:
+    """Roll the set `new`'s images of `params` out (a stack update the undercloud runs: the
+    deploy steps' groups `batch` nodes at a time, rolled back by itself on a failure) and
+    follow it; records `new` as the deployed set once it is complete."""
+    from undercloud.orchestration.overcloud import deployed, rollout
+
+    start = time.monotonic()
+    after = rollout.last_event(client.get, stack)
+    body = {"existing": True, "rollback": True, "timeout": timeout * 60,
+            "parameters": {**deployed.parameters(new, params), "UpdateBatchSize": batch}}
+    client.patch(f"/v1/stacks/{stack}", json=body)
+    follow = rollout.Follow(client.get, stack, note, after)
+    s = follow.run()
+    status = s["stack_status"]
+    if status == "UPDATE_COMPLETE":
+        deployed.record(client.home.path, stack, new)
+        done = sorted(n for n, state in follow.nodes.items() if state == "updated")
+        note(f"{what}: complete in {time.monotonic() - start:.1f} s ({len(done)} node(s) ran a changed step)")
+        return
+    if follow.failure:
+        node, failed, tail = follow.failure
+        for t in tail:
+            note(f"  | {t}")
+        back = ("rolled back by itself: the nodes it reached run their previous images and configuration "
+                "again" if status == "ROLLBACK_COMPLETE" else f"and its rollback ended {status}: "
+                f"{s['stack_status_reason']} (see `undercloud overcloud status`)")
+        raise UndercloudError(f"{what} failed on node {node}, {failed}; {back}", what.split()[0])
+    raise UndercloudError(f"{what} ended {status}: {s['stack_status_reason']}", what.split()[0])
+
+
+def _deployed_set(client: Client, stack: str) -> dict:
+    """The stack's recorded deployed sets; refuses a stack that is missing or busy."""
+    from undercloud.orchestration.overcloud import deployed
+
+    try:
+        s = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    if s["stack_status"].endswith("_IN_PROGRESS"):
+        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
+                              f"`undercloud stack cancel {stack}`", "--stack")
+    sets = deployed.load(client.home.path, stack)
+    if not sets.get("current"):
+        raise UndercloudError(f"no deployed set recorded for stack {stack}: run `undercloud deploy` first",
+                              "--stack")
+    return sets
+
+
+BATCH_OPTION = click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+                            help="Nodes of a role changed at once; each batch's services must pass their "
+                                 "health checks before the next batch starts.")
+TIMEOUT_OPTION = click.option("--timeout", type=float, default=30, show_default=True, metavar="MINUTES",
+                              help="Fail (and roll back) what is still in progress after this long.")
+
+
+@overcloud.command()
+@STACK_OPTION
+@click.option("--service", "services", multiple=True, metavar="S",
+              help="Update this service's image (repeatable; default: every deployed service). Services "
+                   "sharing an image (nova-api, nova-conductor...) are updated together.")
+@BATCH_OPTION
+@click.option("--no-cache", is_flag=True,
+              help="Rebuild the images from scratch (Debian's newest packages: a minor update).")
+@click.option("--elements-path", "elements_path", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Your own elements, searched before the shipped ones (repeatable): a changed "
+                   "element makes a new image.")
+@TIMEOUT_OPTION
+def update(stack, services, batch, no_cache, elements_path, timeout):
+    """Roll new service images out, node by node, and roll back by itself on a failure.
+
+    Builds the images of the chosen services (cached by content: an unchanged element
+    builds nothing; --no-cache or a changed element makes a new image), then the
+    undercloud rolls them out: each deploy step that runs a changed service updates
+    --batch nodes of a role at a time, and the next batch starts only when those nodes'
+    services pass their health checks. Services whose image and configuration did not
+    change are not restarted. A node that fails stops the rollout and the undercloud
+    rolls it back to its previous image and configuration (it goes on if this command
+    dies); the command then exits 1 naming node, service and health check.
+
+    \b
+    Examples:
+      undercloud overcloud update --service keystone              # node by node
+      undercloud overcloud update --service keystone --no-cache   # new Debian packages
+      undercloud overcloud update --elements-path ./my-elements --batch 2
+      undercloud overcloud rollback                               # back to the previous images
+    """
+    from undercloud.cli.image import build_targets
+    from undercloud.images import catalog
+    from undercloud.orchestration.overcloud import rollout
+
+    client = Client(timeout=600)
+    current = _deployed_set(client, stack)["current"]
+    params = rollout.choose(current, services)
+    names = sorted({current["images"][p]["name"] for p in params})
+    note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
+                                                    " (cached by content)"))
+    targets = [t.with_elements_path(tuple(elements_path)) for n in names for t in catalog.targets(n)]
+    records = {r["name"]: r for r in build_targets(client, targets, no_cache)}
+    new = rollout.with_records(current, params, records)
+    changed = rollout.changed(current, new)
+    if not changed:
+        note(f"update: nothing to update: {', '.join(names)} already run(s) the image just built")
+        return
+    for p in changed:
+        i = new["images"][p]
+        note(f"update: {', '.join(i['services'])}: {current['images'][p]['ref']} -> {i['ref']}")
+    _rollout(client, stack, new, changed, batch, timeout, "update")
+
+
+@overcloud.command()
+@STACK_OPTION
+@BATCH_OPTION
+@TIMEOUT_OPTION
+def rollback(stack, batch, timeout):
+    """Bring every node back to the previous deployed set of service images.
+
+    The previous set is the one before the last deploy, update or rollback that changed
+    an image (its images are kept in the image store for this); it rolls out as an
+    update does, node by node, and a rollback twice returns to where it began.
+
+    \b
+    Example:
+      undercloud overcloud update --service keystone && undercloud overcloud rollback
+    """
+    from undercloud.orchestration.overcloud import rollout
+
+    client = Client(timeout=600)
+    sets = _deployed_set(client, stack)
+    previous = sets.get("previous")
+    if not previous:
+        raise UndercloudError(f"stack {stack} has no previous deployed set to roll back to "
+                              f"(no update changed its images yet)", "--stack")
+    current = sets["current"]
+    previous = {**previous, "images": {p: i for p, i in previous["images"].items() if p in current["images"]}}
+    for p, i in sorted(previous["images"].items()):
+        try:
+            client.get(f"/v1/images/{i['id']}")
+        except NotFound:
+            raise UndercloudError(f"image {i['name']} ({i['ref']}) of the previous set is no longer in the "
+                                  f"image store: nothing to roll {p} back to", "--stack") from None
+    changed = rollout.changed(current, previous)
+    if not changed:
+        note("rollback: nothing to do: the previous set has the same images")
+        return
+    for p in changed:
+        i = previous["images"][p]
+        note(f"rollback: {', '.join(i['services'])}: {current['images'][p]['ref']} -> {i['ref']}")
+    _rollout(client, stack, {**previous, "images": {**current["images"], **previous["images"]}},
+             changed, batch, timeout, "rollback")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -39,10 +40,11 @@ def gather(template: str, environments: tuple[str, ...]) -> dict:
     return Bundle.from_paths(template, env_paths=list(environments)).to_json()
 
 
-def template_options(f: Callable) -> Callable:
+def template_options(f: Callable, template_required: bool = True) -> Callable:
     for opt in reversed([
-        click.option("-t", "--template", required=True, type=click.Path(dir_okay=False),
-                     help="The HOT template file."),
+        click.option("-t", "--template", required=template_required, type=click.Path(dir_okay=False),
+                     help="The HOT template file." + ("" if template_required else
+                                                      " Required, except with --existing.")),
         click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
                      help="An environment file; repeat to merge several, in order."),
         click.option("-P", "--parameter", "parameters", multiple=True, metavar="KEY=VALUE",
@@ -124,23 +126,36 @@ def create(name, template, environments, parameters, rollback, timeout, wait):
 
 @stack.command()
 @click.argument("name")
-@template_options
+@functools.partial(template_options, template_required=False)
+@click.option("--existing", is_flag=True,
+              help="Keep the stored template (unless -t is given) and parameters; -P values go over "
+                   "them (Heat's PATCH update).")
 @click.option("--dry-run", is_flag=True,
               help="Show what would be created, updated, replaced and deleted; change nothing.")
 @formatted()
-def update(name, template, environments, parameters, rollback, timeout, wait, dry_run):
+def update(name, template, environments, parameters, rollback, timeout, wait, existing, dry_run):
     """Update stack NAME to a new template and parameters.
 
     Resources whose properties are unchanged are not touched; changed properties that
     allow it are updated in place, other changes replace the resource (the new one is
     made before the old one goes, unless its type says otherwise). Resources the new
     template no longer has are deleted at the end. Parameters are not carried over from
-    the previous update: give them all again.
+    the previous update unless --existing is given: then the stored ones stay, with the
+    -P values over them, and without -t the stored template stays too.
+
+    \b
+    Examples:
+      undercloud stack update demo -t demo.yaml -P count=5
+      undercloud stack update demo --existing -P count=6 --wait
     """
-    bundle = gather(template, environments)
+    if not template and not existing:
+        raise InvalidInput("give the template (-t) or --existing to keep the stored one", "stack update")
+    if environments and not template:
+        raise InvalidInput("-e needs -t: environments go with a template", "stack update")
+    bundle = gather(template, environments) if template else None
     client = Client()
     body = {"bundle": bundle, "parameters": parse_parameters(parameters), "rollback": rollback,
-            "timeout": timeout * 60 if timeout else None, "dry_run": dry_run}
+            "timeout": timeout * 60 if timeout else None, "dry_run": dry_run, "existing": existing}
     s = client.patch(f"/v1/stacks/{name}", json=body)
     if dry_run:
         return s

@@ -8,6 +8,7 @@ content already stored, so a failed or corrupt upload leaves nothing registered.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 import time
@@ -108,13 +109,15 @@ class ImageStore:
         return removed
 
     # ---- records -------------------------------------------------------------------
-    def register(self, items: list[dict], replace: bool = False) -> list[dict]:
+    def register(self, items: list[dict], replace: bool = False, keep: Iterable[str] = ()) -> list[dict]:
         """Register images whose content is stored, all in one transaction.
 
         Each item: name, disk_format, sha256, properties. A property value "#N" is replaced
         by the id of the Nth item (so a batch can link an ISO to its kernel and ramdisk).
         With `replace`, earlier images of the same name and hypervisor_type are removed in
-        the same transaction (content they alone used is removed after).
+        the same transaction (content they alone used is removed after), except those a
+        stack still names (its current or previous deployed set: something to roll back
+        to) and those `keep` names (ids or podman tags).
         """
         if not items:
             raise InvalidInput("nothing to register", "images")
@@ -141,13 +144,15 @@ class ImageStore:
             rows.append(Image(id=ids[i], name=name, disk_format=fmt, size=path.stat().st_size,
                               checksum=sha, status="active", properties=props))
         replaced: list[Image] = []
+        kept = set(keep)
         with self.store.session() as s:
             if replace:
+                named = _stack_texts(s)
                 for r in rows:
                     ht = r.properties.get("hypervisor_type")
                     for old in s.scalars(select(Image).where(Image.name == r.name)):
                         if old.properties.get("hypervisor_type") == ht and old.id not in ids \
-                                and old.disk_format == r.disk_format:
+                                and old.disk_format == r.disk_format and not _still_used(old, kept, named):
                             replaced.append(old)
                             s.delete(old)
             s.add_all(rows)
@@ -218,6 +223,21 @@ class ImageStore:
         if not (self.blobs / row.checksum).exists():
             d["status"] = "missing"  # content removed behind our back: say so, never serve it
         return d
+
+
+def _stack_texts(session) -> list[str]:
+    """Every root stack's current and previous templates and parameters, as text: what a
+    deployed set names (podman tags in environments, image ids in download paths)."""
+    from undercloud.store.stacks import Stack
+
+    rows = session.execute(select(Stack.bundle, Stack.parameters, Stack.prev_bundle, Stack.prev_parameters)
+                           .where(Stack.parent_id.is_(None)))
+    return [json.dumps(list(r), default=str) for r in rows]
+
+
+def _still_used(image: Image, kept: set[str], stack_texts: list[str]) -> bool:
+    names = {image.id, (image.properties or {}).get("podman_image")} - {None, ""}
+    return bool(names & kept) or any(n in t for n in names for t in stack_texts)
 
 
 class _BlobWriter:

@@ -126,13 +126,21 @@ class StackService:
         self._start(row["id"], wait)
         return self.show(row["id"])
 
-    def update(self, name_or_id: str, bundle: dict, parameters: dict | None = None, *, rollback: bool = False,
-               timeout: float | None = None, dry_run: bool = False, wait: bool = False) -> dict:
+    def update(self, name_or_id: str, bundle: dict | None, parameters: dict | None = None, *,
+               rollback: bool = False, timeout: float | None = None, dry_run: bool = False, wait: bool = False,
+               existing: bool = False) -> dict:
+        """Update to `bundle` and `parameters`; with `existing` (Heat's PATCH), the stored
+        bundle when none is given and the stored parameters with `parameters` over them."""
         root = self._root(name_or_id)
         if root["status"] == "IN_PROGRESS":
             raise Conflict(f"stack {root['name']} is {root['action']}_IN_PROGRESS; wait for it or cancel it")
         if root["action"] == "DELETE":
             raise Conflict(f"stack {root['name']} is being deleted")
+        if existing:
+            bundle = bundle or root["bundle"]
+            parameters = {**(root["parameters"] or {}), **(parameters or {})}
+        if not bundle:
+            raise InvalidInput("an update needs a bundle (or existing: true, to keep the stored one)", "bundle")
         tmpl = self._load(bundle, parameters or {}, root["name"], root["id"])
         if dry_run:
             return self.plan(root, bundle, parameters or {})

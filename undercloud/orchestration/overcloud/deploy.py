@@ -94,12 +94,18 @@ def failure_details(get: Callable[..., Any], stack: str) -> tuple[str, list[str]
             reason = get(f"/v1/stacks/{stack}/resources/{r['path']}").get("resource_status_reason") or ""
         except UndercloudError:
             reason = ""
-        detail = re.search(r"non-zero status code: -?\d+ \((.*)\)$", reason, re.S)
-        text = detail.group(1) if detail else reason
-        head, _, tail = text.partition(" | last lines of its log: | ")
-        return (f"step {step} failed on node {node} (role {role}): {head}",
-                [x for x in tail.split(" | ") if x] if tail else [])
+        head, tail = deployment_reason(reason)
+        return f"step {step} failed on node {node} (role {role}): {head}", tail
     return f"stack {stack} {s['stack_status']}: {s['stack_status_reason']}", []
+
+
+def deployment_reason(reason: str) -> tuple[str, list[str]]:
+    """A failed deployment's reason: (what failed: pod, container, health check; the
+    service's log tail)."""
+    detail = re.search(r"non-zero status code: -?\d+ \((.*)\)$", reason, re.S)
+    text = detail.group(1) if detail else reason
+    head, _, tail = text.partition(" | last lines of its log: | ")
+    return head, [x for x in tail.split(" | ") if x] if tail else []
 
 
 ENDPOINT_WAIT = 90.0  # seconds for every API to answer through the VIP once its service is healthy

@@ -1,0 +1,82 @@
+"""The deployed sets of an overcloud: which service image each image parameter named at the
+last successful deploy, update or rollback (`current`) and at the one before that changed
+images (`previous`, what `overcloud rollback` returns to). Kept in the home beside the
+stack's secrets; their images are kept in the image store (`keep` of a registration).
+
+A set: {"images": {param: {"name", "ref", "id", "services"}}, "hypervisor", "at"}."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from undercloud.orchestration.overcloud.secrets import stack_dir, write_private
+
+FILE = "deployed-sets.json"
+
+
+def load(home: Path, stack: str) -> dict[str, Any]:
+    try:
+        data = json.loads((stack_dir(home, stack) / FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def make_set(library, records: dict[str, dict], hypervisor: str) -> dict[str, Any]:
+    """The set a deploy with these image records (name -> record) makes."""
+    services: dict[str, list[str]] = {}
+    for s in library.enabled:
+        for param in s.images:
+            if s.name and s.name not in services.setdefault(param, []):
+                services[param].append(s.name)
+    images = {}
+    for param, name in sorted(library.images().items()):
+        r = records[name]
+        images[param] = {"name": name, "ref": r["properties"]["podman_image"], "id": r["id"],
+                         "services": sorted(services.get(param, []))}
+    return {"images": images, "hypervisor": hypervisor, "at": time.time()}
+
+
+def record(home: Path, stack: str, new: dict[str, Any]) -> None:
+    """`new` is now current; the current set becomes previous when the images differ (a
+    deploy that changed no image keeps the set to roll back to)."""
+    data = load(home, stack)
+    cur = data.get("current")
+    if cur and refs(cur) != refs(new):
+        data["previous"] = cur
+    data["current"] = new
+    write_private(stack_dir(home, stack) / FILE, json.dumps(data, indent=1, sort_keys=True))
+
+
+def forget(home: Path, stack: str) -> None:
+    (stack_dir(home, stack) / FILE).unlink(missing_ok=True)
+
+
+def refs(s: dict[str, Any] | None) -> dict[str, str]:
+    return {p: i["ref"] for p, i in ((s or {}).get("images") or {}).items()}
+
+
+def parameters(s: dict[str, Any], params: list[str] | None = None) -> dict[str, Any]:
+    """Stack parameters naming the set's images (`params`: only those): the image
+    parameters, and where VM and bare-metal nodes download them from."""
+    chosen = {p: i for p, i in s["images"].items() if params is None or p in params}
+    out: dict[str, Any] = {p: i["ref"] for p, i in chosen.items()}
+    if s.get("hypervisor", "container") != "container":
+        out["ServiceImageSources"] = {i["ref"]: f"/v1/images/{i['id']}/file" for i in s["images"].values()}
+    return out
+
+
+def kept(home: Path) -> list[str]:
+    """Every image (podman tag) a recorded set of any stack of this home names."""
+    out: set[str] = set()
+    for f in (home / "overcloud").glob(f"*/{FILE}"):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        for s in (data.get("current"), data.get("previous")):
+            out.update(refs(s).values())
+    return sorted(out)

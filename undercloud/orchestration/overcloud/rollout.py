@@ -1,0 +1,117 @@
+"""A rolling change of service images (`overcloud update`, `overcloud rollback`): which image
+parameters change, and following the stack update node by node from its events. The
+rollout itself is the engine's: the deploy steps' groups update `UpdateBatchSize` nodes at
+a time (each healthy before the next) and a failure rolls the stack back, so a CLI that
+dies strands nothing. Pure functions over the API's answers (`get` is the client's)."""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from undercloud.errors import InvalidInput
+from undercloud.orchestration.overcloud.deploy import deployment_reason
+
+STEP_MEMBER = re.compile(r"^(\w+)Deployment_Step(\d)\.([^.]+)$")
+POLL = 0.5
+
+
+def choose(current: dict, services: tuple[str, ...] | list[str]) -> list[str]:
+    """The image parameters of `services` (all when none given)."""
+    images = current["images"]
+    if not services:
+        return sorted(images)
+    known = sorted({s for i in images.values() for s in i.get("services", [])})
+    unknown = [s for s in services if s not in known]
+    if unknown:
+        raise InvalidInput(f"no deployed service {', '.join(unknown)} (the deployed ones: {', '.join(known)})",
+                           "--service")
+    return sorted(p for p, i in images.items() if set(i.get("services", [])) & set(services))
+
+
+def with_records(current: dict, params: list[str], records: dict[str, dict]) -> dict:
+    """The set `current` becomes with the image records (by name) for `params`."""
+    new = copy.deepcopy(current)
+    for p in params:
+        i = new["images"][p]
+        r = records[i["name"]]
+        i.update(ref=r["properties"]["podman_image"], id=r["id"])
+    new["at"] = time.time()
+    return new
+
+
+def changed(old: dict, new: dict) -> list[str]:
+    return sorted(p for p, i in new["images"].items() if (old["images"].get(p) or {}).get("ref") != i["ref"])
+
+
+def last_event(get: Callable[..., Any], stack: str) -> int:
+    after = 0
+    while True:
+        rows = get(f"/v1/stacks/{stack}/events", params={"after": after, "limit": 1000})
+        if not rows:
+            return after
+        after = rows[-1]["id"]
+
+
+class Follow:
+    """Follows a stack operation from its events: a line per node and deploy step as it
+    starts, is healthy or fails (with the pod, container and health check that failed);
+    keeps the first failure."""
+
+    def __init__(self, get: Callable[..., Any], stack: str, say: Callable[[str], None], after: int):
+        self.get, self.stack, self._say, self.after = get, stack, say, after
+        self.start = time.monotonic()
+        self.failure: tuple[str, str, list[str]] | None = None  # node, what failed, log tail
+        self.nodes: dict[str, str] = {}  # node -> its last state
+        self.rolling_back = False
+
+    def say(self, msg: str) -> None:
+        self._say(f"[{time.monotonic() - self.start:6.1f}s] {msg}")
+
+    def poll(self) -> None:
+        while True:
+            rows = self.get(f"/v1/stacks/{self.stack}/events",
+                            params={"after": self.after, "limit": 1000, "nested_depth": 2})
+            for e in rows:
+                self.after = e["id"]
+                self.event(e)
+            if len(rows) < 1000:
+                return
+
+    def event(self, e: dict) -> None:
+        status = e["resource_status"]
+        if e["resource_name"] == self.stack:
+            if status == "ROLLBACK_IN_PROGRESS":
+                self.rolling_back = True
+                self.say("rolling back what changed to the previous images and configuration")
+            return
+        m = STEP_MEMBER.match(e["resource_name"])
+        if not m:
+            return
+        _role, step, node = m.groups()
+        _action, _, state = status.partition("_")
+        again = " (rollback)" if self.rolling_back else ""
+        if state == "IN_PROGRESS":
+            self.say(f"{node}: step {step}{again} running")
+        elif state == "COMPLETE":
+            self.nodes[node] = "rolled back" if self.rolling_back else "updated"
+            self.say(f"{node}: step {step}{again} healthy")
+        elif state == "FAILED":
+            head, tail = deployment_reason(e.get("resource_status_reason") or "")
+            if self.failure is None and not self.rolling_back:
+                self.failure = (node, f"step {step}: {head}", tail)
+            self.nodes[node] = "failed"
+            self.say(f"{node}: step {step}{again} failed: {head}")
+
+    def run(self) -> dict:
+        """Until the operation ends; returns the stack."""
+        while True:
+            s = self.get(f"/v1/stacks/{self.stack}")
+            self.poll()
+            if not s["stack_status"].endswith("_IN_PROGRESS"):
+                self.poll()
+                return s
+            time.sleep(POLL)
