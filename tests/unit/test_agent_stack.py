@@ -3,6 +3,7 @@ and software deployments, through the real service and CLI."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -307,8 +308,9 @@ outputs:
 """
 
 
-def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path, template=GROUP):
-    p = stack_create_bg(write(tmp_path, template))
+@contextlib.contextmanager
+def two_agents(uc_home, tmp_path):
+    """An agent process for each of the stack's two servers (once their configs exist)."""
     cfgs = wait_for(lambda: sorted((uc_home.path / "agents").glob("*.json"))
                     if (uc_home.path / "agents").exists() and len(list((uc_home.path / "agents").glob("*.json"))) == 2
                     else None, what="two agent configs")
@@ -323,12 +325,18 @@ def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path, templ
                                        str(tmp_path / f"a{i}.json")], stderr=subprocess.DEVNULL,
                                       start_new_session=True))
     try:
-        _out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
+        yield
     finally:
         for q in procs:
             os.killpg(q.pid, signal.SIGKILL)
             q.wait()
+
+
+def test_deployment_group_attributes_are_maps_by_member(uc_home, tmp_path, template=GROUP):
+    p = stack_create_bg(write(tmp_path, template))
+    with two_agents(uc_home, tmp_path):
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
     o = outputs()
     ids = o["ids"]
     assert o["stdouts"] == {"first": f"on {ids['first']}\n", "second": f"on {ids['second']}\n"}
@@ -349,3 +357,66 @@ def test_deployment_group_in_batches_of_one_runs_one_server_after_the_other(uc_h
              if e["resource_name"] in ("deployments.first", "deployments.second")]
     assert order == [("first", "CREATE_IN_PROGRESS"), ("first", "CREATE_COMPLETE"),
                      ("second", "CREATE_IN_PROGRESS"), ("second", "CREATE_COMPLETE")], order
+
+
+ROLLING = """
+heat_template_version: 2018-08-31
+parameters:
+  version: {type: string, default: v1}
+resources:
+  a: {type: OS::Heat::DeployedServer}
+  b: {type: OS::Heat::DeployedServer}
+  config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      config:
+        str_replace:
+          template: |
+            #!/bin/sh
+            echo VERSION >> RECORD.$deploy_resource_name
+            [ VERSION != broken ] || { echo "VERSION does not start" >&2; exit 3; }
+          params: {VERSION: {get_param: version}, RECORD: RECORD_PATH}
+  deployments:
+    type: OS::Heat::SoftwareDeploymentGroup
+    update_policy: {rolling_update: {max_batch_size: 1}}
+    properties:
+      config: {get_resource: config}
+      servers: {first: {get_resource: a}, second: {get_resource: b}}
+"""
+
+
+def test_rolling_update_stops_at_the_first_failing_member_and_rolls_it_back(uc_home, tmp_path):
+    """What `overcloud update` relies on: a group updated one member at a time; a failing
+    member stops the rollout (the next one is never touched) and, with rollback, runs
+    the previous configuration again; `stack update --existing` keeps the template."""
+    record = tmp_path / "ran"
+    p = stack_create_bg(write(tmp_path, ROLLING.replace("RECORD_PATH", str(record))))
+
+    def ran(member):
+        f = tmp_path / f"ran.{member}"
+        return f.read_text().split() if f.exists() else []
+
+    def update(version):
+        return run_cli("stack", "update", "s", "--existing", "-P", f"version={version}", "--rollback", "--wait",
+                       "-f", "json")
+
+    with two_agents(uc_home, tmp_path):
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        r = update("v2")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["stack_status"] == "UPDATE_COMPLETE"
+        assert (ran("first"), ran("second")) == (["v1", "v2"], ["v1", "v2"])
+        r = update("broken")
+        assert r.returncode == 1
+        assert "ROLLBACK_COMPLETE" in r.stderr and "broken does not start" in r.stderr, r.stderr
+    # The first member failed, then ran v2 again; the second was never given the broken one.
+    assert ran("first") == ["v1", "v2", "broken", "v2"]
+    assert ran("second") == ["v1", "v2"]
+    s = json.loads(run_cli("stack", "show", "s", "-f", "json").stdout)
+    assert s["stack_status"] == "ROLLBACK_COMPLETE"
+    assert s["parameters"]["version"] == "v2"
+    events = json.loads(run_cli("stack", "event", "list", "s", "--nested-depth", "2", "-f", "json").stdout)
+    failed = [e for e in events if e["resource_status"].endswith("FAILED") and e["resource_name"] == "deployments.first"]
+    assert failed and "broken does not start" in failed[0]["resource_status_reason"], failed

@@ -108,6 +108,32 @@ def test_replace_keeps_other_hypervisor_types_and_drops_old_content(images):
     assert old not in os.listdir(images.blobs)
 
 
+def test_replace_keeps_what_a_stack_or_keep_still_names(images):
+    """Images a deployed set needs (named by a stack's current or previous template and
+    parameters, or given in `keep`) survive a newer registration of their name."""
+    from undercloud.orchestration.engine.walk import new_root_row
+    from undercloud.store.stacks import Stack
+
+    def oci(data: bytes, tag: str, replace: bool = True) -> dict:
+        return images.register([{"name": "service-x", "disk_format": "oci", "sha256": put(images, data),
+                                 "properties": {"hypervisor_type": "container", "podman_image": tag}}],
+                               replace=replace, keep=["localhost/undercloud/service-x:kept"])[0]
+
+    by_tag = oci(b"a" * 100, "localhost/undercloud/service-x:deployed", replace=False)
+    by_id = oci(b"b" * 100, "localhost/undercloud/service-x:by-id", replace=False)
+    kept = oci(b"c" * 100, "localhost/undercloud/service-x:kept", replace=False)
+    row = new_root_row("oc", {"files": {"env.yaml": "parameter_defaults: {XImage: "
+                                        "'localhost/undercloud/service-x:deployed'}"}}, {}, "", "CREATE", {})
+    row["prev_parameters"] = {"ServiceImageSources": {"r": f"/v1/images/{by_id['id']}/file"}}
+    with images.store.session() as s:
+        s.add(Stack(**row))
+    dropped = oci(b"d" * 100, "localhost/undercloud/service-x:dropped")
+    newest = oci(b"e" * 100, "localhost/undercloud/service-x:newest")
+    ids = {r["id"] for r in images.list(name="service-x")}
+    assert ids == {by_tag["id"], by_id["id"], kept["id"], newest["id"]}
+    assert dropped["checksum"] not in os.listdir(images.blobs)
+
+
 def test_missing_content_shows_as_missing(images):
     sha = put(images, b"x" * 10)
     img = images.register([{"name": "m", "disk_format": "raw", "sha256": sha}])[0]

@@ -54,7 +54,8 @@ def template_options(f: Callable, template_required: bool = True) -> Callable:
                           "back to the previous template). Off by default, as in Heat."),
         click.option("--timeout", type=float, metavar="MINUTES",
                      help="Fail resources still in progress after this long (default 60)."),
-        click.option("--wait", is_flag=True, help="Wait for the end, showing progress on stderr; exit 1 on failure."),
+        click.option("--wait", is_flag=True, help="Wait for the end, showing progress on stderr; exit 1 on failure "
+                                                  "(rolled back included)."),
     ]):
         f = opt(f)
     return f
@@ -89,8 +90,24 @@ def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
                 click.echo("", err=True)
             if s["stack_status"].endswith("_FAILED"):
                 raise StackFailed(f"stack {s['stack_name']} {s['stack_status']}: {s['stack_status_reason']}")
+            if s["stack_status"] == "ROLLBACK_COMPLETE":  # the operation failed, then was undone
+                raise StackFailed(f"stack {s['stack_name']} ROLLBACK_COMPLETE: {rollback_cause(client, name)}; "
+                                  f"rolled back")
             return s
         time.sleep(0.5)
+
+
+def rollback_cause(client: Client, name: str) -> str:
+    """Why the last rollback started (its event says; the stack's reason then only says it completed)."""
+    cause, after = "the operation failed", 0
+    while True:
+        rows = client.get(f"/v1/stacks/{name}/events", params={"after": after, "limit": 1000, "nested_depth": 0})
+        for e in rows:
+            if e["resource_status"] == "ROLLBACK_IN_PROGRESS":
+                cause = (e.get("resource_status_reason") or "").removeprefix("Stack ROLLBACK started: ") or cause
+        if len(rows) < 1000:
+            return cause
+        after = rows[-1]["id"]
 
 
 @click.group()

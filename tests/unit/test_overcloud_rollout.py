@@ -1,0 +1,111 @@
+"""`overcloud update` / `overcloud rollback`: deployed sets, which parameters change, the
+progress read from the engine's events, and bad input (one line, nothing changed)."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from tests.conftest import run_cli
+from undercloud.errors import InvalidInput
+from undercloud.orchestration.overcloud import deployed, rollout
+
+
+def a_set(**refs) -> dict:
+    services = {"KeystoneImage": ["keystone"], "NovaImage": ["nova-api", "nova-conductor"]}
+    return {"hypervisor": "vm", "at": 0, "images": {
+        p: {"name": p.lower(), "ref": ref, "id": f"id-{ref}", "services": services[p]} for p, ref in refs.items()}}
+
+
+def test_a_deploy_that_changes_no_image_keeps_the_set_to_roll_back_to(tmp_path):
+    home = tmp_path / "home"
+    deployed.record(home, "oc", a_set(KeystoneImage="k1", NovaImage="n1"))
+    assert "previous" not in deployed.load(home, "oc")
+    deployed.record(home, "oc", a_set(KeystoneImage="k2", NovaImage="n1"))
+    deployed.record(home, "oc", a_set(KeystoneImage="k2", NovaImage="n1"))  # e.g. a drift repair
+    sets = deployed.load(home, "oc")
+    assert deployed.refs(sets["previous"]) == {"KeystoneImage": "k1", "NovaImage": "n1"}
+    assert deployed.refs(sets["current"]) == {"KeystoneImage": "k2", "NovaImage": "n1"}
+    assert deployed.kept(home) == ["k1", "k2", "n1"]
+    f = home / "overcloud" / "oc" / deployed.FILE
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+
+
+def test_set_parameters_name_the_images_and_where_nodes_load_them():
+    s = a_set(KeystoneImage="k2", NovaImage="n1")
+    assert deployed.parameters(s, ["KeystoneImage"]) == {
+        "KeystoneImage": "k2", "ServiceImageSources": {"k2": "/v1/images/id-k2/file", "n1": "/v1/images/id-n1/file"}}
+    assert deployed.parameters({**s, "hypervisor": "container"}, ["NovaImage"]) == {"NovaImage": "n1"}
+
+
+def test_choose_by_service_and_what_changed():
+    cur = a_set(KeystoneImage="k1", NovaImage="n1")
+    assert rollout.choose(cur, []) == ["KeystoneImage", "NovaImage"]
+    assert rollout.choose(cur, ["nova-conductor"]) == ["NovaImage"]
+    with pytest.raises(InvalidInput) as exc:
+        rollout.choose(cur, ["keystone", "glance"])
+    assert exc.value.where == "--service"
+    assert "no deployed service glance" in exc.value.message and "keystone, nova-api" in exc.value.message
+    records = {"keystoneimage": {"id": "new", "properties": {"podman_image": "k9"}},
+               "novaimage": {"id": "id-n1", "properties": {"podman_image": "n1"}}}
+    new = rollout.with_records(cur, ["KeystoneImage", "NovaImage"], records)
+    assert rollout.changed(cur, new) == ["KeystoneImage"]
+    assert new["images"]["KeystoneImage"] == {"name": "keystoneimage", "ref": "k9", "id": "new",
+                                              "services": ["keystone"]}
+    assert cur["images"]["KeystoneImage"]["ref"] == "k1"  # the current set is left as it was
+
+
+def test_follow_says_per_node_and_step_and_keeps_the_first_failure():
+    said = []
+    f = rollout.Follow(lambda *_a, **_k: [], "oc", said.append, 0)
+    reason = ("Error: resources[0]: Deployment exited with non-zero status code: 1 (pod keystone: container "
+              "keystone: readiness probe (GET :5000/v3) exited | last lines of its log: | boom | bye)")
+    for name, status, why in [
+            ("ControllerDeployment_Step3.oc-controller-0", "UPDATE_IN_PROGRESS", ""),
+            ("ControllerDeployment_Step3.oc-controller-0", "UPDATE_FAILED", reason),
+            ("ControllerDeployment_Step3", "UPDATE_FAILED", "nested failure"),
+            ("oc", "ROLLBACK_IN_PROGRESS", "Stack ROLLBACK started: ..."),
+            ("ControllerDeployment_Step3.oc-controller-0", "UPDATE_IN_PROGRESS", ""),
+            ("ControllerDeployment_Step3.oc-controller-0", "UPDATE_COMPLETE", "")]:
+        f.event({"resource_name": name, "resource_status": status, "resource_status_reason": why})
+    assert f.failure == ("oc-controller-0",
+                         "step 3: pod keystone: container keystone: readiness probe (GET :5000/v3) exited",
+                         ["boom", "bye"])
+    assert f.nodes == {"oc-controller-0": "rolled back"}
+    lines = [x.split("] ", 1)[1] for x in said]
+    assert lines == ["oc-controller-0: step 3 running",
+                     "oc-controller-0: step 3 failed: pod keystone: container keystone: readiness probe "
+                     "(GET :5000/v3) exited",
+                     "rolling back what changed to the previous images and configuration",
+                     "oc-controller-0: step 3 (rollback) running",
+                     "oc-controller-0: step 3 (rollback) healthy"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["update"], "no overcloud stack 'overcloud': run `undercloud deploy`"),
+    (["update", "--batch", "0"], "Invalid value for '--batch'"),
+    (["rollback", "--stack", "nope"], "no overcloud stack 'nope'"),
+])
+def test_update_and_rollback_bad_input_is_one_line(uc_home, args, message):
+    r = run_cli("overcloud", *args)
+    assert r.returncode != 0
+    assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_update_without_a_recorded_set_and_rollback_without_a_previous_one(uc_home, tmp_path):
+    (tmp_path / "t.yaml").write_text("heat_template_version: 2018-08-31\nresources: {}\n")
+    assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait").returncode == 0
+    r = run_cli("overcloud", "update", "--service", "keystone")
+    assert r.returncode == 1 and "no deployed set recorded for stack overcloud" in r.stderr, r.stderr
+    deployed.record(uc_home.path, "overcloud", a_set(KeystoneImage="k1", NovaImage="n1"))
+    r = run_cli("overcloud", "rollback")
+    assert r.returncode == 1 and "no previous deployed set" in r.stderr, r.stderr
+    r = run_cli("overcloud", "update", "--service", "glance")
+    assert r.returncode == 1 and "--service: no deployed service glance" in r.stderr, r.stderr
+    deployed.record(uc_home.path, "overcloud", a_set(KeystoneImage="k2", NovaImage="n1"))
+    r = run_cli("overcloud", "rollback")  # the previous set's image is not in the store
+    assert r.returncode == 1 and "image keystoneimage (k1) of the previous set is no longer in the image store" \
+        in r.stderr, r.stderr
+    assert json.loads(run_cli("stack", "show", "overcloud", "-f", "json").stdout)["stack_status"] == "CREATE_COMPLETE"
