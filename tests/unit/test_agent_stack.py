@@ -363,6 +363,7 @@ ROLLING = """
 heat_template_version: 2018-08-31
 parameters:
   version: {type: string, default: v1}
+  batch: {type: number, default: 1}
 resources:
   a: {type: OS::Heat::DeployedServer}
   b: {type: OS::Heat::DeployedServer}
@@ -379,7 +380,7 @@ resources:
           params: {VERSION: {get_param: version}, RECORD: RECORD_PATH}
   deployments:
     type: OS::Heat::SoftwareDeploymentGroup
-    update_policy: {rolling_update: {max_batch_size: 1}}
+    update_policy: {rolling_update: {max_batch_size: {get_param: batch}}}
     properties:
       config: {get_resource: config}
       servers: {first: {get_resource: a}, second: {get_resource: b}}

@@ -26,6 +26,7 @@ class StackBody(BaseModel):
     timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT)  # seconds
     dry_run: bool = False
     existing: bool = False  # update: keep the stored bundle (unless given) and parameters, these over them
+    environment: dict[str, Any] | None = None  # update: {parameter_defaults} after the bundle's environments
 
 
 @router.get("")
@@ -52,7 +53,8 @@ def show_stack(stack: str, ctx: Context = Depends(get_context)):
 @router.patch("/{stack}")
 def update_stack(stack: str, body: StackBody, ctx: Context = Depends(get_context)):
     return ctx.stacks.update(stack, body.bundle, body.parameters, rollback=body.rollback,
-                             timeout=body.timeout, dry_run=body.dry_run, existing=body.existing)
+                             timeout=body.timeout, dry_run=body.dry_run, existing=body.existing,
+                             environment=body.environment)
 
 
 @router.delete("/{stack}")

@@ -213,8 +213,10 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
 
     start = time.monotonic()
     after = rollout.last_event(client.get, stack)
+    # parameter_defaults (the image parameters belong to the service templates), over the
+    # stored bundle's, with a rollback to it on any failure
     body = {"existing": True, "rollback": True, "timeout": timeout * 60,
-            "parameters": {**deployed.parameters(new, params), "UpdateBatchSize": batch}}
+            "environment": {"parameter_defaults": {**deployed.parameters(new, params), "UpdateBatchSize": batch}}}
     client.patch(f"/v1/stacks/{stack}", json=body)
     follow = rollout.Follow(client.get, stack, note, after)
     s = follow.run()

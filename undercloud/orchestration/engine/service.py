@@ -65,6 +65,28 @@ def iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else None
 
 
+
+INLINE_ENV = "/undercloud/inline-environment.yaml"  # a bundle key, not a file on disk
+
+
+def with_environment(bundle: dict, environment: dict) -> dict:
+    """The bundle with `environment` ({parameter_defaults: ...}) as its last environment,
+    merged over the one an earlier update gave."""
+    import yaml
+
+    if not isinstance(environment, dict) or set(environment) - {"parameter_defaults"} \
+            or not isinstance(environment.get("parameter_defaults", {}), dict):
+        raise InvalidInput("only {parameter_defaults: {...}} can be given inline", "environment")
+    files = dict(bundle.get("files") or {})
+    try:
+        before = yaml.safe_load(files.get(INLINE_ENV) or "") or {}
+    except yaml.YAMLError:
+        before = {}
+    defaults = {**(before.get("parameter_defaults") or {}), **environment.get("parameter_defaults", {})}
+    files[INLINE_ENV] = yaml.safe_dump({"parameter_defaults": defaults}, sort_keys=True)
+    envs = [e for e in bundle.get("environments") or [] if e != INLINE_ENV] + [INLINE_ENV]
+    return {**bundle, "files": files, "environments": envs}
+
 class StackService:
     def __init__(self, store: Store, services: Any = None):
         self.store = store
@@ -128,9 +150,11 @@ class StackService:
 
     def update(self, name_or_id: str, bundle: dict | None, parameters: dict | None = None, *,
                rollback: bool = False, timeout: float | None = None, dry_run: bool = False, wait: bool = False,
-               existing: bool = False) -> dict:
+               existing: bool = False, environment: dict | None = None) -> dict:
         """Update to `bundle` and `parameters`; with `existing` (Heat's PATCH), the stored
-        bundle when none is given and the stored parameters with `parameters` over them."""
+        bundle when none is given and the stored parameters with `parameters` over them.
+        `environment` ({parameter_defaults}) goes after the bundle's environments (with
+        `existing`, over what an earlier one gave)."""
         root = self._root(name_or_id)
         if root["status"] == "IN_PROGRESS":
             raise Conflict(f"stack {root['name']} is {root['action']}_IN_PROGRESS; wait for it or cancel it")
@@ -141,6 +165,8 @@ class StackService:
             parameters = {**(root["parameters"] or {}), **(parameters or {})}
         if not bundle:
             raise InvalidInput("an update needs a bundle (or existing: true, to keep the stored one)", "bundle")
+        if environment:
+            bundle = with_environment(bundle, environment)
         tmpl = self._load(bundle, parameters or {}, root["name"], root["id"])
         if dry_run:
             return self.plan(root, bundle, parameters or {})

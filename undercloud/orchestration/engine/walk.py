@@ -170,7 +170,7 @@ class ResTask:
     """The forward action on one resource of the new definition."""
 
     __slots__ = ("w", "stack", "name", "rd", "needs", "waiting", "dependents", "state", "action",
-                 "row", "old_row", "plugin", "props", "metadata", "deadline", "child", "started",
+                 "row", "old_row", "plugin", "props", "metadata", "update_policy", "deadline", "child", "started",
                  "phase", "resume", "old_props")
 
     def __init__(self, w: Walk, stack: StackNode, name: str, rd: Any, needs: set[str]):
@@ -184,6 +184,7 @@ class ResTask:
         self.plugin: Plugin | None = None
         self.props: dict = {}
         self.metadata: Any = None
+        self.update_policy: Any = {}
         self.deadline = 0.0
         self.child: StackNode | None = None
         self.started = 0.0
@@ -203,6 +204,8 @@ class ResTask:
         try:
             props = stack.tmpl.resolve(rd.properties or {}, resolver) or {}
             metadata = stack.tmpl.resolve(rd.metadata, resolver) if rd.metadata else None
+            # get_param in update_policy (max_batch_size: {get_param: ...}), as Heat allows
+            self.update_policy = stack.tmpl.resolve(rd.update_policy, resolver) if rd.update_policy else {}
         except Exception as exc:  # a function that cannot resolve at runtime
             self.fail_early(f"resources.{self.name}.properties: {describe(exc, 'resolving ' + self.path)}")
             return False
@@ -347,7 +350,7 @@ class ResTask:
             row["data"] = {}
         p = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
                 data=row["data"], physical_id=row.get("physical_id"), services=self.w.services,
-                metadata=self.metadata, update_policy=self.rd.update_policy or {})
+                metadata=self.metadata, update_policy=self.update_policy or {})
         p.action = self.action
         p.find_peer = self.w.peer_finder(self.stack)  # type: ignore[method-assign]
         return p
@@ -383,7 +386,7 @@ class ResTask:
         plugin = self.plugin or cls(name=self.name, uuid=(self.row or {}).get("uuid", "plan"),
                                     stack=self.stack.ref, properties=self.props,
                                     data=dict((self.row or {}).get("data") or {}),
-                                    update_policy=self.rd.update_policy or {})
+                                    update_policy=self.update_policy or {})
         plugin.action = self.action
         row = self.row or {}
         child_id = row.get("nested_id")
