@@ -11,8 +11,10 @@ ComputeCount 2: a new instance lands on the new hypervisor and reaches one on th
 replaced and keeps its data; a broken service fails at its step naming node, service,
 check and log tail, and a fixed re-deploy recovers; delete leaves no container, volume,
 network or instance behind.
-ha: three controllers behind haproxy, a database node and a compute node; keystone stopped
-on one controller, tokens are still issued through haproxy; haproxy stopped on the
+ha: three controllers behind haproxy, a database node and a compute node; a new keystone
+image rolled out node by node while `openstack token issue` runs in a loop (no call fails),
+`overcloud rollback` to the previous images, a broken image stopped and rolled back on the
+first node by itself; keystone stopped on one controller, tokens are still issued through haproxy; haproxy stopped on the
 controller holding the virtual IP, keepalived moves the VIP and tokens are still issued.
 """
 
@@ -23,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -491,6 +494,63 @@ def test_delete_leaves_nothing_behind(cloud):
 
 # ---- ha -------------------------------------------------------------------------------
 
+class CallLoop:
+    """`openstack token issue` (or another call) again and again in a thread while the
+    block runs: how many calls, and which failed. Stops by itself after `limit` s."""
+
+    def __init__(self, clouds: str, *args: str, limit: float = 900):
+        self.clouds, self.args, self.limit = clouds, args or ("token", "issue", "-f", "value", "-c", "id"), limit
+        self.count, self.failures = 0, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.limit
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            r = openstack(self.clouds, *self.args, timeout=120)
+            self.count += 1
+            if r.returncode != 0:
+                self.failures.append(r.stderr.strip()[-300:])
+
+    def __enter__(self) -> CallLoop:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=180)
+
+
+def keystone_variant(where, start: str | None = None):
+    """An elements directory whose `keystone` element is the shipped one with a marker
+    file more (a new image), or with `start` as its start command (a broken image)."""
+    import undercloud
+
+    element = where / "keystone"
+    shutil.copytree(os.path.join(os.path.dirname(undercloud.__file__), "images", "elements", "keystone"), element)
+    if start is None:
+        (element / "static" / "etc" / "keystone").mkdir(parents=True, exist_ok=True)
+        (element / "static" / "etc" / "keystone" / "uc-variant").write_text(f"{where.name}\n")
+    else:
+        (element / "static" / "usr" / "local" / "bin" / "uc-keystone-start").write_text(start)
+    return where
+
+
+def images_by_service(want: dict | None = None, limit: float = 90) -> dict:
+    """(node, service) -> the image id its node's agent reports; with `want`, waits (the
+    agents report within seconds of a change) until the report says so."""
+    deadline = time.monotonic() + limit
+    while True:
+        got = {(x["node"], x["service"]): x["image"] for x in status_rows()}
+        if want is None or got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(2)
+
+
+def started_at(instance: str, node: str, pod: str, container: str | None = None) -> str:
+    return subprocess.run(["podman", "inspect", "--format", "{{.State.StartedAt}}",
+                           f"{instance}-{node}-{pod}-{container or pod}"], capture_output=True, text=True).stdout
+
 def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     uc_home = overcloud_home
     need_overcloud_tools()
@@ -509,6 +569,55 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert sorted(s["Host"] for s in services if s["Binary"] == "nova-conductor") == [
         "overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2"]
     assert all(s["State"] == "up" for s in services), services
+    controllers = sorted(n for n in nodes if "controller" in n)
+
+    # Day 2: a new keystone image rolled out node by node while a loop asks for tokens
+    # through haproxy: not one call fails; nothing else restarts.
+    before = images_by_service()
+    haproxy_started = started_at(uc_home.instance, controllers[0], "haproxy")
+    good = keystone_variant(uc_home.path.parent / "good")
+    start = time.monotonic()
+    with CallLoop(clouds) as calls:
+        up = run_cli("overcloud", "update", "--service", "keystone", "--elements-path", str(good), timeout=1500)
+    assert up.returncode == 0, up.stderr[-3000:]
+    print(f"rolling update of keystone on 3 controllers (with its image build): {time.monotonic() - start:.1f} s; "
+          f"`openstack token issue` meanwhile: {calls.count} calls, {len(calls.failures)} failures")
+    assert calls.failures == [], calls.failures[:3]
+    assert calls.count >= 3
+    for node in controllers:
+        assert f"{node}: step 3 healthy" in up.stderr
+    assert up.stderr.index(f"{controllers[0]}: step 3 healthy") < up.stderr.index(f"{controllers[1]}: step 3 running")
+    after = images_by_service()
+    changed = sorted(k for k in after if after[k] != before[k])
+    if changed != [(n, "keystone") for n in controllers]:  # a report may lag a few seconds
+        after = images_by_service({**before, **{(n, "keystone"): after[(controllers[-1], "keystone")]
+                                                for n in controllers}})
+        changed = sorted(k for k in after if after[k] != before[k])
+    assert changed == [(n, "keystone") for n in controllers], changed
+    assert started_at(uc_home.instance, controllers[0], "haproxy") == haproxy_started
+
+    # `overcloud rollback`: the previous images on every node again.
+    start = time.monotonic()
+    back = run_cli("overcloud", "rollback", timeout=1200)
+    assert back.returncode == 0, back.stderr[-3000:]
+    print(f"rollback of keystone on 3 controllers: {time.monotonic() - start:.1f} s")
+    assert images_by_service(before) == before
+
+    # A broken image (its start command fails) stops on the first node, which the
+    # undercloud rolls back by itself; the others are never touched.
+    keystone_1 = started_at(uc_home.instance, controllers[1], "keystone")
+    broken = keystone_variant(uc_home.path.parent / "broken",
+                              start="#!/bin/sh\necho 'uc-keystone-start: broken on purpose' >&2\nexit 3\n")
+    bad = run_cli("overcloud", "update", "--service", "keystone", "--elements-path", str(broken), timeout=1500)
+    assert bad.returncode == 1, bad.stderr[-3000:]
+    assert (f"error: update: update failed on node {controllers[0]}, step 3: pod keystone: container keystone: "
+            f"readiness probe (HTTP GET :15000/v3) did not pass") in bad.stderr, bad.stderr[-3000:]
+    assert "rolled back by itself" in bad.stderr and "broken on purpose" in bad.stderr
+    assert f"{controllers[1]}: step 3 running" not in bad.stderr
+    assert started_at(uc_home.instance, controllers[1], "keystone") == keystone_1
+    assert images_by_service(before) == before
+    assert all(x["health"] == "healthy" for x in status_rows())
+    assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
 
     # Stop keystone on one controller (its watchdog paused: it stays stopped): haproxy sends
     # to the others. Resumed, the watchdog starts it again.
@@ -532,7 +641,6 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     # Stop haproxy on the controller holding the virtual IP: its keepalived gives the VIP
     # up (haproxy's health check fails) and another controller takes it.
     vip = virtual_ip()
-    controllers = sorted(n for n in nodes if "controller" in n)
     (holder,) = vip_holders(uc_home.instance, controllers, vip)
     pause_watchdog(uc_home.instance, holder)  # else it starts haproxy again before keepalived gives up
     stop = subprocess.run(["podman", "stop", "-t", "2", f"{uc_home.instance}-{holder}-haproxy-haproxy"],

@@ -486,3 +486,42 @@ def test_two_stacks_run_side_by_side(eng):
     for t in threads:
         t.join()
     assert [s["stack_status"] for s in eng.svc.list()] == ["CREATE_COMPLETE"] * 3
+
+
+NESTED_PARAM = """\
+heat_template_version: 2018-08-31
+parameters:
+  top: {type: string, default: t1}
+resources:
+  inner:
+    type: inner.yaml
+outputs:
+  top: {value: {get_param: top}}
+  inner: {value: {get_attr: [inner, v]}}
+"""
+
+
+def test_update_existing_keeps_the_stored_bundle_and_parameters_and_takes_an_inline_environment(eng):
+    """Heat's PATCH: the stored template and parameters stay, the given ones go over them;
+    an inline environment's parameter_defaults reach nested templates (a top template's
+    `parameters` could not name their parameters), merged over an earlier inline one."""
+    eng.write("inner.yaml", """\
+        heat_template_version: 2018-08-31
+        parameters:
+          Inner: {type: string, default: i1}
+          Other: {type: string, default: o1}
+        outputs:
+          v: {value: {list_join: ['/', [{get_param: Inner}, {get_param: Other}]]}}
+        """)
+    eng.create("s", eng.bundle("top.yaml", NESTED_PARAM), {"top": "t2"})
+    assert eng.outputs("s") == {"top": "t2", "inner": "i1/o1"}
+    eng.update("s", None, {}, existing=True, environment={"parameter_defaults": {"Inner": "i2"}})
+    assert eng.svc.show("s")["stack_status"] == "UPDATE_COMPLETE"
+    assert eng.outputs("s") == {"top": "t2", "inner": "i2/o1"}
+    eng.update("s", None, {"top": "t3"}, existing=True, environment={"parameter_defaults": {"Other": "o2"}})
+    assert eng.outputs("s") == {"top": "t3", "inner": "i2/o2"}
+    with pytest.raises(InvalidInput, match="an update needs a bundle"):
+        eng.svc.update("s", None, {})
+    with pytest.raises(InvalidInput, match="only {parameter_defaults"):
+        eng.svc.update("s", None, {}, existing=True, environment={"resource_registry": {}})
+    assert eng.outputs("s") == {"top": "t3", "inner": "i2/o2"}  # nothing changed by the refused ones
