@@ -495,11 +495,14 @@ def test_delete_leaves_nothing_behind(cloud):
 # ---- ha -------------------------------------------------------------------------------
 
 class CallLoop:
-    """`openstack token issue` (or another call) again and again in a thread while the
-    block runs: how many calls, and which failed. Stops by itself after `limit` s."""
+    """`openstack token issue` and `openstack server list`, in turn, again and again in a
+    thread while the block runs: how many calls, and which failed. Stops by itself after
+    `limit` s."""
 
-    def __init__(self, clouds: str, *args: str, limit: float = 900):
-        self.clouds, self.args, self.limit = clouds, args or ("token", "issue", "-f", "value", "-c", "id"), limit
+    CALLS = (("token", "issue", "-f", "value", "-c", "id"), ("server", "list", "-f", "value"))
+
+    def __init__(self, clouds: str, limit: float = 900):
+        self.clouds, self.limit = clouds, limit
         self.count, self.failures = 0, []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -507,10 +510,11 @@ class CallLoop:
     def run(self) -> None:
         deadline = time.monotonic() + self.limit
         while not self.stop.is_set() and time.monotonic() < deadline:
-            r = openstack(self.clouds, *self.args, timeout=120)
+            args = self.CALLS[self.count % len(self.CALLS)]
+            r = openstack(self.clouds, *args, timeout=120)
             self.count += 1
             if r.returncode != 0:
-                self.failures.append(r.stderr.strip()[-300:])
+                self.failures.append(f"{' '.join(args[:2])}: {r.stderr.strip()[-300:]}")
 
     def __enter__(self) -> CallLoop:
         self.thread.start()
@@ -584,7 +588,7 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert up.returncode == 0, up.stderr[-3000:]
     assert "service-keystone (oci): up to date" in up.stderr  # built just before, for a short loop
     print(f"rolling update of keystone on 3 controllers: {time.monotonic() - start:.1f} s; "
-          f"`openstack token issue` meanwhile: {calls.count} calls, {len(calls.failures)} failures")
+          f"`openstack token issue` and `server list` meanwhile: {calls.count} calls, {len(calls.failures)} failures")
     assert calls.failures == [], calls.failures[:3]
     assert calls.count >= 3
     for node in controllers:
@@ -621,6 +625,17 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert images_by_service(before) == before
     assert all(x["health"] == "healthy" for x in status_rows())
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+    # The services still work with the keystones they had tokens from (re-registering them
+    # at each keystone start must not revoke their tokens): Nova asks Neutron for a port.
+    assert run_cli("image", "build", "guest-tiny", timeout=900).returncode == 0
+    guest = uc_home.path.parent / "guest-tiny.qcow2"
+    assert run_cli("image", "download", "guest-tiny", "-o", str(guest)).returncode == 0
+    ok_json(clouds, "image", "create", "guest", "--file", str(guest), "--disk-format", "qcow2",
+            "--container-format", "bare")
+    ok_json(clouds, "network", "create", "net1")
+    ok_json(clouds, "subnet", "create", "--network", "net1", "--subnet-range", "192.168.78.0/24", "sub1")
+    ok_json(clouds, "flavor", "create", "tiny", "--vcpus", "1", "--ram", "128", "--disk", "1")
+    boot(clouds, "vm1")
 
     # Stop keystone on one controller (its watchdog paused: it stays stopped): haproxy sends
     # to the others. Resumed, the watchdog starts it again.
