@@ -132,6 +132,13 @@ def test_replace_keeps_what_a_stack_or_keep_still_names(images):
     ids = {r["id"] for r in images.list(name="service-x")}
     assert ids == {by_tag["id"], by_id["id"], kept["id"], newest["id"]}
     assert dropped["checksum"] not in os.listdir(images.blobs)
+    # ... and an image a stack names is not deleted either: the one line names the stack.
+    with pytest.raises(Conflict) as exc:
+        images.delete(by_id["id"])
+    assert exc.value.message == (f"image service-x ({by_id['id']}) is used by stack oc (what it runs or would "
+                                 f"roll back to): update or delete the stack first")
+    images.delete(kept["id"])  # `keep` protects from a replacement only
+    assert {r["id"] for r in images.list(name="service-x")} == {by_tag["id"], by_id["id"], newest["id"]}
 
 
 def test_missing_content_shows_as_missing(images):

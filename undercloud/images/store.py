@@ -147,7 +147,7 @@ class ImageStore:
         kept = set(keep)
         with self.store.session() as s:
             if replace:
-                named = _stack_texts(s)
+                named = [text for _name, text in _stack_texts(s)]
                 for r in rows:
                     ht = r.properties.get("hypervisor_type")
                     for old in s.scalars(select(Image).where(Image.name == r.name)):
@@ -186,11 +186,17 @@ class ImageStore:
         return found[0]
 
     def delete(self, ref: str) -> dict:
+        """Remove an image, unless a stack still names it (its current or previous
+        deployed set: what runs, or what a rollback returns to)."""
         img = self.get(ref)
         with self.store.session() as s:
             row = s.get(Image, img["id"])
             if row is None:
                 raise NotFound(f"image {ref!r} was deleted meanwhile", "image")
+            users = sorted(name for name, text in _stack_texts(s) if _still_used(row, set(), [text]))
+            if users:
+                raise Conflict(f"image {img['name']} ({img['id']}) is used by stack {', '.join(users)} (what it "
+                               f"runs or would roll back to): update or delete the stack first", "image")
             s.delete(row)
         self._drop_unused({img["checksum"]})
         return img
@@ -225,14 +231,15 @@ class ImageStore:
         return d
 
 
-def _stack_texts(session) -> list[str]:
-    """Every root stack's current and previous templates and parameters, as text: what a
-    deployed set names (podman tags in environments, image ids in download paths)."""
+def _stack_texts(session) -> list[tuple[str, str]]:
+    """Every root stack's name and its current and previous templates and parameters, as
+    text: what a deployed set names (podman tags in environments, image ids in download
+    paths)."""
     from undercloud.store.stacks import Stack
 
-    rows = session.execute(select(Stack.bundle, Stack.parameters, Stack.prev_bundle, Stack.prev_parameters)
-                           .where(Stack.parent_id.is_(None)))
-    return [json.dumps(list(r), default=str) for r in rows]
+    rows = session.execute(select(Stack.name, Stack.bundle, Stack.parameters, Stack.prev_bundle,
+                                  Stack.prev_parameters).where(Stack.parent_id.is_(None)))
+    return [(r[0], json.dumps(list(r[1:]), default=str)) for r in rows]
 
 
 def _still_used(image: Image, kept: set[str], stack_texts: list[str]) -> bool:
