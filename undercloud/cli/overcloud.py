@@ -22,13 +22,16 @@ STACK_OPTION = click.option("--stack", default="overcloud", show_default=True, h
 
 @click.group()
 def overcloud() -> None:
-    """The overcloud that `undercloud deploy` made: credentials, status, delete.
+    """The overcloud that `undercloud deploy` made: credentials, status, rolling update and
+    rollback of its service images, delete.
 
     \b
     Example:
       undercloud overcloud clouds-yaml > clouds.yaml
       OS_CLIENT_CONFIG_FILE=clouds.yaml openstack --os-cloud overcloud token issue
       undercloud overcloud status
+      undercloud overcloud update --service keystone --no-cache
+      undercloud overcloud rollback
       undercloud overcloud delete
     """
 
