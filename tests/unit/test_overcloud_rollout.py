@@ -109,3 +109,18 @@ def test_update_without_a_recorded_set_and_rollback_without_a_previous_one(uc_ho
     assert r.returncode == 1 and "image keystoneimage (k1) of the previous set is no longer in the image store" \
         in r.stderr, r.stderr
     assert json.loads(run_cli("stack", "show", "overcloud", "-f", "json").stdout)["stack_status"] == "CREATE_COMPLETE"
+
+
+def test_events_are_paged_by_id_to_the_end():
+    """2,500 events come in pages of 1,000 after the id asked for, none twice or missed."""
+    stored = [{"id": i, "resource_name": f"r{i}", "resource_status": "CREATE_COMPLETE"} for i in range(1, 2501)]
+    asked = []
+
+    def get(url, params):
+        asked.append(params["after"])
+        return [e for e in stored if e["id"] > params["after"]][:params["limit"]]
+
+    assert [e["id"] for e in rollout.events(get, "oc", 0)] == list(range(1, 2501))
+    assert asked == [0, 1000, 2000]
+    assert rollout.last_event(get, "oc") == 2500
+    assert [e["id"] for e in rollout.events(get, "oc", 2498)] == [2499, 2500]

@@ -91,19 +91,20 @@ def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
             if s["stack_status"].endswith("_FAILED"):
                 raise StackFailed(f"stack {s['stack_name']} {s['stack_status']}: {s['stack_status_reason']}")
             if s["stack_status"] == "ROLLBACK_COMPLETE":  # the operation failed, then was undone
-                raise StackFailed(f"stack {s['stack_name']} ROLLBACK_COMPLETE: {rollback_cause(client, name)}; "
+                raise StackFailed(f"stack {s['stack_name']} ROLLBACK_COMPLETE: {rollback_cause(client, s)}; "
                                   f"rolled back")
             return s
         time.sleep(0.5)
 
 
-def rollback_cause(client: Client, name: str) -> str:
-    """Why the last rollback started (its event says; the stack's reason then only says it completed)."""
+def rollback_cause(client: Client, stack: dict) -> str:
+    """Why the last rollback started (its event says; the stack's reason then only says it
+    completed). All events are paged: the service pages before it filters by depth."""
     cause, after = "the operation failed", 0
     while True:
-        rows = client.get(f"/v1/stacks/{name}/events", params={"after": after, "limit": 1000, "nested_depth": 0})
+        rows = client.get(f"/v1/stacks/{stack['id']}/events", params={"after": after, "limit": 1000})
         for e in rows:
-            if e["resource_status"] == "ROLLBACK_IN_PROGRESS":
+            if e["resource_status"] == "ROLLBACK_IN_PROGRESS" and e["physical_resource_id"] == stack["id"]:
                 cause = (e.get("resource_status_reason") or "").removeprefix("Stack ROLLBACK started: ") or cause
         if len(rows) < 1000:
             return cause

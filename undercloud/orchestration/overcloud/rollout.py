@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from undercloud.errors import InvalidInput
@@ -47,13 +47,19 @@ def changed(old: dict, new: dict) -> list[str]:
     return sorted(p for p, i in new["images"].items() if (old["images"].get(p) or {}).get("ref") != i["ref"])
 
 
-def last_event(get: Callable[..., Any], stack: str) -> int:
-    after = 0
+def events(get: Callable[..., Any], stack: str, after: int) -> Iterator[dict]:
+    """Every event of the stack after id `after`, page by page. (No nested_depth: the
+    service pages before it filters by depth, so a filtered page may be empty.)"""
     while True:
         rows = get(f"/v1/stacks/{stack}/events", params={"after": after, "limit": 1000})
-        if not rows:
-            return after
+        yield from rows
+        if len(rows) < 1000:
+            return
         after = rows[-1]["id"]
+
+
+def last_event(get: Callable[..., Any], stack: str) -> int:
+    return max((e["id"] for e in events(get, stack, 0)), default=0)
 
 
 class Follow:
@@ -72,14 +78,9 @@ class Follow:
         self._say(f"[{time.monotonic() - self.start:6.1f}s] {msg}")
 
     def poll(self) -> None:
-        while True:
-            rows = self.get(f"/v1/stacks/{self.stack}/events",
-                            params={"after": self.after, "limit": 1000, "nested_depth": 2})
-            for e in rows:
-                self.after = e["id"]
-                self.event(e)
-            if len(rows) < 1000:
-                return
+        for e in events(self.get, self.stack, self.after):
+            self.after = e["id"]
+            self.event(e)
 
     def event(self, e: dict) -> None:
         status = e["resource_status"]
