@@ -50,6 +50,7 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setattr(kube, "start_container", fake.start)
     monkeypatch.setattr(kube, "probe", lambda spec, run_exec=None: (fake.probe_ok, "" if fake.probe_ok else "timed out"))
     monkeypatch.setattr(watchdog, "PERIOD", 0.0)
+    monkeypatch.setattr(watchdog, "LIST_SHARE", 0)  # every round lists (a fake listing costs ~0 s)
     base = kube.state_dir()
     pod = {"metadata": {"name": "keystone"}, "spec": {"containers": [
         {"name": "keystone", "image": "localhost/service-keystone:1",
@@ -134,6 +135,7 @@ def test_a_report_the_undercloud_does_not_take_is_sent_again(node):
 
 
 def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, monkeypatch):
+    monkeypatch.setattr(watchdog, "LIST_SHARE", 20)
     calls = []
     listing = node.listing
     monkeypatch.setattr(kube, "node_containers", lambda mode: calls.append(mode) or listing(mode))
@@ -159,6 +161,7 @@ def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, m
 def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatch):
     import time
 
+    monkeypatch.setattr(watchdog, "LIST_SHARE", 20)
     probed = []
 
     def slow_probe(spec, run_exec=None):
@@ -176,3 +179,28 @@ def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatc
     time.sleep(1.1)
     dog.round()
     assert len(probed) == 3
+
+
+def test_a_starting_container_is_checked_every_round_until_it_first_passes(node, monkeypatch):
+    """So a hang soon after a (re)start counts from the first pass, not after the initial delay."""
+    monkeypatch.setattr(watchdog, "PERIOD", 100.0)
+    probed = []
+    monkeypatch.setattr(kube, "probe", lambda spec, run_exec=None: probed.append(node.probe_ok)
+                        or (node.probe_ok, "" if node.probe_ok else "connection refused"))
+    dog = watchdog.Watchdog(lambda m: None)
+    node.probe_ok = False
+    for _ in range(3):
+        dog.round()
+    assert probed == [False] * 3
+    node.probe_ok = True
+    dog.round()
+    dog.round()  # passed: the next check is a period away
+    assert probed == [False] * 3 + [True]
+    node.containers[("keystone", "keystone")]["started_at"] = 300  # started again: every round again
+    node.probe_ok = False
+    dog.round()
+    dog.round()
+    node.probe_ok = True
+    dog.round()
+    dog.round()
+    assert probed == [False] * 3 + [True] + [False] * 2 + [True]

@@ -9,7 +9,8 @@ played and found ready (kube/<pod>.sha256 and kube/<pod>.json):
   restart policy, which brings an exited process back within a second);
 - a container whose liveness check (`kube.liveness_probe`) fails `failureThreshold` times
   in a row (3) is killed and started again. Failures count once the check passed since the
-  container's start, or `initialDelaySeconds` (120) after it: a slow start is not a hang.
+  container's start (checked every round until then), or `initialDelaySeconds` (120) after
+  it: a slow start is not a hang.
 Never while the hook plays that Pod (`kube.pod_lock`). A container that is missing is left
 to the next deploy (a Pod no longer wanted may have been removed on purpose). A file
 `kube/watchdog.pause` in the agent's state directory pauses it: maintenance, when a
@@ -151,14 +152,17 @@ class Watchdog:
             spec = kube.liveness_probe(c)
             if not spec or time.monotonic() < t["due"]:
                 continue
-            # Checks cost the service a request each: on an emulated VM a WSGI app's answer
-            # takes a fair share of a CPU. They come again after the period, or LIST_SHARE
-            # times what all the passing checks of the last round cost, if that is longer.
-            t["due"] = time.monotonic() + max(float(spec.get("periodSeconds") or PERIOD),
-                                              LIST_SHARE * self.probe_cost)
             run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
             started = time.monotonic()
             ok, said = kube.probe(spec, run_exec=run_exec)
+            # Checks cost the service a request each: on an emulated VM a WSGI app's answer
+            # takes a fair share of a CPU. They come again after the period, or LIST_SHARE
+            # times what all the passing checks of the last round cost, if that is longer.
+            # Until its first pass since a start, every round: a hang soon after a restart
+            # counts only from a pass the watchdog saw (else after the initial delay).
+            if ok or t["passed"]:
+                t["due"] = time.monotonic() + max(float(spec.get("periodSeconds") or PERIOD),
+                                                  LIST_SHARE * self.probe_cost)
             if ok:
                 self.probing += time.monotonic() - started
                 t.update(passed=True, fails=0)
