@@ -675,6 +675,30 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
         assert t.returncode == 0, t.stderr
 
+    # A whole controller lost (its node container and every service container joined to
+    # it): `overcloud replace` makes it again, with the same name and address.
+    lost = next(n for n in reversed(controllers) if n not in holders and n != holder)
+    address = next(x["address"] for x in status_rows() if x["node"] == lost)
+    joined = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
+                            capture_output=True, text=True).stdout.split()
+    assert joined
+    rm = subprocess.run(["podman", "rm", "-f", "-t", "0", *joined, f"{uc_home.instance}-{lost}"],
+                        capture_output=True, text=True)
+    assert rm.returncode == 0, rm.stderr
+    assert all(x["health"] != "healthy" for x in status_rows() if x["node"] == lost)
+    start = time.monotonic()
+    rep = run_cli("overcloud", "replace", lost, "--yes", "-f", "json", timeout=1500)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    print(f"{lost} lost and replaced in {time.monotonic() - start:.1f} s")
+    got = json.loads(rep.stdout)
+    assert (got["node"], got["address"]) == (lost, address), got
+    rows = [x for x in status_rows() if x["node"] == lost]
+    assert rows and all(x["health"] == "healthy" for x in rows), rows
+    assert {x["service"] for x in rows} == set(got["services"])
+    for _ in range(3):
+        t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
+        assert t.returncode == 0, t.stderr
+
     assert any(v.endswith("-overcloud-database-0-mysql-data") for v in host_objects(uc_home.instance)["volumes"])
     gone = run_cli("overcloud", "delete", "--yes", timeout=900)
     assert gone.returncode == 0, gone.stderr

@@ -1,5 +1,6 @@
-"""`overcloud update` / `overcloud rollback`: deployed sets, which parameters change, the
-progress read from the engine's events, and bad input (one line, nothing changed)."""
+"""`overcloud update` / `overcloud rollback` / `overcloud replace`: deployed sets, which
+parameters change, the progress read from the engine's events, and bad input (one line,
+nothing changed)."""
 
 from __future__ import annotations
 
@@ -87,6 +88,8 @@ def test_follow_says_per_node_and_step_and_keeps_the_first_failure():
     (["update"], "no overcloud stack 'overcloud': run `undercloud deploy`"),
     (["update", "--batch", "0"], "Invalid value for '--batch'"),
     (["rollback", "--stack", "nope"], "no overcloud stack 'nope'"),
+    (["replace", "overcloud-controller-0", "--yes"], "no overcloud stack 'overcloud': run `undercloud deploy`"),
+    (["replace"], "Missing argument 'NODE'"),
 ])
 def test_update_and_rollback_bad_input_is_one_line(uc_home, args, message):
     r = run_cli("overcloud", *args)
@@ -124,3 +127,17 @@ def test_events_are_paged_by_id_to_the_end():
     assert asked == [0, 1000, 2000]
     assert rollout.last_event(get, "oc") == 2500
     assert [e["id"] for e in rollout.events(get, "oc", 2498)] == [2499, 2500]
+
+
+def test_replace_names_the_nodes_it_knows_and_asks_first(uc_home, tmp_path):
+    (tmp_path / "t.yaml").write_text(
+        "heat_template_version: 2018-08-31\nresources: {}\noutputs:\n  RoleNodes:\n"
+        "    value: {Controller: {oc-controller-0: 192.0.2.5}, Compute: {oc-compute-0: 192.0.2.6}}\n")
+    assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait").returncode == 0
+    r = run_cli("overcloud", "replace", "oc-controller-9", "--yes")
+    assert r.returncode == 1, r.stderr
+    assert "NODE: no node 'oc-controller-9' in overcloud overcloud (its nodes: oc-compute-0, oc-controller-0)" \
+        in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = run_cli("overcloud", "replace", "oc-controller-0", input="n\n")
+    assert r.returncode == 1 and "Replace oc-controller-0 (Controller, 192.0.2.5) by a new node?" in r.stderr
+    assert "not confirmed" in r.stderr and "rebuilding" not in r.stderr, r.stderr

@@ -23,7 +23,7 @@ STACK_OPTION = click.option("--stack", default="overcloud", show_default=True, h
 @click.group()
 def overcloud() -> None:
     """The overcloud that `undercloud deploy` made: credentials, status, rolling update and
-    rollback of its service images, delete.
+    rollback of its service images, replacing a failed node, delete.
 
     \b
     Example:
@@ -32,6 +32,7 @@ def overcloud() -> None:
       undercloud overcloud status
       undercloud overcloud update --service keystone --no-cache
       undercloud overcloud rollback
+      undercloud overcloud replace overcloud-controller-1
       undercloud overcloud delete
     """
 
@@ -81,13 +82,16 @@ def probe(address: str, check: str, timeout: float = 2.0) -> str:
     return "unknown check"
 
 
-def probe_container(container: str, spec: dict) -> str:
+def probe_container(container: str, spec: dict, node_container: str = "") -> str:
     """A Pod's exec readiness probe, run inside its container through the host's podman
-    (container nodes); elsewhere the node's agent runs it."""
+    (container nodes: the node is the container `node_container`); elsewhere the node's
+    agent runs it."""
     from undercloud.host import podman as hp
 
     state = hp.podman("container", "inspect", container, "--format", "{{.State.Status}}", check=False)
     if state.returncode != 0:
+        if node_container and hp.podman("container", "exists", node_container, check=False).returncode == 0:
+            return "failing (container missing)"
         return "not checked from here (the node's agent runs it)"
     if state.stdout.strip() != "running":
         return f"failing (container {state.stdout.strip()})"
@@ -110,7 +114,7 @@ def check(instance: str, node: str, address: str, service: list) -> str:
     results = []
     for container, spec in probes or []:
         if "exec" in spec:
-            results.append(probe_container(f"{instance}-{node}-{pod}-{container}", spec))
+            results.append(probe_container(f"{instance}-{node}-{pod}-{container}", spec, f"{instance}-{node}"))
         elif "httpGet" in spec:
             h = spec["httpGet"]
             results.append(probe(h.get("host") or address, f"HTTP GET :{h['port']}{h.get('path', '/')}"))
@@ -132,16 +136,18 @@ def node_reports(client: Client, nodes: list[str]) -> dict[str, dict]:
     return reports
 
 
-def service_health(client: Client, stack: str) -> list[dict]:
-    """One row per service per node: its health checked now (probes from this host, exec
-    ones inside the container on container nodes; a container its agent reports stopped is
-    not healthy either), and from the agent's report its restarts, image and config."""
+def service_health(client: Client, stack: str, only: str | None = None, out: dict | None = None) -> list[dict]:
+    """One row per service per node (or of node `only`): its health checked now (probes
+    from this host, exec ones inside the container on container nodes; a container its
+    agent reports stopped is not healthy either), and from the agent's report its
+    restarts, image and config."""
     from concurrent.futures import ThreadPoolExecutor
 
-    out = _outputs(client, stack)
+    out = out or _outputs(client, stack)
     nodes, services = out.get("RoleNodes") or {}, out.get("RoleServices") or {}
     todo = [(role, node, address, svc) for role, members in sorted(nodes.items())
-            for node, address in sorted((members or {}).items()) for svc in services.get(role) or []]
+            for node, address in sorted((members or {}).items()) if only in (None, node)
+            for svc in services.get(role) or []]
     reports = node_reports(client, sorted({node for _, node, _, _ in todo}))
 
     def row(item) -> dict:
@@ -205,6 +211,78 @@ def delete(stack, yes):
     wait_for(client, s["id"], deleting=True)
     shutil.rmtree(stack_dir(client.home.path, stack), ignore_errors=True)
     note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
+
+
+def _settled(health: str) -> bool:
+    """Healthy, or checked only by the node's own agent (whose deploy steps wait for it)."""
+    return health == "healthy" or health.startswith("not checked from here")
+
+
+@overcloud.command()
+@STACK_OPTION
+@click.argument("node")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--timeout", type=float, default=30, show_default=True, metavar="MINUTES",
+              help="Fail if the node's services are not all healthy after this long.")
+@formatted()
+def replace(stack, node, yes, timeout):
+    """Replace a failed node with a new one of the same name and address.
+
+    The node's server is rebuilt from its image: a new container, a re-imaged VM disk,
+    or a bare-metal machine deployed again through its BMC, with the same name, address
+    and declared persistent volumes (a database's data). Its agent then plays every
+    deploy step of its role again; this waits until all of the node's services pass
+    their health checks, printing each as it does, and exits 1 naming those that did
+    not. Nothing else in the overcloud is touched.
+
+    \b
+    Example:
+      undercloud overcloud replace overcloud-controller-1 --yes
+    """
+    client = Client(timeout=300)
+    try:
+        s = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    if s["stack_status"].endswith("_IN_PROGRESS"):
+        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
+                              f"`undercloud stack cancel {stack}`", "--stack")
+    out = _outputs(client, stack)
+    roles = {n: (role, address) for role, members in (out.get("RoleNodes") or {}).items()
+             for n, address in (members or {}).items()}
+    if node not in roles:
+        raise NotFound(f"no node {node!r} in overcloud {stack} (its nodes: {', '.join(sorted(roles)) or 'none'})",
+                       "NODE")
+    role, address = roles[node]
+    if not yes and not click.confirm(f"Replace {node} ({role}, {address}) by a new node? What is on it "
+                                     f"outside its persistent volumes is lost.", err=True):
+        raise UndercloudError("not confirmed", "overcloud replace")
+    start = time.monotonic()
+    client.post(f"/v1/servers/{node}/action", json={"action": "rebuild"})
+    note(f"replace: {node} rebuilding from its image; its agent then plays its deploy steps again")
+    deadline, seen, rows = start + timeout * 60, set(), []
+    while time.monotonic() < deadline:
+        server = client.get(f"/v1/servers/{node}")
+        if server["status"] == "ERROR":
+            raise UndercloudError(f"replace: {node}'s rebuild failed: {server.get('fault') or server.get('notes')}",
+                                  "NODE")
+        if server["status"] == "ACTIVE":
+            rows = service_health(client, stack, only=node, out=out)
+            for r in rows:
+                if r["service"] not in seen and _settled(r["health"]):
+                    seen.add(r["service"])
+                    note(f"[{time.monotonic() - start:6.1f}s] {node}: {r['service']} {r['health']}")
+            if rows and all(_settled(r["health"]) for r in rows):
+                now = (next(iter((server.get("addresses") or {}).values()), None) or [address])[0]
+                took = time.monotonic() - start
+                note(f"replace: {node} replaced in {took:.1f} s: {len(rows)} service(s) healthy, "
+                     f"address {now}" + ("" if now == address else f" (was {address})"))
+                return {"node": node, "role": role, "address": now, "seconds": round(took, 1),
+                        "services": sorted(seen)}
+        time.sleep(2)
+    failing = [f"{r['service']}: {r['health']}" for r in rows if not _settled(r["health"])]
+    raise UndercloudError(f"replace: {node} not healthy after {timeout:g} min: "
+                          f"{'; '.join(failing) or 'its server is not ACTIVE'}", "--timeout")
 
 
 def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: int, timeout: float,
