@@ -8,7 +8,7 @@ container nodes: keystone healthy again after kill -9 of its process < 15 s and 
 SIGSTOP (hung) < 45 s, with no command (podman's restart policy; the agent's watchdog); a
 deploy that repairs a service stopped by hand < 30 s; on ha, a rolling update of keystone
 (a new image, node by node over the three controllers; its build not counted) < 60 s and
-`overcloud rollback` of it < 60 s.
+`overcloud rollback` of it < 60 s; and (no goal) a lost controller replaced.
 
     python3 bench/deploy_bench.py [--only minimal|ha] [--computes 1,2,3] [--hypervisor container|vm]
 
@@ -159,6 +159,22 @@ def rolling(home: str, tmp: str) -> list[tuple[str, float, str]]:
             ("overcloud rollback of it", back, "rollback")]
 
 
+def replace_node(home: str) -> list[tuple[str, float, str | None]]:
+    """A whole controller lost (its node container and the service containers joined to
+    it, removed) and `overcloud replace` of it, until its services are healthy."""
+    from pathlib import Path
+
+    from undercloud.config import Home
+
+    node = "overcloud-controller-2"
+    prefix = f"{Home(Path(home)).instance}-{node}"
+    joined = podman("ps", "-aq", "--filter", f"label=undercloud.node={prefix}").split()
+    podman("rm", "-f", "-t", "0", *joined, prefix)
+    took, p = cli(home, "overcloud", "replace", node, "--yes")
+    assert p.returncode == 0 and f"{node} replaced" in p.stderr, p.stderr[-1000:]
+    return [(f"{node} lost, then `overcloud replace` to healthy", took, None)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["minimal", "ha"])
@@ -203,6 +219,7 @@ def main() -> None:
                 if args.hypervisor == "container":
                     if ex == "ha":
                         rows += [(f"{label}: {what}", secs, GOALS[goal]) for what, secs, goal in rolling(home, tmp)]
+                        rows += [(f"{label}: {what}", secs, None) for what, secs, _ in replace_node(home)]
                     rows += [(f"{label}: {what}", secs, GOALS[goal]) for what, secs, goal in day2(home, how)]
                 if computes:
                     active, first_line = boot(home, guest, computes)
