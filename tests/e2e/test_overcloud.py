@@ -675,13 +675,37 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
         assert t.returncode == 0, t.stderr
 
-    # A whole controller lost (its node container and every service container joined to
-    # it): `overcloud replace` makes it again, with the same name and address.
+    # A controller powered off is off as a whole: its node container and every service
+    # container joined to it; powered on, all of it comes back.
     lost = next(n for n in reversed(controllers) if n not in holders and n != holder)
     address = next(x["address"] for x in status_rows() if x["node"] == lost)
     joined = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
                             capture_output=True, text=True).stdout.split()
     assert joined
+    off = run_cli("server", "power", "off", lost, "-f", "json")
+    assert off.returncode == 0 and json.loads(off.stdout)["status"] == "SHUTOFF", off.stdout + off.stderr
+    running = subprocess.run(["podman", "ps", "-q", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
+                             capture_output=True, text=True).stdout.split()
+    assert running == []
+    assert subprocess.run(["podman", "inspect", "--format", "{{.State.Running}}", f"{uc_home.instance}-{lost}"],
+                          capture_output=True, text=True).stdout.strip() == "false"
+    for _ in range(3):
+        t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
+        assert t.returncode == 0, t.stderr
+    start = time.monotonic()
+    on = run_cli("server", "power", "on", lost, "-f", "json")
+    assert on.returncode == 0 and json.loads(on.stdout)["status"] == "ACTIVE", on.stdout + on.stderr
+    rows = []
+    while time.monotonic() - start < 300:
+        rows = [x for x in status_rows() if x["node"] == lost]
+        if all(x["health"] == "healthy" for x in rows):
+            break
+        time.sleep(3)
+    assert rows and all(x["health"] == "healthy" for x in rows), rows
+    print(f"{lost} powered on: every service healthy again in {time.monotonic() - start:.1f} s")
+
+    # A whole controller lost (its node container and every service container joined to
+    # it): `overcloud replace` makes it again, with the same name and address.
     rm = subprocess.run(["podman", "rm", "-f", "-t", "0", *joined, f"{uc_home.instance}-{lost}"],
                         capture_output=True, text=True)
     assert rm.returncode == 0, rm.stderr

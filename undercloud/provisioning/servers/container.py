@@ -376,7 +376,12 @@ class ContainerRealiser(Realiser):
                       notes=notes)
 
     def power(self, spec: Spec, on: bool) -> None:
+        """The whole node: the node container and the service containers the kube hook
+        joined to its network namespace (labelled undercloud.node=NAME), which would
+        otherwise run on without it. Off: those first; on: the node first (they join its
+        namespace when they start)."""
         name = spec.state.get("container") or self._name(spec)
+        joined = hp.podman("ps", "-a", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
         if on:
             spec.state["powered_off"] = False
             with self._lock:
@@ -384,8 +389,12 @@ class ContainerRealiser(Realiser):
             hp.podman("start", name)
             with self._lock:
                 self._network()
+            if joined:
+                hp.podman("start", *joined, timeout=120)
         else:
             spec.state["powered_off"] = True
+            if joined:
+                hp.podman("stop", "-t", "5", *joined, timeout=120)
             hp.podman("stop", "-t", "5", name)
 
     def delete(self, spec: Spec) -> None:
