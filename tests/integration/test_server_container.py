@@ -192,9 +192,17 @@ def test_power_rebuild_keeps_volumes_and_agents_find_the_undercloud_after_restar
     assert r.returncode == 0, r.stderr[-2000:]
     srv = wait_checked_in("ctl0")
     name = srv["instance_name"]
+    # A service container joined to the node's namespace, as the kube hook makes them: power
+    # is the whole node's, it stops and starts with it.
+    image = json.loads(podman("inspect", name).stdout)[0]["ImageName"]
+    svc = podman("run", "-d", "--name", f"{name}-svc", "--label", f"undercloud.node={name}", "--runtime", "runc",
+                 "--network", f"container:{name}", image, "sleep", "infinity")
+    assert svc.returncode == 0, svc.stderr
     assert json.loads(run_cli("server", "power", "off", "ctl0", "-f", "json").stdout)["status"] == "SHUTOFF"
     assert json.loads(podman("inspect", name).stdout)[0]["State"]["Running"] is False
+    assert json.loads(podman("inspect", f"{name}-svc").stdout)[0]["State"]["Running"] is False
     assert json.loads(run_cli("server", "power", "on", "ctl0", "-f", "json").stdout)["status"] == "ACTIVE"
+    assert json.loads(podman("inspect", f"{name}-svc").stdout)[0]["State"]["Running"] is True
     # User data runs at the first boot only, not again after a power cycle (a rebuilt server,
     # with a fresh root, runs it again: the volume then holds two lines).
     assert podman("exec", name, "cat", "/var/lib/keep/user-data").stdout == "user data ran on ctl0\n"
