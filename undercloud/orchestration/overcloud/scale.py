@@ -5,7 +5,8 @@ and whatever else the environments say decide, as they will when it runs). A rem
 of a role that runs nova-compute is drained through the overcloud's own APIs
 (openstacksdk, as admin): its instances are refused unless the operator says yes, then
 deleted; then its nova-compute service record (which frees its placement provider); its
-Neutron agents once the node is gone (until then it would register them again).
+Neutron agents once the node is gone (until then it would register them again), and its
+service record and placement provider again if its nova-compute made them anew meanwhile.
 """
 
 from __future__ import annotations
@@ -68,6 +69,15 @@ def drain(conn, host: str, say: Callable[[str], None], timeout: float = 300) -> 
 
 
 def forget_agents(conn, host: str, say: Callable[[str], None]) -> None:
+    """Once the node is gone: its Neutron agents, and what its nova-compute may have made
+    again between the drain and its end (its resource tracker re-creates the placement
+    provider a deleted service record freed)."""
     for agent in conn.network.agents(host=host):
         conn.network.delete_agent(agent)
         say(f"scale-in: {host}: Neutron agent {agent.binary} deleted")
+    for svc in conn.compute.services(host=host, binary="nova-compute"):
+        conn.compute.delete_service(svc)
+        say(f"scale-in: {host}: its nova-compute service record, made again before the node went, deleted")
+    for rp in conn.placement.resource_providers(name=host):
+        conn.placement.delete_resource_provider(rp)
+        say(f"scale-in: {host}: its placement resource provider deleted")
