@@ -159,24 +159,27 @@ def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, m
 
 
 def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatch):
-    import time
-
+    clock = [1000.0]  # the watchdog's clock, moved by hand: no real time decides this test
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(watchdog, "LIST_SHARE", 20)
     probed = []
 
     def slow_probe(spec, run_exec=None):
         probed.append(1)
-        time.sleep(0.05)  # a service answering slowly: 20 x 0.05 s = 1 s between checks
+        clock[0] += 0.05  # a service answering slowly: 20 x 0.05 s = 1 s between checks
         return True, ""
 
     monkeypatch.setattr(kube, "probe", slow_probe)
     dog = watchdog.Watchdog(lambda m: None)
     dog.round()  # the first check: its cost is known after it
-    assert dog.probe_cost >= 0.05
+    assert dog.probe_cost == pytest.approx(0.05)
     dog.round()  # due again at once (set before the cost was known); next in about 1 s
     dog.round()
     assert len(probed) == 2
-    time.sleep(1.1)
+    clock[0] += 0.9
+    dog.round()
+    assert len(probed) == 2
+    clock[0] += 0.2
     dog.round()
     assert len(probed) == 3
 
