@@ -384,3 +384,20 @@ def test_netns_empty_dir_is_one_volume_of_the_pod_shared_by_its_containers_and_e
     kube.play_netns("web", pod, {})  # replaced: the old volume goes, a new empty one comes
     vol_calls = [(m, p) for m, p, b in libpod.calls if p.startswith("/volumes/")]
     assert vol_calls == [("DELETE", "/volumes/uc1-node-0-web-scratch"), ("POST", "/volumes/create")]
+
+
+def test_image_overrides_change_only_the_pods_that_use_those_images(monkeypatch):
+    played = []
+    monkeypatch.setattr(kube, "play_one", lambda pod, configmaps, mode, options: played.append(
+        {c["name"]: c["image"] for c in pod["spec"]["containers"]}) or {"deploy_status_code": 0})
+
+    def pod(name, image):
+        return {"kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{"name": name, "image": image}]}}
+    cfg = {"kind": "List", "items": [pod("keystone", "svc-keystone:1"), pod("memcached", "svc-memcached:1")]}
+    r = kube.hook_kube(deployment(cfg, {"kube_mode": "process", "image_overrides": {"svc-keystone:1": "svc-keystone:2",
+                                                                                     "svc-other:1": "svc-other:2"}}))
+    assert r["deploy_status_code"] == 0, r
+    assert played == [{"keystone": "svc-keystone:2"}, {"memcached": "svc-memcached:1"}]
+    bad = kube.hook_kube(deployment(cfg, {"kube_mode": "process", "image_overrides": {"svc-keystone:1": 3}}))
+    assert bad["deploy_status_code"] == 2 and "options.image_overrides: a map of image -> image" in bad["deploy_stderr"]
+    assert len(played) == 2  # nothing played

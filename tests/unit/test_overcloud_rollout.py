@@ -58,6 +58,39 @@ def test_choose_by_service_and_what_changed():
     assert cur["images"]["KeystoneImage"]["ref"] == "k1"  # the current set is left as it was
 
 
+def test_a_roles_own_image_is_an_override_of_the_sets():
+    """`update --role`: the role's nodes run the new image (`<Role>ImageOverrides` maps the
+    set's reference to it); an update of every role, or a role given the set's image again,
+    ends the override; a deploy keeps overrides whose base image it still runs."""
+    cur = a_set(KeystoneImage="k1", NovaImage="n1")
+    roles = {"Compute": {"nova-api"}, "Controller": {"keystone", "nova-api", "nova-conductor"}}
+    assert rollout.choose(cur, [], {"Compute": roles["Compute"]}) == ["NovaImage"]
+    assert rollout.choose(cur, ["keystone"], {"Controller": roles["Controller"]}) == ["KeystoneImage"]
+    with pytest.raises(InvalidInput) as exc:
+        rollout.choose(cur, ["keystone"], {"Compute": roles["Compute"]})
+    assert (exc.value.where, exc.value.message) == ("--role", "role Compute runs no keystone (it runs: nova-api)")
+    records = {"novaimage": {"id": "id-n2", "properties": {"podman_image": "n2"}}}
+    new = rollout.with_records(cur, ["NovaImage"], records, ["Compute"])
+    assert rollout.changed(cur, new) == ["Compute:NovaImage"]
+    assert new["images"] == cur["images"] and new["overrides"]["Compute"]["NovaImage"]["ref"] == "n2"
+    assert deployed.parameters(new, [], ["Compute", "Controller"]) == {
+        "ComputeImageOverrides": {"n1": "n2"}, "ControllerImageOverrides": {},
+        "ServiceImageSources": {"k1": "/v1/images/id-k1/file", "n1": "/v1/images/id-n1/file",
+                                "n2": "/v1/images/id-n2/file"}}
+    assert deployed.refs(new) == {"KeystoneImage": "k1", "NovaImage": "n1", "Compute:NovaImage": "n2"}
+    # A deploy keeps it while the set's nova image is still n1; roles that are gone lose theirs.
+    assert deployed.kept_overrides(new, {"NovaImage": "n1"}, ["Compute"]) == new["overrides"]
+    assert deployed.kept_overrides(new, {"NovaImage": "n3"}, ["Compute"]) == {}
+    assert deployed.kept_overrides(new, {"NovaImage": "n1"}, ["Controller"]) == {}
+    # The role back on the set's image: no override; every role updated: none either.
+    back = rollout.with_records(new, ["NovaImage"], {"novaimage": {"id": "id-n1", "properties": {
+        "podman_image": "n1"}}}, ["Compute"])
+    assert back["overrides"] == {} and rollout.changed(new, back) == ["Compute:NovaImage"]
+    everywhere = rollout.with_records(new, ["NovaImage"], records)
+    assert everywhere["overrides"] == {} and everywhere["images"]["NovaImage"]["ref"] == "n2"
+    assert rollout.changed(new, everywhere) == ["Compute:NovaImage", "NovaImage"]
+
+
 def test_follow_says_per_node_and_step_and_keeps_the_first_failure():
     said = []
     f = rollout.Follow(lambda *_a, **_k: [], "oc", said.append, 0)
@@ -141,3 +174,17 @@ def test_replace_names_the_nodes_it_knows_and_asks_first(uc_home, tmp_path):
     r = run_cli("overcloud", "replace", "oc-controller-0", input="n\n")
     assert r.returncode == 1 and "Replace oc-controller-0 (Controller, 192.0.2.5) by a new node?" in r.stderr
     assert "not confirmed" in r.stderr and "rebuilding" not in r.stderr, r.stderr
+
+
+def test_update_role_bad_input_names_the_roles_and_what_they_run(uc_home, tmp_path):
+    (tmp_path / "t.yaml").write_text(
+        "heat_template_version: 2018-08-31\nresources: {}\noutputs:\n  RoleServices:\n"
+        "    value: {Controller: [[keystone, 3, 'HTTP GET :15000/v3']], Compute: [[nova-api, 4, 'x']]}\n")
+    assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait").returncode == 0
+    deployed.record(uc_home.path, "overcloud", a_set(KeystoneImage="k1", NovaImage="n1"))
+    r = run_cli("overcloud", "update", "--role", "Database")
+    assert r.returncode == 1 and "--role: no role Database in overcloud overcloud (its roles: Compute, Controller)" \
+        in r.stderr, r.stderr
+    r = run_cli("overcloud", "update", "--role", "Compute", "--service", "keystone")
+    assert r.returncode == 1 and "--role: role Compute runs no keystone (it runs: nova-api)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "images: building" not in r.stderr

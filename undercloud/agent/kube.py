@@ -31,6 +31,9 @@ step hands a node: every service of the step): each Pod is played with the Confi
 names, unchanged Pods are left alone, and the first Pod not ready fails the deployment
 naming the Pod, its probe (an exec probe's last line of output) and the last lines of its
 container's log.
+Options: `image_overrides` (image -> image this node runs instead, applied before the
+hash: only the Pods that use one change), `image_sources`/`image_prefetch` (where VM and
+bare-metal nodes download service images), `ready_timeout`, `kube_mode`.
 
 - `netns` (container nodes; podman 4.3's `kube play` cannot join another container's
   network namespace): with CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=
@@ -904,6 +907,13 @@ def hook_kube(c: dict) -> dict:
     except (ValueError, PodError) as exc:
         return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 2}
     options = c.get("options") or {}
+    overrides = options.get("image_overrides") or {}
+    if not isinstance(overrides, dict) or not all(isinstance(v, str) and v for v in overrides.values()):
+        return {"deploy_stdout": "", "deploy_stderr": "kube: options.image_overrides: a map of image -> image",
+                "deploy_status_code": 2}
+    for pod in pods:  # this role runs another image of these (`overcloud update --role`)
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            container["image"] = overrides.get(container.get("image"), container.get("image"))
     mode = choose_mode(options)
     if not pods:
         return {"deploy_stdout": "no pods in this config\n", "deploy_stderr": "", "deploy_status_code": 0}

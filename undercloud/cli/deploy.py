@@ -255,7 +255,14 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
             raise UndercloudError("environment file not found", str(e))
     library = op.resolve(role_list, op.environments_for(example, env_paths))
     note(f"images: building what is missing for {hypervisor} nodes")
-    images, records = build_images(client, hypervisor, library, deployed.load(home, stack).get("current"))
+    current_set = deployed.load(home, stack).get("current")
+    images, records = build_images(client, hypervisor, library, current_set)
+    # The images a role runs instead (`overcloud update --role`) stay, as the set's do.
+    overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
+    for role, over in overrides.items():
+        images[f"{role}ImageOverrides"] = {images[p]: i["ref"] for p, i in over.items()}
+        if "ServiceImageSources" in images:
+            images["ServiceImageSources"].update({i["ref"]: f"/v1/images/{i['id']}/file" for i in over.values()})
     images.update(virtual_ip_parameters(client, stack, hypervisor))
     plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
@@ -312,7 +319,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         from undercloud.orchestration.overcloud.scale import forget_agents
         overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, note)
     write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier}))
-    deployed.record(home, stack, deployed.make_set(library, records, hypervisor))
+    deployed.record(home, stack, {**deployed.make_set(library, records, hypervisor), "overrides": overrides})
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
     if drift:

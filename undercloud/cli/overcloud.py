@@ -295,9 +295,12 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
     start = time.monotonic()
     after = rollout.last_event(client.get, stack)
     # parameter_defaults (the image parameters belong to the service templates), over the
-    # stored bundle's, with a rollback to it on any failure
+    # stored bundle's, with a rollback to it on any failure. A role's own images: the
+    # `<Role>ImageOverrides` of every role that has or had one.
+    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
+    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
     body = {"existing": True, "rollback": True, "timeout": timeout * 60,
-            "environment": {"parameter_defaults": {**deployed.parameters(new, params), "UpdateBatchSize": batch}}}
+            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
     client.patch(f"/v1/stacks/{stack}", json=body)
     follow = rollout.Follow(client.get, stack, note, after)
     s = follow.run()
@@ -348,6 +351,9 @@ TIMEOUT_OPTION = click.option("--timeout", type=float, default=30, show_default=
 @click.option("--service", "services", multiple=True, metavar="S",
               help="Update this service's image (repeatable; default: every deployed service). Services "
                    "sharing an image (nova-api, nova-conductor...) are updated together.")
+@click.option("--role", "roles", multiple=True, metavar="R",
+              help="Only the nodes of this role (repeatable): they run the new image, the other roles "
+                   "keep theirs (`overcloud status` shows the versions side by side).")
 @BATCH_OPTION
 @click.option("--no-cache", is_flag=True,
               help="Rebuild the images from scratch (Debian's newest packages: a minor update).")
@@ -356,7 +362,7 @@ TIMEOUT_OPTION = click.option("--timeout", type=float, default=30, show_default=
               help="Your own elements, searched before the shipped ones (repeatable): a changed "
                    "element makes a new image.")
 @TIMEOUT_OPTION
-def update(stack, services, batch, no_cache, elements_path, timeout):
+def update(stack, services, roles, batch, no_cache, elements_path, timeout):
     """Roll new service images out, node by node, and roll back by itself on a failure.
 
     Builds the images of the chosen services (cached by content: an unchanged element
@@ -366,12 +372,15 @@ def update(stack, services, batch, no_cache, elements_path, timeout):
     services pass their health checks. Services whose image and configuration did not
     change are not restarted. A node that fails stops the rollout and the undercloud
     rolls it back to its previous image and configuration (it goes on if this command
-    dies); the command then exits 1 naming node, service and health check.
+    dies); the command then exits 1 naming node, service and health check. With --role,
+    only that role's nodes take the new image (the others keep theirs); an update
+    without --role brings every role to the same image again.
 
     \b
     Examples:
       undercloud overcloud update --service keystone              # node by node
       undercloud overcloud update --service keystone --no-cache   # new Debian packages
+      undercloud overcloud update --service neutron_linuxbridge_agent --role Compute
       undercloud overcloud update --elements-path ./my-elements --batch 2
       undercloud overcloud rollback                               # back to the previous images
     """
@@ -381,21 +390,41 @@ def update(stack, services, batch, no_cache, elements_path, timeout):
 
     client = Client(timeout=600)
     current = _deployed_set(client, stack)["current"]
-    params = rollout.choose(current, services)
+    by_role = None
+    if roles:
+        known = {role: {svc[0] for svc in rows or []}
+                 for role, rows in (_outputs(client, stack).get("RoleServices") or {}).items()}
+        unknown = [r for r in roles if r not in known]
+        if unknown:
+            raise NotFound(f"no role {', '.join(unknown)} in overcloud {stack} (its roles: "
+                           f"{', '.join(sorted(known))})", "--role")
+        by_role = {r: known[r] for r in roles}
+    params = rollout.choose(current, services, by_role)
     names = sorted({current["images"][p]["name"] for p in params})
     note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
                                                     " (cached by content)"))
     targets = [t.with_elements_path(tuple(elements_path)) for n in names for t in catalog.targets(n)]
     records = {r["name"]: r for r in build_targets(client, targets, no_cache)}
-    new = rollout.with_records(current, params, records)
+    new = rollout.with_records(current, params, records, list(roles))
     changed = rollout.changed(current, new)
     if not changed:
-        note(f"update: nothing to update: {', '.join(names)} already run(s) the image just built")
+        note(f"update: nothing to update: {', '.join(names)} already run(s) the image just built"
+             + (f" on role {', '.join(roles)}" if roles else ""))
         return
-    for p in changed:
-        i = new["images"][p]
-        note(f"update: {', '.join(i['services'])}: {current['images'][p]['ref']} -> {i['ref']}")
+    _say_changes("update", current, new, changed)
     _rollout(client, stack, new, changed, batch, timeout, "update")
+
+
+def _say_changes(what: str, old: dict, new: dict, changed: list[str]) -> None:
+    from undercloud.orchestration.overcloud import deployed
+
+    before, after = deployed.refs(old), deployed.refs(new)
+    for key in changed:
+        role, _, param = key.rpartition(":")
+        services = ", ".join((new["images"].get(param) or old["images"].get(param) or {}).get("services") or [param])
+        was = before.get(key) or before.get(param)  # a role without its own image ran the set's
+        now = after.get(key) or after.get(param)
+        note(f"{what}: {services}{' on role ' + role if role else ''}: {was} -> {now}")
 
 
 @overcloud.command()
@@ -413,7 +442,7 @@ def rollback(stack, batch, timeout):
     Example:
       undercloud overcloud update --service keystone && undercloud overcloud rollback
     """
-    from undercloud.orchestration.overcloud import rollout
+    from undercloud.orchestration.overcloud import deployed, rollout
 
     client = Client(timeout=600)
     sets = _deployed_set(client, stack)
@@ -422,19 +451,20 @@ def rollback(stack, batch, timeout):
         raise UndercloudError(f"stack {stack} has no previous deployed set to roll back to "
                               f"(no update changed its images yet)", "--stack")
     current = sets["current"]
-    previous = {**previous, "images": {p: i for p, i in previous["images"].items() if p in current["images"]}}
-    for p, i in sorted(previous["images"].items()):
+    images = {p: i for p, i in previous["images"].items() if p in current["images"]}
+    previous = {**previous, "images": {**current["images"], **images},
+                "overrides": {role: {p: i for p, i in over.items() if p in current["images"]}
+                              for role, over in (previous.get("overrides") or {}).items()}}
+    for i in deployed.every_image(previous):
         try:
             client.get(f"/v1/images/{i['id']}")
         except NotFound:
             raise UndercloudError(f"image {i['name']} ({i['ref']}) of the previous set is no longer in the "
-                                  f"image store: nothing to roll {p} back to", "--stack") from None
+                                  f"image store: nothing to roll {', '.join(i['services'])} back to",
+                                  "--stack") from None
     changed = rollout.changed(current, previous)
     if not changed:
         note("rollback: nothing to do: the previous set has the same images")
         return
-    for p in changed:
-        i = previous["images"][p]
-        note(f"rollback: {', '.join(i['services'])}: {current['images'][p]['ref']} -> {i['ref']}")
-    _rollout(client, stack, {**previous, "images": {**current["images"], **previous["images"]}},
-             changed, batch, timeout, "rollback")
+    _say_changes("rollback", current, previous, changed)
+    _rollout(client, stack, previous, changed, batch, timeout, "rollback")

@@ -3,7 +3,10 @@ last successful deploy, update or rollback (`current`) and at the one before tha
 images (`previous`, what `overcloud rollback` returns to). Kept in the home beside the
 stack's secrets; their images are kept in the image store (`keep` of a registration).
 
-A set: {"images": {param: {"name", "ref", "id", "services"}}, "hypervisor", "at"}."""
+A set: {"images": {param: {"name", "ref", "id", "services"}}, "overrides": {role: {param:
+{"name", "ref", "id", "services"}}}, "hypervisor", "at"}: `overrides` are the images one
+role runs instead (`overcloud update --role`), as the `<Role>ImageOverrides` parameters
+(the set's image reference -> the role's) say."""
 
 from __future__ import annotations
 
@@ -56,16 +59,43 @@ def forget(home: Path, stack: str) -> None:
 
 
 def refs(s: dict[str, Any] | None) -> dict[str, str]:
-    return {p: i["ref"] for p, i in ((s or {}).get("images") or {}).items()}
+    """param -> image reference, and "<role>:<param>" -> the one that role runs instead."""
+    out = {p: i["ref"] for p, i in ((s or {}).get("images") or {}).items()}
+    for role, over in sorted(((s or {}).get("overrides") or {}).items()):
+        out.update({f"{role}:{p}": i["ref"] for p, i in over.items()})
+    return out
 
 
-def parameters(s: dict[str, Any], params: list[str] | None = None) -> dict[str, Any]:
-    """Stack parameters naming the set's images (`params`: only those): the image
-    parameters, and where VM and bare-metal nodes download them from."""
+def every_image(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The set's images, the roles' own ones too."""
+    return list(s["images"].values()) + [i for over in (s.get("overrides") or {}).values() for i in over.values()]
+
+
+def parameters(s: dict[str, Any], params: list[str] | None = None, roles: list[str] = ()) -> dict[str, Any]:
+    """Stack parameters naming the set's images (`params`: only those image parameters):
+    the image parameters, the `<Role>ImageOverrides` of `roles` (empty for a role without
+    one), and where VM and bare-metal nodes download them from."""
     chosen = {p: i for p, i in s["images"].items() if params is None or p in params}
     out: dict[str, Any] = {p: i["ref"] for p, i in chosen.items()}
+    overrides = s.get("overrides") or {}
+    for role in roles:
+        out[f"{role}ImageOverrides"] = {s["images"][p]["ref"]: i["ref"] for p, i in (overrides.get(role) or {}).items()
+                                        if p in s["images"]}
     if s.get("hypervisor", "container") != "container":
-        out["ServiceImageSources"] = {i["ref"]: f"/v1/images/{i['id']}/file" for i in s["images"].values()}
+        out["ServiceImageSources"] = {i["ref"]: f"/v1/images/{i['id']}/file" for i in every_image(s)}
+    return out
+
+
+def kept_overrides(current: dict[str, Any] | None, images: dict[str, Any], roles: list[str]) -> dict[str, Any]:
+    """The current set's role images a deploy keeps: those of roles it still has, for image
+    parameters that still name the image they were made over (`images`: the deploy's
+    image parameters)."""
+    out: dict[str, Any] = {}
+    for role, over in ((current or {}).get("overrides") or {}).items():
+        keep = {p: i for p, i in over.items() if role in roles and p in images
+                and images[p] == (current["images"].get(p) or {}).get("ref")}
+        if keep:
+            out[role] = keep
     return out
 
 

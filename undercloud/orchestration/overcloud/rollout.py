@@ -13,38 +13,60 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from undercloud.errors import InvalidInput
+from undercloud.orchestration.overcloud import deployed
 from undercloud.orchestration.overcloud.deploy import deployment_reason
 
 STEP_MEMBER = re.compile(r"^(\w+)Deployment_Step(\d)\.([^.]+)$")
 POLL = 0.5
 
 
-def choose(current: dict, services: tuple[str, ...] | list[str]) -> list[str]:
-    """The image parameters of `services` (all when none given)."""
+def choose(current: dict, services: tuple[str, ...] | list[str], roles: dict[str, set[str]] | None = None) -> list[str]:
+    """The image parameters of `services` (all when none given); with `roles` (role -> the
+    services it runs: `--role`), only those of services these roles run."""
     images = current["images"]
-    if not services:
-        return sorted(images)
     known = sorted({s for i in images.values() for s in i.get("services", [])})
     unknown = [s for s in services if s not in known]
     if unknown:
         raise InvalidInput(f"no deployed service {', '.join(unknown)} (the deployed ones: {', '.join(known)})",
                            "--service")
-    return sorted(p for p, i in images.items() if set(i.get("services", [])) & set(services))
+    if roles is not None:
+        running = set().union(*roles.values()) if roles else set()
+        missing = [s for s in services if s not in running]
+        if missing:
+            raise InvalidInput(f"role {', '.join(sorted(roles))} runs no {', '.join(missing)} (it runs: "
+                               f"{', '.join(sorted(running)) or 'nothing'})", "--role")
+        images = {p: i for p, i in images.items() if set(i.get("services", [])) & running}
+    return sorted(p for p, i in images.items() if not services or set(i.get("services", [])) & set(services))
 
 
-def with_records(current: dict, params: list[str], records: dict[str, dict]) -> dict:
-    """The set `current` becomes with the image records (by name) for `params`."""
+def with_records(current: dict, params: list[str], records: dict[str, dict], roles: list[str] = ()) -> dict:
+    """The set `current` becomes with the image records (by name) for `params`: for every
+    role (its image parameters, and no role's own image of them any more), or with `roles`
+    for those roles only (their own image; none when it is the set's)."""
     new = copy.deepcopy(current)
+    overrides = new.setdefault("overrides", {})
     for p in params:
         i = new["images"][p]
         r = records[i["name"]]
-        i.update(ref=r["properties"]["podman_image"], id=r["id"])
+        image = dict(i, ref=r["properties"]["podman_image"], id=r["id"])
+        if not roles:
+            new["images"][p] = image
+            for over in overrides.values():
+                over.pop(p, None)
+        for role in roles:
+            if image["ref"] == i["ref"]:
+                overrides.get(role, {}).pop(p, None)
+            else:
+                overrides.setdefault(role, {})[p] = image
+    new["overrides"] = {role: over for role, over in overrides.items() if over}
     new["at"] = time.time()
     return new
 
 
 def changed(old: dict, new: dict) -> list[str]:
-    return sorted(p for p, i in new["images"].items() if (old["images"].get(p) or {}).get("ref") != i["ref"])
+    """What differs: image parameters, and "<role>:<param>" for a role's own image."""
+    before, after = deployed.refs(old), deployed.refs(new)
+    return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
 
 def events(get: Callable[..., Any], stack: str, after: int) -> Iterator[dict]:
