@@ -404,6 +404,37 @@ def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
     print(f"deploy with nothing to do: {time.monotonic() - start:.1f} s")
 
 
+def test_one_role_runs_its_own_image_and_rolls_back(cloud):
+    """`overcloud update --role Compute`: the L2 agent, which both roles run, takes a new
+    image on the compute node only; a deploy keeps it; `overcloud rollback` ends it."""
+    work = cloud["work"]
+    compute, controller = "overcloud-novacompute-0", "overcloud-controller-0"
+    before = images_by_service()
+    assert before[(compute, "neutron_linuxbridge_agent")] == before[(controller, "neutron_linuxbridge_agent")]
+    variant = element_variant(work / "neutron-variant", "neutron")
+    up = run_cli("overcloud", "update", "--service", "neutron_linuxbridge_agent", "--role", "Compute",
+                 "--elements-path", str(variant), timeout=1500)
+    assert up.returncode == 0, up.stderr[-3000:]
+    assert "update: neutron_linuxbridge_agent on role Compute: " in up.stderr
+    assert f"{compute}: step 5 healthy" in up.stderr and f"{controller}: step 5 running" not in up.stderr
+    after = before
+    deadline = time.monotonic() + 90
+    while after[(compute, "neutron_linuxbridge_agent")] == before[(compute, "neutron_linuxbridge_agent")] \
+            and time.monotonic() < deadline:  # the agents report within seconds
+        time.sleep(2)
+        after = images_by_service()
+    assert sorted(k for k in after if after[k] != before[k]) == [(compute, "neutron_linuxbridge_agent")]
+    rows = status_rows()
+    assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
+    again = deploy()  # keeps the role's image
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert images_by_service() == after
+    back = run_cli("overcloud", "rollback", timeout=1200)
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert "rollback: neutron_linuxbridge_agent on role Compute: " in back.stderr
+    assert images_by_service(before) == before
+
+
 def test_a_second_compute_node_takes_new_instances(cloud):
     clouds, work = cloud["clouds"], cloud["work"]
     two = work / "two-computes.yaml"
@@ -525,19 +556,23 @@ class CallLoop:
         self.thread.join(timeout=180)
 
 
-def keystone_variant(where, start: str | None = None):
-    """An elements directory whose `keystone` element is the shipped one with a marker
-    file more (a new image), or with `start` as its start command (a broken image)."""
+def element_variant(where, name: str, start: str | None = None):
+    """An elements directory whose element `name` is the shipped one with a marker file
+    more (a new image), or with `start` as its uc-<name>-start (a broken image)."""
     import undercloud
 
-    element = where / "keystone"
-    shutil.copytree(os.path.join(os.path.dirname(undercloud.__file__), "images", "elements", "keystone"), element)
+    element = where / name
+    shutil.copytree(os.path.join(os.path.dirname(undercloud.__file__), "images", "elements", name), element)
     if start is None:
-        (element / "static" / "etc" / "keystone").mkdir(parents=True, exist_ok=True)
-        (element / "static" / "etc" / "keystone" / "uc-variant").write_text(f"{where.name}\n")
+        (element / "static" / "etc" / name).mkdir(parents=True, exist_ok=True)
+        (element / "static" / "etc" / name / "uc-variant").write_text(f"{where.name}\n")
     else:
-        (element / "static" / "usr" / "local" / "bin" / "uc-keystone-start").write_text(start)
+        (element / "static" / "usr" / "local" / "bin" / f"uc-{name}-start").write_text(start)
     return where
+
+
+def keystone_variant(where, start: str | None = None):
+    return element_variant(where, "keystone", start)
 
 
 def images_by_service(want: dict | None = None, limit: float = 90) -> dict:
