@@ -169,7 +169,8 @@ def replace_node(home: str) -> list[tuple[str, float, str | None]]:
     node = "overcloud-controller-2"
     prefix = f"{Home(Path(home)).instance}-{node}"
     joined = podman("ps", "-aq", "--filter", f"label=undercloud.node={prefix}").split()
-    podman("rm", "-f", "-t", "0", *joined, prefix)
+    podman("rm", "-f", "-t", "0", *joined)
+    podman("rm", "-f", "-t", "0", prefix)  # after them: podman refuses a container with dependents
     took, p = cli(home, "overcloud", "replace", node, "--yes")
     assert p.returncode == 0 and f"{node} replaced" in p.stderr, p.stderr[-1000:]
     return [(f"{node} lost, then `overcloud replace` to healthy", took, None)]
