@@ -378,8 +378,8 @@ class ContainerRealiser(Realiser):
     def power(self, spec: Spec, on: bool) -> None:
         """The whole node: the node container and the service containers the kube hook
         joined to its network namespace (labelled undercloud.node=NAME), which would
-        otherwise run on without it. Off: those first; on: the node first (they join its
-        namespace when they start)."""
+        otherwise run on without it. The node first both ways: off, its agent's watchdog
+        would start them again; on, they join its namespace when they start."""
         name = spec.state.get("container") or self._name(spec)
         joined = hp.podman("ps", "-a", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
         if on:
@@ -393,9 +393,9 @@ class ContainerRealiser(Realiser):
                 hp.podman("start", *joined, timeout=120)
         else:
             spec.state["powered_off"] = True
+            hp.podman("stop", "-t", "5", name)
             if joined:
                 hp.podman("stop", "-t", "5", *joined, timeout=120)
-            hp.podman("stop", "-t", "5", name)
 
     def delete(self, spec: Spec) -> None:
         found = self._find(spec)
