@@ -213,6 +213,18 @@ def delete(stack, yes):
     note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
 
 
+def _idle_stack(client: Client, stack: str) -> dict:
+    """The overcloud's stack; refuses one that is missing or busy."""
+    try:
+        s = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    if s["stack_status"].endswith("_IN_PROGRESS"):
+        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
+                              f"`undercloud stack cancel {stack}`", "--stack")
+    return s
+
+
 def _settled(health: str) -> bool:
     """Healthy, or checked only by the node's own agent (whose deploy steps wait for it)."""
     return health == "healthy" or health.startswith("not checked from here")
@@ -240,13 +252,7 @@ def replace(stack, node, yes, timeout):
       undercloud overcloud replace overcloud-controller-1 --yes
     """
     client = Client(timeout=300)
-    try:
-        s = client.get(f"/v1/stacks/{stack}")
-    except NotFound:
-        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
-    if s["stack_status"].endswith("_IN_PROGRESS"):
-        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
-                              f"`undercloud stack cancel {stack}`", "--stack")
+    _idle_stack(client, stack)
     out = _outputs(client, stack)
     roles = {n: (role, address) for role, members in (out.get("RoleNodes") or {}).items()
              for n, address in (members or {}).items()}
@@ -325,13 +331,7 @@ def _deployed_set(client: Client, stack: str) -> dict:
     """The stack's recorded deployed sets; refuses a stack that is missing or busy."""
     from undercloud.orchestration.overcloud import deployed
 
-    try:
-        s = client.get(f"/v1/stacks/{stack}")
-    except NotFound:
-        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
-    if s["stack_status"].endswith("_IN_PROGRESS"):
-        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
-                              f"`undercloud stack cancel {stack}`", "--stack")
+    _idle_stack(client, stack)
     sets = deployed.load(client.home.path, stack)
     if not sets.get("current"):
         raise UndercloudError(f"no deployed set recorded for stack {stack}: run `undercloud deploy` first",
