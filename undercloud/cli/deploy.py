@@ -259,10 +259,9 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     images, records = build_images(client, hypervisor, library, current_set)
     # The images a role runs instead (`overcloud update --role`) stay, as the set's do.
     overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
-    for role, over in overrides.items():
-        images[f"{role}ImageOverrides"] = {images[p]: i["ref"] for p, i in over.items()}
-        if "ServiceImageSources" in images:
-            images["ServiceImageSources"].update({i["ref"]: f"/v1/images/{i['id']}/file" for i in over.values()})
+    images.update(deployed.override_parameters(images, overrides, list(overrides)))
+    if "ServiceImageSources" in images:
+        images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
     images.update(virtual_ip_parameters(client, stack, hypervisor))
     plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()

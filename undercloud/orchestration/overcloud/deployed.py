@@ -77,13 +77,22 @@ def parameters(s: dict[str, Any], params: list[str] | None = None, roles: list[s
     one), and where VM and bare-metal nodes download them from."""
     chosen = {p: i for p, i in s["images"].items() if params is None or p in params}
     out: dict[str, Any] = {p: i["ref"] for p, i in chosen.items()}
-    overrides = s.get("overrides") or {}
-    for role in roles:
-        out[f"{role}ImageOverrides"] = {s["images"][p]["ref"]: i["ref"] for p, i in (overrides.get(role) or {}).items()
-                                        if p in s["images"]}
+    out.update(override_parameters({p: i["ref"] for p, i in s["images"].items()}, s.get("overrides") or {}, roles))
     if s.get("hypervisor", "container") != "container":
-        out["ServiceImageSources"] = {i["ref"]: f"/v1/images/{i['id']}/file" for i in every_image(s)}
+        out["ServiceImageSources"] = sources(every_image(s))
     return out
+
+
+def override_parameters(image_refs: dict[str, Any], overrides: dict[str, Any], roles) -> dict[str, Any]:
+    """`<Role>ImageOverrides` of `roles`: the set's image reference (`image_refs`: param ->
+    reference) -> the one the role runs instead; empty for a role without one."""
+    return {f"{role}ImageOverrides": {image_refs[p]: i["ref"] for p, i in (overrides.get(role) or {}).items()
+                                      if p in image_refs} for role in roles}
+
+
+def sources(images) -> dict[str, str]:
+    """Image reference -> its download path in the image store (ServiceImageSources)."""
+    return {i["ref"]: f"/v1/images/{i['id']}/file" for i in images}
 
 
 def kept_overrides(current: dict[str, Any] | None, images: dict[str, Any], roles: list[str]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def choose(current: dict, services: tuple[str, ...] | list[str], roles: dict[str
         raise InvalidInput(f"no deployed service {', '.join(unknown)} (the deployed ones: {', '.join(known)})",
                            "--service")
     if roles is not None:
-        running = set().union(*roles.values()) if roles else set()
+        running = set().union(*roles.values())
         missing = [s for s in services if s not in running]
         if missing:
             raise InvalidInput(f"role {', '.join(sorted(roles))} runs no {', '.join(missing)} (it runs: "
