@@ -173,7 +173,7 @@ def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatc
     dog = watchdog.Watchdog(lambda m: None)
     dog.round()  # the first check: its cost is known after it
     assert dog.probe_cost == pytest.approx(0.05)
-    dog.round()  # due again at once (set before the cost was known); next in about 1 s
+    dog.round()  # due again at once (set with the last round's cost: none yet); next in about 1 s
     dog.round()
     assert len(probed) == 2
     clock[0] += 0.9
