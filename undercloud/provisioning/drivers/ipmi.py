@@ -6,12 +6,14 @@ driver_info: `address`, `port` (default 623), `username`, `password`.
 from __future__ import annotations
 
 import threading
+import time
 
 from undercloud.provisioning.drivers import Driver, DriverError
 
 BOOT = {"pxe": "network", "disk": "hd", "cd": "cdrom"}
 BOOT_BACK = {v: k for k, v in BOOT.items()}
 POWER_WAIT = 30  # seconds pyghmi waits for the BMC to report the new power state
+ATTEMPTS = 3  # calls on a session that stops answering, each on a fresh login
 
 
 # pyghmi shares one session per BMC between threads, and building a second Command for a
@@ -41,6 +43,18 @@ def _session(key: tuple, command):
     return cmd
 
 
+def _forget(key: tuple) -> None:
+    """Drop our session and make pyghmi drop it too: its constructor hands back a session it
+    still takes for logged in, and a command that timed out leaves it so."""
+    cmd = _sessions.pop(key, None)
+    session = getattr(cmd, "ipmi_session", None)
+    if session is not None:
+        try:
+            session._mark_broken()
+        except Exception:  # noqa: BLE001 - the session is being thrown away either way
+            pass
+
+
 def _command():
     try:
         from pyghmi import exceptions
@@ -63,15 +77,19 @@ class IpmiDriver(Driver):
                self.info.get("password"))
         try:
             with _lock(key):
-                cmd = _sessions.get(key)
-                if cmd is not None:
+                for attempt in range(1, ATTEMPTS + 1):
+                    cmd = _sessions.get(key) or _session(key, command)  # a failed login is not retried
                     try:
                         return fn(cmd)
                     except exceptions.IpmiException:
-                        _sessions.pop(key, None)  # a stale session (BMC restarted): log in again once
-                return fn(_session(key, command))
+                        # A stale session (BMC restarted) or a BMC too busy to answer in time
+                        # (a lab BMC starting a domain): log in again; every call is idempotent.
+                        _forget(key)
+                        if attempt == ATTEMPTS:
+                            raise
+                        time.sleep(attempt)
         except exceptions.IpmiException as exc:
-            _sessions.pop(key, None)
+            _forget(key)
             # pyghmi gives no reason when the BMC never answered the login
             msg = str(exc) if exc.args and exc.args[0] else "no answer to the login (wrong address, port or credentials?)"
             if "password" in msg.lower() or "unauthorized" in msg.lower() or "user" in msg.lower():
