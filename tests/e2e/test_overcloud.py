@@ -526,23 +526,25 @@ def test_delete_leaves_nothing_behind(cloud):
 # ---- ha -------------------------------------------------------------------------------
 
 class CallLoop:
-    """`openstack token issue` and `openstack server list`, in turn, again and again in a
-    thread while the block runs: how many calls, and which failed. Stops by itself after
-    `limit` s."""
+    """`openstack` calls (by default `token issue` and `server list`), in turn, again and
+    again in a thread while the block runs: how many, which failed, and when each started and
+    ended (`log`). `{i}` in a call's words is the call's number. Stops by itself after `limit` s."""
 
     CALLS = (("token", "issue", "-f", "value", "-c", "id"), ("server", "list", "-f", "value"))
 
-    def __init__(self, clouds: str, limit: float = 900):
-        self.clouds, self.limit = clouds, limit
-        self.count, self.failures = 0, []
+    def __init__(self, clouds: str, limit: float = 900, calls: tuple = CALLS):
+        self.clouds, self.limit, self.calls = clouds, limit, calls
+        self.count, self.failures, self.log = 0, [], []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
         deadline = time.monotonic() + self.limit
         while not self.stop.is_set() and time.monotonic() < deadline:
-            args = self.CALLS[self.count % len(self.CALLS)]
+            args = tuple(a.format(i=self.count) for a in self.calls[self.count % len(self.calls)])
+            start = time.monotonic()
             r = openstack(self.clouds, *args, timeout=120)
+            self.log.append({"args": args, "start": start, "end": time.monotonic(), "ok": r.returncode == 0})
             self.count += 1
             if r.returncode != 0:
                 self.failures.append(f"{' '.join(args[:2])}: {r.stderr.strip()[-300:]}")
@@ -710,23 +712,54 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
         assert t.returncode == 0, t.stderr
 
-    # A controller powered off is off as a whole: its node container and every service
-    # container joined to it; powered on, all of it comes back.
-    lost = next(n for n in reversed(controllers) if n not in holders and n != holder)
+    # The controller holding the virtual IP lost as a whole (its node container and every
+    # service container joined to it, killed at once) while a loop asks for tokens and creates
+    # projects: a few calls may fail in the first 10 s (keepalived moves the VIP, haproxy drops
+    # the dead backends), none after, and every project created is there.
+    pause_watchdog(uc_home.instance, holder, paused=False)  # haproxy back on the first holder
+    first = next(x["address"] for x in status_rows() if x["node"] == holder)
+    back_healthy(first, "HTTP GET :1936/healthz", f"{uc_home.instance}-{holder}-haproxy-haproxy", 0)
+    (lost,) = holders
     address = next(x["address"] for x in status_rows() if x["node"] == lost)
     joined = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
                             capture_output=True, text=True).stdout.split()
     assert joined
+    writes = (("token", "issue", "-f", "value", "-c", "id"), ("project", "create", "ha-loss-{i}", "-f", "value",
+                                                               "-c", "name"))
+    with CallLoop(clouds, limit=300, calls=writes) as calls:
+        while calls.count < 2:
+            time.sleep(0.5)
+        killed = time.monotonic()
+        for names in (joined, [f"{uc_home.instance}-{lost}"]):  # no restart policy fires after a stop
+            stop = subprocess.run(["podman", "stop", "-t", "0", *names], capture_output=True, text=True)
+            assert stop.returncode == 0, stop.stderr
+        moved = None
+        while time.monotonic() - killed < 60 and moved is None:
+            if [n for n in vip_holders(uc_home.instance, controllers, vip) if n != lost]:
+                moved = time.monotonic() - killed
+            time.sleep(0.2)
+        while time.monotonic() - killed < 40 or (calls.count < 12 and time.monotonic() - killed < 200):
+            time.sleep(0.5)
+    assert moved is not None, "the virtual IP did not move within 60 s"
+    after_loss = [c for c in calls.log if c["start"] >= killed]
+    first_ok = min((c["end"] - killed for c in after_loss if c["ok"]), default=None)
+    print(f"VIP holder {lost} lost as a whole: VIP moved in {moved:.1f} s, first successful call "
+          f"{first_ok} s after; {calls.count} calls, {len(calls.failures)} failed")
+    late = [c for c in calls.log if not c["ok"] and c["start"] > killed + 10]
+    assert late == [] and len(calls.failures) <= 3, calls.failures
+    assert first_ok is not None and first_ok < 30, calls.failures
+    created = {c["args"][2] for c in calls.log if c["ok"] and c["args"][0] == "project"}
+    listed = {p["Name"] for p in ok_json(clouds, "project", "list")}
+    assert created and created <= listed, sorted(created - listed)
+    print(f"projects created during the loss: {len(created)}, all there")
+
+    # A node lost is powered off as a whole (what is still running of it stops), and
+    # `server power on` brings all of it back: node container first, then its services.
     off = run_cli("server", "power", "off", lost, "-f", "json")
     assert off.returncode == 0 and json.loads(off.stdout)["status"] == "SHUTOFF", off.stdout + off.stderr
     running = subprocess.run(["podman", "ps", "-q", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
                              capture_output=True, text=True).stdout.split()
     assert running == []
-    assert subprocess.run(["podman", "inspect", "--format", "{{.State.Running}}", f"{uc_home.instance}-{lost}"],
-                          capture_output=True, text=True).stdout.strip() == "false"
-    for _ in range(3):
-        t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
-        assert t.returncode == 0, t.stderr
     start = time.monotonic()
     on = run_cli("server", "power", "on", lost, "-f", "json")
     assert on.returncode == 0 and json.loads(on.stdout)["status"] == "ACTIVE", on.stdout + on.stderr
@@ -741,6 +774,10 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
 
     # A whole controller lost (its node container and every service container joined to
     # it): `overcloud replace` makes it again, with the same name and address.
+    lost = next(n for n in controllers if n not in vip_holders(uc_home.instance, controllers, vip))
+    address = next(x["address"] for x in status_rows() if x["node"] == lost)
+    joined = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
+                            capture_output=True, text=True).stdout.split()
     for names in (joined, [f"{uc_home.instance}-{lost}"]):  # in one call podman refuses the node: it has dependents
         rm = subprocess.run(["podman", "rm", "-f", "-t", "0", *names], capture_output=True, text=True)
         assert rm.returncode == 0, rm.stderr

@@ -308,6 +308,34 @@ def test_power_rebuild_console_show_and_not_found(uc):
     assert uc.servers.list() == []
 
 
+def test_status_sync_shows_machines_changed_outside_and_a_crashed_one_powers_on(uc):
+    uc.image("overcloud-full", "container", "oci")
+    for sid, name in (("s-1", "box"), ("s-2", "other"), ("s-3", "busy")):
+        uc.servers.create(id=sid, name=name, flavor="container", image="overcloud-full", first_boot={})
+        assert uc.servers.wait(name, {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    fake = uc.servers.realiser("container")
+    fake.machines["s-1"]["on"] = False   # stopped outside the undercloud
+    del fake.machines["s-2"]             # removed outside it
+    fake.machines["s-3"]["on"] = False
+    uc.servers._save("s-3", task="rebuilding")  # work under way: not the sync's to judge
+    assert {x["name"]: x["status"] for x in uc.servers.list()} == {"box": "ACTIVE", "busy": "ACTIVE",
+                                                                    "other": "ACTIVE"}
+    stats = uc.servers.sync_status()
+    assert (stats["servers"], stats["changed"]) == (2, 2)
+    listed = {x["name"]: x for x in uc.servers.list()}
+    assert listed["box"]["status"] == "SHUTOFF" and listed["busy"]["status"] == "ACTIVE"
+    assert listed["other"]["status"] == "ERROR" and "the machine is gone" in listed["other"]["fault"]
+    assert uc.servers.sync_status()["changed"] == 0  # ERROR is not settled: left as it is
+
+    # A crashed machine (ERROR) is powered on again; one that is gone says so in one line.
+    uc.servers._save("s-1", status="ERROR", fault="container exited (code 137)")
+    assert uc.servers.power("box", True)["status"] == "ACTIVE"
+    with pytest.raises(Conflict, match=r"^server: server other: the machine is gone; `undercloud server rebuild other`"):
+        uc.servers.power("other", True)
+    with pytest.raises(Conflict, match=r"server busy is ACTIVE \(rebuilding\); power on/off needs"):
+        uc.servers.power("busy", False)
+
+
 # ---- token scope ------------------------------------------------------------------------
 TWO = """\
 heat_template_version: wallaby

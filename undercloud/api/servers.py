@@ -11,6 +11,7 @@ Admin routes still need the admin token there; agents use their own server token
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from typing import Annotated
@@ -82,9 +83,30 @@ def make_service(ctx: Context):
 
 
 def startup(ctx: Context):
-    """First start: default flavors, this host as hypervisor host; listeners for existing servers."""
+    """First start: default flavors, this host as hypervisor host; listeners for existing
+    servers; then a status pass over the settled servers every UNDERCLOUD_SERVER_SYNC_INTERVAL
+    seconds (default 60; 0: never), so `server list` shows a machine that died by itself."""
     ctx.servers.startup()
-    return ctx.listeners.stop
+    interval = float(os.environ.get("UNDERCLOUD_SERVER_SYNC_INTERVAL", "60"))
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(interval) and not ctx.stopping.is_set():
+            try:
+                stats = ctx.servers.sync_status()
+                if stats["changed"]:
+                    log.info("server status sync: %(servers)d servers, %(changed)d changed, %(seconds).2f s", stats)
+            except Exception:  # noqa: BLE001 - the loop must survive one bad pass
+                log.exception("server status sync failed")
+
+    if interval > 0:
+        threading.Thread(target=loop, name="servers-status-sync", daemon=True).start()
+
+    def halt() -> None:
+        stop.set()
+        ctx.listeners.stop()
+
+    return halt
 
 
 def with_agent(ctx: Context, servers: list[dict]) -> list[dict]:

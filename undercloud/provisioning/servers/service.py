@@ -441,6 +441,22 @@ class ServersService:
             return s.scalar(select(func.count()).select_from(Server)) or 0
 
     # ---- life cycle ----------------------------------------------------------------
+    def sync_status(self) -> dict:
+        """One status pass over the settled servers (ACTIVE or SHUTOFF, no task under way), as
+        Nova syncs power states: a machine that died or was stopped outside shows in `server
+        list` without anyone asking for it by name. One realiser status call per server."""
+        t0 = time.perf_counter()
+        with self.store.session() as s:
+            rows = s.execute(select(Server.id, Server.status)
+                             .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))).all()
+        changed = 0
+        for row in rows:
+            try:
+                changed += self.refresh(row.id)["status"] != row.status
+            except NotFound:  # deleted meanwhile
+                continue
+        return {"servers": len(rows), "changed": changed, "seconds": time.perf_counter() - t0}
+
     def refresh(self, ref: str) -> dict:
         """Ask the realiser how the server is; store status, addresses and fault."""
         with self.store.session() as s:
@@ -474,10 +490,16 @@ class ServersService:
     def power(self, ref: str, on: bool) -> dict:
         with self.store.session() as s:
             row = self._find(s, ref)
-        if row.status not in (ACTIVE, "SHUTOFF"):
-            raise Conflict(f"server {row.name} is {row.status}; power on/off needs ACTIVE or SHUTOFF", "server")
+        # ERROR too: a machine that crashed or was stopped outside is powered on again, as a
+        # BMC powers a node on whatever happened to it (a machine that is gone says so).
+        if row.status not in (ACTIVE, "SHUTOFF", ERROR) or row.task:
+            raise Conflict(f"server {row.name} is {row.status}{f' ({row.task})' if row.task else ''}; "
+                           f"power on/off needs ACTIVE, SHUTOFF or ERROR", "server")
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
+        if row.status == ERROR and realiser.status(spec).status == DELETED:
+            raise Conflict(f"server {row.name}: the machine is gone; `undercloud server rebuild {row.name}` "
+                           f"makes it again", "server")
         self._call(row.id, lambda sp: realiser.power(sp, on), spec, "powering-on" if on else "powering-off")
         return self.refresh(row.id)
 
