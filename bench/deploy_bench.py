@@ -293,8 +293,9 @@ def main() -> None:
                     if ex == "ha":
                         rows += [(f"{label}: {what}", secs, GOALS[goal]) for what, secs, goal in rolling(home, tmp)]
                         rows += [(f"{label}: {what}", secs, None) for what, secs, _ in replace_node(home)]
-                        rows += [(f"{label}: {what}", secs, GOALS.get(goal)) for what, secs, goal in failover(home)]
                     rows += [(f"{label}: {what}", secs, GOALS[goal]) for what, secs, goal in day2(home, how)]
+                    if ex == "ha":
+                        rows += [(f"{label}: {what}", secs, GOALS.get(goal)) for what, secs, goal in failover(home)]
                 if computes:
                     active, first_line = boot(home, guest, computes)
                     rows.append((f"{label}: {computes} instance(s) at once -> ACTIVE", active, GOALS["active"]))

@@ -7,6 +7,7 @@ report sent on change."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -199,7 +200,7 @@ def test_a_starting_container_is_checked_every_round_until_it_first_passes(node,
     dog.round()
     dog.round()  # passed: the next check is a period away
     assert probed == [False] * 3 + [True]
-    node.containers[("keystone", "keystone")]["started_at"] = 300  # started again: every round again
+    node.containers[("keystone", "keystone")]["started_at"] = int(time.time()) + 10  # started again, after that pass
     node.probe_ok = False
     dog.round()
     dog.round()
@@ -207,3 +208,32 @@ def test_a_starting_container_is_checked_every_round_until_it_first_passes(node,
     dog.round()
     dog.round()
     assert probed == [False] * 3 + [True] + [False] * 2 + [True]
+
+
+def test_a_pass_seen_before_the_listing_showed_a_restart_counts(node, monkeypatch):
+    """A restart the listing shows late (it is made again only now and then): a check that
+    passed after the new start means a hang now is a hang, not a slow start."""
+    clock = [1000.0]
+    monkeypatch.setattr(watchdog.time, "time", lambda: clock[0])
+    listed = dict(node.containers[("keystone", "keystone")])
+    monkeypatch.setattr(kube, "node_containers", lambda mode: {("keystone", "keystone"): dict(listed)})
+    dog = watchdog.Watchdog(lambda m: None)
+    clock[0] = 990.0
+    dog.round()  # passes at 990, on the process started at 100
+    node.containers[("keystone", "keystone")]["started_at"] = 995  # restarted by podman; not listed yet
+    clock[0] = 1000.0
+    dog.round()  # passes at 1000, on the new process
+    node.probe_ok = False  # then hangs
+    listed.update(started_at=995)  # the listing shows the restart only now
+    assert dog.round() == [] and dog.round() == []
+    assert dog.round() == ["pod keystone: container keystone health check (HTTP GET :15000/v3) failed 3 times in a "
+                           "row; it said: timed out: restarted"]
+    # A pass in the very second of a start may have been the old process's: a slow start then.
+    dog2 = watchdog.Watchdog(lambda m: None)
+    listed.update(started_at=100)
+    node.probe_ok = True
+    dog2.round()
+    listed.update(started_at=1000)  # started in the second of that pass
+    node.probe_ok = False
+    for _ in range(5):
+        assert dog2.round() == []

@@ -9,8 +9,9 @@ played and found ready (kube/<pod>.sha256 and kube/<pod>.json):
   restart policy, which brings an exited process back within a second);
 - a container whose liveness check (`kube.liveness_probe`) fails `failureThreshold` times
   in a row (3) is killed and started again. Failures count once the check passed since the
-  container's start (checked every round until then), or `initialDelaySeconds` (120) after
-  it: a slow start is not a hang.
+  container's start (checked every round until then; a pass seen before the listing showed
+  the start counts when it came a whole second after it), or `initialDelaySeconds` (120)
+  after it: a slow start is not a hang.
 Never while the hook plays that Pod (`kube.pod_lock`). A container that is missing is left
 to the next deploy (a Pod no longer wanted may have been removed on purpose). A file
 `kube/watchdog.pause` in the agent's state directory pauses it: maintenance, when a
@@ -139,7 +140,11 @@ class Watchdog:
                     rec = self._container_record(name, c["name"])
                     rec["policy_restarts"] = int(rec.get("policy_restarts") or 0) + 1
                     rec["last_restart"] = {"at": _now_text(), "why": "its process exited; restarted by podman"}
-                t.update(started=info["started_at"], id=info["id"], since=time.monotonic(), fails=0, passed=False,
+                # A pass the watchdog saw after the start (a listing lags; StartedAt is in whole
+                # seconds) is a pass since it: a hang right after a quick restart is not a slow start.
+                passed = isinstance(info["started_at"], (int, float)) and 0 < info["started_at"] \
+                    and t.get("last_pass", 0.0) >= info["started_at"] + 1
+                t.update(started=info["started_at"], id=info["id"], since=time.monotonic(), fails=0, passed=passed,
                          down=0, due=0.0)
             if info["state"] != "running":
                 if not fresh:
@@ -165,7 +170,7 @@ class Watchdog:
                                                   LIST_SHARE * self.probe_cost)
             if ok:
                 self.probing += time.monotonic() - started
-                t.update(passed=True, fails=0)
+                t.update(passed=True, fails=0, last_pass=time.time())
                 continue
             if not t["passed"] and time.monotonic() - t["since"] < float(spec.get("initialDelaySeconds")
                                                                           or INITIAL_DELAY):
