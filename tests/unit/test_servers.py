@@ -336,6 +336,25 @@ def test_status_sync_shows_machines_changed_outside_and_a_crashed_one_powers_on(
         uc.servers.power("busy", False)
 
 
+def test_a_refresh_does_not_undo_what_a_power_call_saved_meanwhile(uc):
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-1", name="box", flavor="container", image="overcloud-full", first_boot={})
+    assert uc.servers.wait("box", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    fake = uc.servers.realiser("container")
+    real_status = fake.status
+
+    def racing(spec):
+        seen = real_status(spec)  # ACTIVE, read before...
+        fake.status = real_status
+        assert uc.servers.power("box", False)["status"] == "SHUTOFF"  # ...a power off saved
+        return seen
+
+    fake.status = racing
+    uc.servers.refresh("box")  # e.g. the status sync
+    assert uc.servers.get("box")["status"] == "SHUTOFF"
+    assert uc.servers.refresh("box")["status"] == "SHUTOFF"
+
+
 # ---- token scope ------------------------------------------------------------------------
 TWO = """\
 heat_template_version: wallaby

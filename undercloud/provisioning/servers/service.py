@@ -463,6 +463,7 @@ class ServersService:
             row = self._find(s, ref)
         if row.task == "deleting":
             return view(row)
+        seen = (row.status, row.task, dict(row.state or {}))
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
         try:
@@ -484,7 +485,14 @@ class ServersService:
                                     + (f" (waiting for {st.reason})" if st.reason else ""))
         elif st.status == DELETED and row.status != BUILD:
             fields.update(status=ERROR, task=None, fault="the machine is gone (removed outside the undercloud?)")
-        self._save(row.id, spec, **fields)
+        with self.store.session() as s:
+            now = s.get(Server, row.id)
+            # A power, rebuild or delete that saved meanwhile knows better: what was read
+            # before it would undo its record (the next refresh reads again).
+            if now is not None and (now.status, now.task, dict(now.state or {})) == seen:
+                now.state = dict(spec.state)
+                for k, v in fields.items():
+                    setattr(now, k, v)
         return self.get(row.id)
 
     def power(self, ref: str, on: bool) -> dict:
