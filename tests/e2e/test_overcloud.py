@@ -128,6 +128,22 @@ def main_pid(container: str) -> int:
                               capture_output=True, text=True).stdout.strip() or 0)
 
 
+def remove_node(instance: str, node: str) -> None:
+    """A container node lost as a whole: its service containers, then the node container
+    (in one call podman refuses the node: it has dependents). A container caught between
+    states by a restart (podman: "container state improper") is removed at the next try."""
+    label = f"label=undercloud.node={instance}-{node}"
+    for _ in range(5):
+        joined = subprocess.run(["podman", "ps", "-aq", "--filter", label], capture_output=True, text=True).stdout.split()
+        rm = subprocess.run(["podman", "rm", "-f", "-t", "0", *joined], capture_output=True, text=True) if joined else None
+        if rm is None or rm.returncode == 0:
+            break
+        time.sleep(1)
+    assert rm is None or rm.returncode == 0, rm.stderr
+    rm = subprocess.run(["podman", "rm", "-f", "-t", "0", f"{instance}-{node}"], capture_output=True, text=True)
+    assert rm.returncode == 0, rm.stderr
+
+
 def status_rows() -> list[dict]:
     r = run_cli("overcloud", "status", "-f", "json")
     assert r.returncode == 0, r.stderr
@@ -397,7 +413,13 @@ def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
     finally:
         for node in stopped:
             pause_watchdog(inst, node, paused=False)
-    assert all(x["health"] == "healthy" for x in status_rows())
+    rows = status_rows()
+    for _ in range(10):  # a check may time out while the repaired services settle
+        if all(x["health"] == "healthy" for x in rows):
+            break
+        time.sleep(3)
+        rows = status_rows()
+    assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
     start = time.monotonic()
     again = deploy()
     assert again.returncode == 0 and "every service is healthy; nothing to do" in again.stderr, again.stderr[-2000:]
@@ -776,11 +798,7 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     # it): `overcloud replace` makes it again, with the same name and address.
     lost = next(n for n in controllers if n not in vip_holders(uc_home.instance, controllers, vip))
     address = next(x["address"] for x in status_rows() if x["node"] == lost)
-    joined = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=undercloud.node={uc_home.instance}-{lost}"],
-                            capture_output=True, text=True).stdout.split()
-    for names in (joined, [f"{uc_home.instance}-{lost}"]):  # in one call podman refuses the node: it has dependents
-        rm = subprocess.run(["podman", "rm", "-f", "-t", "0", *names], capture_output=True, text=True)
-        assert rm.returncode == 0, rm.stderr
+    remove_node(uc_home.instance, lost)
     assert all(x["health"] != "healthy" for x in status_rows() if x["node"] == lost)
     start = time.monotonic()
     rep = run_cli("overcloud", "replace", lost, "--yes", "-f", "json", timeout=1500)
