@@ -142,8 +142,7 @@ class Watchdog:
                     rec["last_restart"] = {"at": _now_text(), "why": "its process exited; restarted by podman"}
                 # A pass the watchdog saw after the start (a listing lags; StartedAt is in whole
                 # seconds) is a pass since it: a hang right after a quick restart is not a slow start.
-                passed = isinstance(info["started_at"], (int, float)) and 0 < info["started_at"] \
-                    and t.get("last_pass", 0.0) >= info["started_at"] + 1
+                passed = 0 < info["started_at"] <= t.get("last_pass", 0.0) - 1
                 t.update(started=info["started_at"], id=info["id"], since=time.monotonic(), fails=0, passed=passed,
                          down=0, due=0.0)
             if info["state"] != "running":

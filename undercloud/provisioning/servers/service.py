@@ -37,6 +37,7 @@ from undercloud.store.servers import HypervisorHost, Server
 
 log = logging.getLogger("undercloud.servers")
 
+GONE = "the machine is gone (removed outside the undercloud?)"  # the fault when a machine vanished
 NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostname label (dots allowed)
 # Nova's default allocation ratios: container and VM hosts may overcommit CPUs and memory.
 CPU_RATIO, RAM_RATIO = 16.0, 1.5
@@ -484,7 +485,7 @@ class ServersService:
                               fault=f"not ACTIVE after {realiser.build_timeout:.0f} s"
                                     + (f" (waiting for {st.reason})" if st.reason else ""))
         elif st.status == DELETED and row.status != BUILD:
-            fields.update(status=ERROR, task=None, fault="the machine is gone (removed outside the undercloud?)")
+            fields.update(status=ERROR, task=None, fault=GONE)
         with self.store.session() as s:
             now = s.get(Server, row.id)
             # A power, rebuild or delete that saved meanwhile knows better: what was read
@@ -503,11 +504,14 @@ class ServersService:
         if row.status not in (ACTIVE, "SHUTOFF", ERROR) or row.task:
             raise Conflict(f"server {row.name} is {row.status}{f' ({row.task})' if row.task else ''}; "
                            f"power on/off needs ACTIVE, SHUTOFF or ERROR", "server")
+        if row.status == ERROR:
+            if self.refresh(row.id)["fault"] == GONE:
+                raise Conflict(f"server {row.name}: the machine is gone; `undercloud server rebuild {row.name}` "
+                               f"makes it again", "server")
+            with self.store.session() as s:
+                row = self._find(s, ref)  # as the refresh left it
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
-        if row.status == ERROR and realiser.status(spec).status == DELETED:
-            raise Conflict(f"server {row.name}: the machine is gone; `undercloud server rebuild {row.name}` "
-                           f"makes it again", "server")
         self._call(row.id, lambda sp: realiser.power(sp, on), spec, "powering-on" if on else "powering-off")
         return self.refresh(row.id)
 
