@@ -582,7 +582,8 @@ class CallLoop:
 
 def element_variant(where, name: str, start: str | None = None):
     """An elements directory whose element `name` is the shipped one with a marker file
-    more (a new image), or with `start` as its uc-<name>-start (a broken image)."""
+    more (a new image), or with `start` as its uc-<name>-start (a broken image; the
+    shipped one is there as uc-<name>-start.shipped)."""
     import undercloud
 
     element = where / name
@@ -591,7 +592,9 @@ def element_variant(where, name: str, start: str | None = None):
         (element / "static" / "etc" / name).mkdir(parents=True, exist_ok=True)
         (element / "static" / "etc" / name / "uc-variant").write_text(f"{where.name}\n")
     else:
-        (element / "static" / "usr" / "local" / "bin" / f"uc-{name}-start").write_text(start)
+        bin_dir = element / "static" / "usr" / "local" / "bin"
+        shutil.copy2(bin_dir / f"uc-{name}-start", bin_dir / f"uc-{name}-start.shipped")
+        (bin_dir / f"uc-{name}-start").write_text(start)
     return where
 
 
@@ -684,6 +687,38 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert images_by_service(before) == before
     assert all(x["health"] == "healthy" for x in status_rows())
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+
+    # --max-fail 1, an image that fails on one node only (Pods take the node's hostname):
+    # that node alone is rolled back, the other two run the new image; the command exits 1
+    # naming it; `overcloud rollback` brings every node back.
+    odd = controllers[1]
+    one_broken = keystone_variant(uc_home.path.parent / "broken-one", start=(
+        f'#!/bin/sh\nif [ "$(cat /proc/sys/kernel/hostname)" = {odd} ]; then\n'
+        f"  echo 'uc-keystone-start: broken on this node on purpose' >&2; exit 3\nfi\n"
+        f'exec /usr/local/bin/uc-keystone-start.shipped "$@"\n'))
+    start = time.monotonic()
+    part = run_cli("overcloud", "update", "--service", "keystone", "--elements-path", str(one_broken),
+                   "--max-fail", "1", timeout=1500)
+    print(f"update with --max-fail 1, one node failing: {time.monotonic() - start:.1f} s (image build included)")
+    assert part.returncode == 1, part.stderr[-3000:]
+    assert (f"error: update: 1 node(s) failed within --max-fail 1 and run their previous images and "
+            f"configuration again: {odd}; the others are updated") in part.stderr, part.stderr[-3000:]
+    assert f"{odd}: step 3 rolling back to its previous images and configuration" in part.stderr
+    assert f"{odd}: step 3 rolled back: healthy on its previous images" in part.stderr
+    assert "broken on this node on purpose" in part.stderr
+    others = [n for n in controllers if n != odd]
+    for node in others:
+        assert f"{node}: step 3 healthy" in part.stderr
+    now = images_by_service()
+    if any(now[(n, "keystone")] == before[(n, "keystone")] for n in others):  # a report may lag
+        now = images_by_service({**before, **{(n, "keystone"): now[(others[-1], "keystone")] for n in others}})
+    assert now[(odd, "keystone")] == before[(odd, "keystone")]
+    assert all(now[(n, "keystone")] != before[(n, "keystone")] for n in others), now
+    assert all(x["health"] == "healthy" for x in status_rows())
+    assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
+    back = run_cli("overcloud", "rollback", timeout=1200)
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert images_by_service(before) == before
     # The services still work with the keystones they had tokens from (re-registering them
     # at each keystone start must not revoke their tokens): Nova asks Neutron for a port.
     assert run_cli("image", "build", "guest-tiny", timeout=900).returncode == 0

@@ -421,3 +421,96 @@ def test_rolling_update_stops_at_the_first_failing_member_and_rolls_it_back(uc_h
     events = json.loads(run_cli("stack", "event", "list", "s", "--nested-depth", "2", "-f", "json").stdout)
     failed = [e for e in events if e["resource_status"].endswith("FAILED") and e["resource_name"] == "deployments.first"]
     assert failed and "broken does not start" in failed[0]["resource_status_reason"], failed
+
+
+TWO_STEPS = """
+heat_template_version: 2018-08-31
+parameters:
+  version: {type: string, default: v1}
+resources:
+  a: {type: OS::Heat::DeployedServer}
+  b: {type: OS::Heat::DeployedServer}
+""" + "".join(f"""
+  config{step}:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      config:
+        str_replace:
+          template: |
+            #!/bin/sh
+            echo VERSION >> DIR/ran.{step}.$deploy_resource_name
+            ! grep -qsx VERSION DIR/fail.$deploy_resource_name || {{ echo "VERSION fails on $deploy_resource_name" >&2; exit 3; }}
+          params: {{VERSION: {{get_param: version}}, DIR: TMP}}
+  step{step}:
+    type: OS::Heat::SoftwareDeploymentGroup
+    update_policy: {{rolling_update: {{max_batch_size: 1}}}}
+    {"depends_on: [step1]" if step == 2 else ""}
+    properties:
+      config: {{get_resource: config{step}}}
+      servers: {{first: {{get_resource: a}}, second: {{get_resource: b}}}}
+""" for step in (1, 2))
+
+
+def test_max_fail_rolls_a_failing_member_back_and_goes_on(uc_home, tmp_path):
+    """`stack update --max-fail 1`: the member that fails runs its previous configuration
+    again, its server's later step is skipped, the other server gets everything; a second
+    failing member is one too many (the update rolls back); an update that changes
+    nothing retries the member rolled back."""
+    p = stack_create_bg(write(tmp_path, TWO_STEPS.replace("TMP", str(tmp_path))))
+
+    def ran(step, member):
+        f = tmp_path / f"ran.{step}.{member}"
+        return f.read_text().split() if f.exists() else []
+
+    def update(*args):
+        r = run_cli("stack", "update", "s", "--existing", "--rollback", "--wait", "-f", "json", *args)
+        return r, (json.loads(r.stdout) if r.returncode == 0 else None)
+
+    with two_agents(uc_home, tmp_path):
+        _out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        (tmp_path / "fail.first").write_text("v2\n")  # v2 fails on the first server
+        r, s = update("-P", "version=v2", "--max-fail", "1")
+        assert r.returncode == 0, r.stderr
+        assert s["stack_status"] == "UPDATE_COMPLETE"
+        assert "1 member(s) failed and were rolled back to their previous properties (max_fail 1): " \
+               "step1.first: Deployment to server failed" in s["stack_status_reason"], s["stack_status_reason"]
+        assert "v2 fails on first" in s["stack_status_reason"]
+        assert (ran(1, "first"), ran(2, "first")) == (["v1", "v2", "v1"], ["v1"])
+        assert (ran(1, "second"), ran(2, "second")) == (["v1", "v2"], ["v1", "v2"])
+        events = json.loads(run_cli("stack", "event", "list", "s", "--nested-depth", "2", "-f", "json").stdout)
+        first = [e["resource_status"] for e in events if e["resource_name"] == "step1.first"]
+        assert first[-4:] == ["UPDATE_IN_PROGRESS", "UPDATE_FAILED", "ROLLBACK_IN_PROGRESS", "ROLLBACK_COMPLETE"]
+
+        # It fails again on v3 (no --max-fail): the stack rollback brings it back to v1,
+        # what it had, not to v2, the previous definition it failed on.
+        (tmp_path / "fail.first").write_text("v2\nv3\n")
+        r, _ = update("-P", "version=v3")
+        assert r.returncode == 1 and "ROLLBACK_COMPLETE" in r.stderr and "v3 fails on first" in r.stderr, r.stderr
+        assert (ran(1, "first"), ran(2, "first")) == (["v1", "v2", "v1", "v3", "v1"], ["v1"])
+        assert (ran(1, "second"), ran(2, "second")) == (["v1", "v2"], ["v1", "v2"])
+
+        # Fixed, an update that changes nothing retries it (the rest is left alone).
+        (tmp_path / "fail.first").unlink()
+        r, s = update()
+        assert r.returncode == 0, r.stderr
+        assert s["stack_status_reason"] == "Stack UPDATE completed successfully"
+        assert (ran(1, "first"), ran(2, "first")) == (["v1", "v2", "v1", "v3", "v1", "v2"], ["v1", "v2"])
+        assert (ran(1, "second"), ran(2, "second")) == (["v1", "v2"], ["v1", "v2"])
+
+        # Both fail with --max-fail 1: the second is one too many, and --rollback brings
+        # the stack back (the first, rolled back within max-fail, stays on v2).
+        (tmp_path / "fail.first").write_text("v3\n")
+        (tmp_path / "fail.second").write_text("v3\n")
+        r, _ = update("-P", "version=v3", "--max-fail", "1")
+        assert r.returncode == 1
+        assert "ROLLBACK_COMPLETE" in r.stderr and "v3 fails on second" in r.stderr, r.stderr
+    assert ran(1, "first") == ["v1", "v2", "v1", "v3", "v1", "v2", "v3", "v2"]
+    assert ran(1, "second") == ["v1", "v2", "v3", "v2"]
+    assert (ran(2, "first"), ran(2, "second")) == (["v1", "v2"], ["v1", "v2"])
+
+
+def test_max_fail_bad_input_is_one_line(uc_home, tmp_path):
+    r = run_cli("stack", "update", "s", "--existing", "--max-fail", "-1")
+    assert r.returncode == 2 and "--max-fail" in r.stderr and "Traceback" not in r.stderr

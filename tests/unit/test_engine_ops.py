@@ -383,6 +383,43 @@ def test_resource_group_count_index_removal(eng):
     assert sorted(k for k in eng.res("s", 1) if k.startswith("group.")) == ["group.0", "group.2"]
 
 
+def test_max_fail_tolerates_group_members_only_and_counts_them(eng):
+    text = GROUP.replace("  remove: {type: comma_delimited_list, default: []}\n",
+                         "  remove: {type: comma_delimited_list, default: []}\n"
+                         "  v: {type: string, default: member}\n  fail: {type: boolean, default: false}\n"
+                         ).replace('properties: {value: "member-%index%"}',
+                                   'properties: {value: {list_join: ["-", [{get_param: v}, "%index%"]]}, '
+                                   'fail: {get_param: fail}}')
+    b = eng.bundle("g.yaml", text)
+    eng.create("s", b)
+    # every member fails, two tolerated: the third fails the update, which rolls back
+    s = eng.update("s", b, {"v": "new", "fail": "true"}, max_fail=2, rollback=True)
+    assert s["stack_status"] == "ROLLBACK_COMPLETE", s["stack_status_reason"]
+    assert eng.outputs("s")["values"] == ["member-0", "member-1", "member-2"]
+    # three tolerated: each back on its previous value, the update complete
+    s = eng.update("s", b, {"v": "new", "fail": "true"}, max_fail=3)
+    assert s["stack_status"] == "UPDATE_COMPLETE", s["stack_status_reason"]
+    assert "3 member(s) failed and were rolled back to their previous properties (max_fail 3): group.0: " \
+           "Test Resource failed 0" in s["stack_status_reason"]
+    assert eng.outputs("s")["values"] == ["member-0", "member-1", "member-2"]
+    assert {r["resource_status"] for k, r in eng.res("s", 1).items() if k.startswith("group.")} == {"ROLLBACK_COMPLETE"}
+    # a later failing update's rollback leaves them where they are (its previous
+    # definition is the one they failed on)
+    s = eng.update("s", b, {"v": "newer", "fail": "true"}, rollback=True)
+    assert s["stack_status"] == "ROLLBACK_COMPLETE", s["stack_status_reason"]
+    assert eng.outputs("s")["values"] == ["member-0", "member-1", "member-2"]
+    # a failing resource outside a group is never tolerated
+    c = eng.bundle("t.yaml", CHAIN)
+    eng.create("c", c)
+    assert eng.update("c", c, {"v": "x", "fail": "true"}, max_fail=5)["stack_status"] == "UPDATE_FAILED"
+    # the next update converges what was rolled back
+    s = eng.update("s", b, {"v": "new"})
+    assert s["stack_status"] == "UPDATE_COMPLETE", s["stack_status_reason"]
+    assert eng.outputs("s")["values"] == ["new-0", "new-1", "new-2"]
+    with pytest.raises(InvalidInput, match="max_fail must be a whole number"):
+        eng.svc.update("s", b, {}, max_fail=-1)
+
+
 def test_group_batch_create_orders_members(eng):
     text = GROUP.replace("    properties:\n      count", "    update_policy: {batch_create: {max_batch_size: 1}}\n"
                          "    properties:\n      count").replace(

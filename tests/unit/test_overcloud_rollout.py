@@ -117,9 +117,37 @@ def test_follow_says_per_node_and_step_and_keeps_the_first_failure():
                      "oc-controller-0: step 3 (rollback) healthy"]
 
 
+def test_follow_keeps_the_nodes_rolled_back_within_max_fail_apart_from_the_failure():
+    said = []
+    f = rollout.Follow(lambda *_a, **_k: [], "oc", said.append, 0)
+    why = "Deployment to server failed: deploy_status_code : 3 (pod keystone: container keystone: exited)"
+    step3, step4 = "ControllerDeployment_Step3.", "ControllerDeployment_Step4."
+    for name, status, reason in [
+            (step3 + "c-0", "UPDATE_IN_PROGRESS", ""),
+            (step3 + "c-0", "UPDATE_FAILED", why),
+            (step3 + "c-0", "ROLLBACK_IN_PROGRESS", "rolling back to its previous properties: " + why),
+            (step3 + "c-0", "ROLLBACK_COMPLETE", "rolled back to its previous properties after: " + why),
+            (step3 + "c-1", "UPDATE_IN_PROGRESS", ""),
+            (step3 + "c-1", "UPDATE_COMPLETE", ""),
+            (step4 + "c-0", "ROLLBACK_COMPLETE", "not updated: its server s-0 failed earlier in this update"),
+            (step4 + "c-1", "UPDATE_COMPLETE", "")]:
+        f.event({"resource_name": name, "resource_status": status, "resource_status_reason": reason})
+    assert f.failure is None
+    assert list(f.tolerated) == ["c-0"] and f.tolerated["c-0"][0].startswith("step 3: ")
+    assert f.nodes == {"c-0": "held back", "c-1": "updated"}
+    lines = [x.split("] ", 1)[1] for x in said]
+    assert lines[2:4] == ["c-0: step 3 rolling back to its previous images and configuration",
+                          "c-0: step 3 rolled back: healthy on its previous images"]
+    assert "c-0: step 4 not run (the node failed an earlier step)" in lines
+    # one more node failing is the failure, and the stack's rollback follows
+    f.event({"resource_name": step4 + "c-1", "resource_status": "UPDATE_FAILED", "resource_status_reason": why})
+    assert f.failure[0] == "c-1" and list(f.tolerated) == ["c-0"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["update"], "no overcloud stack 'overcloud': run `undercloud deploy`"),
     (["update", "--batch", "0"], "Invalid value for '--batch'"),
+    (["update", "--max-fail", "-1"], "Invalid value for '--max-fail'"),
     (["rollback", "--stack", "nope"], "no overcloud stack 'nope'"),
     (["replace", "overcloud-controller-0", "--yes"], "no overcloud stack 'overcloud': run `undercloud deploy`"),
     (["replace"], "Missing argument 'NODE'"),

@@ -27,6 +27,7 @@ class StackBody(BaseModel):
     dry_run: bool = False
     existing: bool = False  # update: keep the stored bundle (unless given) and parameters, these over them
     environment: dict[str, Any] | None = None  # update: {parameter_defaults} after the bundle's environments
+    max_fail: int = Field(0, ge=0, le=1_000_000)  # update: group members that may fail (each rolled back)
 
 
 @router.get("")
@@ -54,7 +55,7 @@ def show_stack(stack: str, ctx: Context = Depends(get_context)):
 def update_stack(stack: str, body: StackBody, ctx: Context = Depends(get_context)):
     return ctx.stacks.update(stack, body.bundle, body.parameters, rollback=body.rollback,
                              timeout=body.timeout, dry_run=body.dry_run, existing=body.existing,
-                             environment=body.environment)
+                             environment=body.environment, max_fail=body.max_fail)
 
 
 @router.delete("/{stack}")

@@ -292,10 +292,11 @@ def replace(stack, node, yes, timeout):
 
 
 def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: int, timeout: float,
-             what: str) -> None:
+             what: str, max_fail: int = 0) -> None:
     """Roll the set `new`'s images of `params` out (a stack update the undercloud runs: the
-    deploy steps' groups `batch` nodes at a time, rolled back by itself on a failure) and
-    follow it; records `new` as the deployed set once it is complete."""
+    deploy steps' groups `batch` nodes at a time, rolled back by itself on a failure; up to
+    `max_fail` nodes that fail are rolled back alone and the rest goes on) and follow it;
+    records `new` as the deployed set once it is complete, with the nodes rolled back."""
     from undercloud.orchestration.overcloud import deployed, rollout
 
     start = time.monotonic()
@@ -305,16 +306,29 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
     # `<Role>ImageOverrides` of every role that has or had one.
     roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
     chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
-    body = {"existing": True, "rollback": True, "timeout": timeout * 60,
+    body = {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
             "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
     client.patch(f"/v1/stacks/{stack}", json=body)
     follow = rollout.Follow(client.get, stack, note, after)
     s = follow.run()
     status = s["stack_status"]
     if status == "UPDATE_COMPLETE":
+        new = {k: v for k, v in new.items() if k != "rolled_back"}
+        if follow.tolerated:
+            new["rolled_back"] = {node: failed for node, (failed, _tail) in follow.tolerated.items()}
         deployed.record(client.home.path, stack, new)
         done = sorted(n for n, state in follow.nodes.items() if state == "updated")
         note(f"{what}: complete in {time.monotonic() - start:.1f} s ({len(done)} node(s) ran a changed step)")
+        if follow.tolerated:
+            for node, (failed, tail) in sorted(follow.tolerated.items()):
+                note(f"{what}: {node} failed at {failed}")
+                for t in tail:
+                    note(f"  | {t}")
+            nodes = sorted(follow.tolerated)
+            raise UndercloudError(
+                f"{what}: {len(nodes)} node(s) failed within --max-fail {max_fail} and run their previous images "
+                f"and configuration again: {', '.join(nodes)}; the others are updated; `undercloud overcloud "
+                f"update` again retries them", what.split()[0])
         return
     if follow.failure:
         node, failed, tail = follow.failure
@@ -361,8 +375,13 @@ TIMEOUT_OPTION = click.option("--timeout", type=float, default=30, show_default=
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Your own elements, searched before the shipped ones (repeatable): a changed "
                    "element makes a new image.")
+@click.option("--max-fail", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Up to N nodes may fail: each is rolled back alone to its previous images and "
+                   "configuration (its later steps not run) and the rollout goes on; one more stops it "
+                   "and rolls every node back. The command exits 1 naming the nodes rolled back; run it "
+                   "again to retry them.")
 @TIMEOUT_OPTION
-def update(stack, services, roles, batch, no_cache, elements_path, timeout):
+def update(stack, services, roles, batch, no_cache, elements_path, max_fail, timeout):
     """Roll new service images out, node by node, and roll back by itself on a failure.
 
     Builds the images of the chosen services (cached by content: an unchanged element
@@ -372,7 +391,8 @@ def update(stack, services, roles, batch, no_cache, elements_path, timeout):
     services pass their health checks. Services whose image and configuration did not
     change are not restarted. A node that fails stops the rollout and the undercloud
     rolls it back to its previous image and configuration (it goes on if this command
-    dies); the command then exits 1 naming node, service and health check. With --role,
+    dies); the command then exits 1 naming node, service and health check. With
+    --max-fail N, up to N failing nodes are rolled back alone while the others go on. With --role,
     only that role's nodes take the new image (the others keep theirs); an update
     without --role brings every role to the same image again.
 
@@ -381,7 +401,7 @@ def update(stack, services, roles, batch, no_cache, elements_path, timeout):
       undercloud overcloud update --service keystone              # node by node
       undercloud overcloud update --service keystone --no-cache   # new Debian packages
       undercloud overcloud update --service neutron_linuxbridge_agent --role Compute
-      undercloud overcloud update --elements-path ./my-elements --batch 2
+      undercloud overcloud update --elements-path ./my-elements --batch 2 --max-fail 1
       undercloud overcloud rollback                               # back to the previous images
     """
     from undercloud.cli.image import build_targets
@@ -390,6 +410,7 @@ def update(stack, services, roles, batch, no_cache, elements_path, timeout):
 
     client = Client(timeout=600)
     current = _deployed_set(client, stack)["current"]
+    retry = sorted(current.get("rolled_back") or {})
     by_role = None
     if roles:
         known = {role: {svc[0] for svc in rows or []}
@@ -407,12 +428,14 @@ def update(stack, services, roles, batch, no_cache, elements_path, timeout):
     records = {r["name"]: r for r in build_targets(client, targets, no_cache)}
     new = rollout.with_records(current, params, records, list(roles))
     changed = rollout.changed(current, new)
-    if not changed:
+    if not changed and retry:
+        note(f"update: retrying {', '.join(retry)}: the last update rolled them back to their previous images")
+    elif not changed:
         note(f"update: nothing to update: {', '.join(names)} already run(s) the image just built"
              + (f" on role {', '.join(roles)}" if roles else ""))
         return
     _say_changes("update", current, new, changed)
-    _rollout(client, stack, new, changed, batch, timeout, "update")
+    _rollout(client, stack, new, changed, batch, timeout, "update", max_fail)
 
 
 def _say_changes(what: str, old: dict, new: dict, changed: list[str]) -> None:

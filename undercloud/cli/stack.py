@@ -150,8 +150,12 @@ def create(name, template, environments, parameters, rollback, timeout, wait):
                    "them (Heat's PATCH update).")
 @click.option("--dry-run", is_flag=True,
               help="Show what would be created, updated, replaced and deleted; change nothing.")
+@click.option("--max-fail", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Up to N members of resource groups may fail their update: each is updated back to "
+                   "its previous properties, its server's later deployments are skipped, and the rest "
+                   "goes on. One more failure fails the update (and rolls it back with --rollback).")
 @formatted()
-def update(name, template, environments, parameters, rollback, timeout, wait, existing, dry_run):
+def update(name, template, environments, parameters, rollback, timeout, wait, existing, dry_run, max_fail):
     """Update stack NAME to a new template and parameters.
 
     Resources whose properties are unchanged are not touched; changed properties that
@@ -165,6 +169,7 @@ def update(name, template, environments, parameters, rollback, timeout, wait, ex
     Examples:
       undercloud stack update demo -t demo.yaml -P count=5
       undercloud stack update demo --existing -P count=6 --wait
+      undercloud stack update demo --existing -P version=2 --rollback --max-fail 1 --wait
     """
     if not template and not existing:
         raise InvalidInput("give the template (-t) or --existing to keep the stored one", "stack update")
@@ -173,7 +178,8 @@ def update(name, template, environments, parameters, rollback, timeout, wait, ex
     bundle = gather(template, environments) if template else None
     client = Client()
     body = {"bundle": bundle, "parameters": parse_parameters(parameters), "rollback": rollback,
-            "timeout": timeout * 60 if timeout else None, "dry_run": dry_run, "existing": existing}
+            "timeout": timeout * 60 if timeout else None, "dry_run": dry_run, "existing": existing,
+            "max_fail": max_fail}
     s = client.patch(f"/v1/stacks/{name}", json=body)
     if dry_run:
         return s

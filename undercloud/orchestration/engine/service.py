@@ -150,11 +150,13 @@ class StackService:
 
     def update(self, name_or_id: str, bundle: dict | None, parameters: dict | None = None, *,
                rollback: bool = False, timeout: float | None = None, dry_run: bool = False, wait: bool = False,
-               existing: bool = False, environment: dict | None = None) -> dict:
+               existing: bool = False, environment: dict | None = None, max_fail: int = 0) -> dict:
         """Update to `bundle` and `parameters`; with `existing` (Heat's PATCH), the stored
         bundle when none is given and the stored parameters with `parameters` over them.
         `environment` ({parameter_defaults}) goes after the bundle's environments (with
-        `existing`, over what an earlier one gave)."""
+        `existing`, over what an earlier one gave). Up to `max_fail` group members whose
+        update fails are rolled back to their previous properties one by one while the
+        rest goes on (their servers' later deployments skipped); one more fails the update."""
         root = self._root(name_or_id)
         if root["status"] == "IN_PROGRESS":
             raise Conflict(f"stack {root['name']} is {root['action']}_IN_PROGRESS; wait for it or cancel it")
@@ -170,10 +172,19 @@ class StackService:
         tmpl = self._load(bundle, parameters or {}, root["name"], root["id"])
         if dry_run:
             return self.plan(root, bundle, parameters or {})
+        if not isinstance(max_fail, int) or isinstance(max_fail, bool) or max_fail < 0:
+            raise InvalidInput(f"max_fail must be a whole number of 0 or more, not {str(max_fail)[:50]!r}",
+                               "max_fail")
         op = {"kind": "update", "rollback": rollback, "timeout": timeout or DEFAULT_TIMEOUT,
               "started": time.time(), "hidden": self._hidden(tmpl),
               # everything converged to the previous files: unchanged nested stacks can be skipped
               "converged": root["status"] == "COMPLETE"}
+        # members rolled back within an earlier max_fail: walked again (retried) wherever they are
+        carried = (root.get("operation") or {}).get("tolerated") or []
+        if carried:
+            op.update(converged=False, carried=carried)
+        if max_fail:
+            op["max_fail"] = max_fail
         root.update(prev_bundle=root["bundle"], prev_parameters=root["parameters"], bundle=bundle,
                     parameters=parameters or {}, action="UPDATE", status="IN_PROGRESS",
                     status_reason="Stack UPDATE started", operation=op, updated_at=time.time(),
@@ -283,10 +294,20 @@ class StackService:
         if w.interrupted:
             return  # the service stops: resumed at its next start
         if w.failure is None:
-            self._finish(root, "COMPLETE", f"Stack {root['action']} completed successfully", w)
+            reason = f"Stack {root['action']} completed successfully"
+            if w.tolerated:
+                root["operation"] = {**op, "tolerated": w.tolerated}
+                reason += (f"; {len(w.tolerated)} member(s) failed and were rolled back to their previous "
+                           f"properties (max_fail {w.max_fail}): {'; '.join(w.tolerated)}")
+                reason = w.clean(reason)
+            self._finish(root, "COMPLETE", reason, w)
             return
         action = root["action"]
         self._finish(root, "FAILED", f"Stack {action} failed: {w.failure}", w)
+        if w.tolerated or op.get("carried"):  # still behind after the rollback: the next update retries them
+            op = {**op, "tolerated": [*op.get("carried", []), *w.tolerated]}
+        if w.behind:
+            op = {**op, "restore": w.behind}
         if op.get("rollback") and root_id not in self.superseded:
             root = self._root(root_id)
             root.update(action="ROLLBACK", status="IN_PROGRESS", status_reason=f"rolling back: {w.failure}",

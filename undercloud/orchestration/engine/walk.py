@@ -32,12 +32,14 @@ from undercloud.orchestration.engine.writer import Writer
 from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import (
+    HELD_BACK,
     NestedView,
     Plugin,
     ResourceFailure,
     StackRef,
     with_defaults,
 )
+from undercloud.orchestration.resources.group import ResourceGroup
 from undercloud.orchestration.resources.nested import TemplateResource
 from undercloud.orchestration.template.parameters import mask_texts, secret_texts
 
@@ -88,6 +90,11 @@ def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = 
         "attributes": None, "data": {}, "nested_id": None, "replaced_by": None,
         "deletion_policy": "Delete", "created_at": now, "updated_at": now,
     }
+
+
+def is_group_member(task: ResTask) -> bool:
+    parent = task.stack.parent_task
+    return parent is not None and issubclass(plugin_class(parent.rd.type, parent.rd.template_file), ResourceGroup)
 
 
 class StackNode:
@@ -171,7 +178,7 @@ class ResTask:
 
     __slots__ = ("w", "stack", "name", "rd", "needs", "waiting", "dependents", "state", "action",
                  "row", "old_row", "plugin", "props", "metadata", "update_policy", "deadline", "child", "started",
-                 "phase", "resume", "old_props")
+                 "phase", "resume", "old_props", "old_metadata", "failed_with")
 
     def __init__(self, w: Walk, stack: StackNode, name: str, rd: Any, needs: set[str]):
         self.w, self.stack, self.name, self.rd, self.needs = w, stack, name, rd, needs
@@ -191,6 +198,8 @@ class ResTask:
         self.phase = ""
         self.resume = False
         self.old_props: dict = {}
+        self.old_metadata: Any = None
+        self.failed_with = ""  # a tolerated failure this task rolls back from (max_fail)
 
     @property
     def path(self) -> str:
@@ -220,13 +229,20 @@ class ResTask:
         row = self.row
         decision = "create"
         note = ""
+        restore = w.restore.get(row["uuid"]) if row is not None and w.restore else None
+        if restore is not None and is_group_member(self):
+            # rolled back within an earlier max_fail and changed by the update that failed:
+            # what it had then, not the previous definition (the one it failed on)
+            self.props, metadata = with_defaults(cls.properties_schema, restore[0]), restore[1]
+            self.metadata = metadata
         if row is not None:
             old = row.get("properties") or {}
             if row["status"] == "IN_PROGRESS" and row["action"] in ("CREATE", "UPDATE") and w.resuming:
                 decision = "resume"
             elif row["type"] != rd.type:
                 decision, note = "replace", f"type {row['type']} -> {rd.type}"
-            elif row["status"] != "COMPLETE" and row["action"] != "UPDATE" and not row.get("nested_id"):
+            elif row["status"] != "COMPLETE" and row["action"] not in ("UPDATE", "ROLLBACK") \
+                    and not row.get("nested_id"):
                 # never completed (or half deleted): make a new one
                 decision, note = "replace", f"was {row['action']}_{row['status']}"
             elif row["status"] != "COMPLETE":
@@ -275,9 +291,23 @@ class ResTask:
             self.action, self.resume = row["action"], True
             self.old_props = dict(row.get("properties") or {})
             return True
-        if decision == "update":
-            self.action = "UPDATE"
+        if decision == "update" and restore is not None:
+            self.action = "ROLLBACK"
             self.old_props = dict(row.get("properties") or {})
+            self.transition(row, "ROLLBACK", "IN_PROGRESS", "back to its properties before the failed update")
+            return True
+        if decision == "update":
+            if w.skips(self):
+                if w.nested_action != "ROLLBACK":  # marked as held back: a stack rollback leaves it too
+                    self.transition(row, "ROLLBACK", "COMPLETE", f"{HELD_BACK}: its server "
+                                    f"{self.props.get('server')} failed earlier in this update")
+                self.done_quiet()
+                return False
+            self.action, self.phase = "UPDATE", "update"
+            self.old_props = dict(row.get("properties") or {})
+            self.old_metadata = row.get("rsrc_metadata")
+            if row["action"] == "ROLLBACK" and row["status"] == "COMPLETE" and is_group_member(self):
+                w.behind[row["uuid"]] = [self.old_props, self.old_metadata]  # what a stack rollback restores
             self.transition(row, "UPDATE", "IN_PROGRESS", "state changed")
             return True
         if decision == "replace":
@@ -446,9 +476,12 @@ class ResTask:
             self.plugin = self.make_plugin(plugin_class(self.rd.type, self.rd.template_file))
             self.w.call(self, self.plugin.create, "CREATE")
             return
+        if self.phase == "revert":
+            self.complete(f"rolled back to its previous properties after: {self.failed_with}")
+            return
         self.complete()
 
-    def complete(self) -> None:
+    def complete(self, reason: str = "state changed") -> None:
         row, p = self.row, self.plugin
         if self.child is not None:
             p.physical_id = p.physical_id or self.child.row["id"]  # as Heat: the nested stack's id
@@ -467,7 +500,7 @@ class ResTask:
         row["data"] = p.data
         row["requires"] = sorted(self.needs)
         row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
-        self.transition(row, self.action, "COMPLETE", "state changed")
+        self.transition(row, self.action, "COMPLETE", reason)
         self.state = "done"
         self.w.finished(self)
 
@@ -484,9 +517,14 @@ class ResTask:
             self.stack.current[self.name] = self.row
         self.fail(message)
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, tolerable: bool = True) -> None:
         if self.state in ("done", "failed"):
             return
+        if tolerable and self.w.tolerates(self, message):
+            self.revert(message)
+            return
+        if self.phase == "revert":
+            message = f"{self.failed_with}; rolling it back to its previous properties failed: {message}"
         self.state = "failed"
         row = self.row
         if row is not None:
@@ -494,6 +532,23 @@ class ResTask:
                 row = self.old_row
             self.transition(row, self.action or row["action"], "FAILED", message)
         self.w.failed_task(self, f"{self.action or 'CREATE'} of {self.path} failed: {message}")
+
+    def revert(self, message: str) -> None:
+        """A group member's update failed within the operation's max_fail: it fails, updates
+        back to its previous properties, and the group goes on (a failure there is final)."""
+        w = self.w
+        self.transition(self.row, "UPDATE", "FAILED", message)
+        failed_props = self.props
+        self.props, self.metadata = self.old_props, self.old_metadata
+        self.phase, self.failed_with, self.action = "revert", message, "ROLLBACK"
+        self.transition(self.row, "ROLLBACK", "IN_PROGRESS", f"rolling back to its previous properties: {message}")
+        cls = plugin_class(self.rd.type, self.rd.template_file)
+        self.plugin = self.make_plugin(cls)
+        self.state = "run"
+        self.started = time.monotonic()
+        limit = cls.timeout if cls.timeout is not None else w.timeout
+        self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
+        w.call(self, lambda: self.plugin.update(failed_props), "UPDATE")
 
     def waiting_for(self) -> str:
         if self.plugin is not None:
@@ -575,7 +630,7 @@ class DelTask:
         self.state = "done"
         w.finished(self)
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, tolerable: bool = False) -> None:
         if self.state in ("done", "failed"):
             return
         self.state = "failed"
@@ -637,9 +692,19 @@ class Walk:
         self.deleting: set[str] = set()  # nested stacks whose DELETE_IN_PROGRESS is written
         self.stopping = stopping or threading.Event()  # the service stops: leave the rest for the resume
         self.interrupted = False
+        # An update's max_fail: group members whose update may fail, each then rolled back
+        # to its previous properties while the group goes on; their servers' later
+        # deployments in this walk are skipped (a node that failed is not changed further).
+        op = root_row.get("operation") or {}
+        self.max_fail = int(op.get("max_fail") or 0) if op.get("kind") == "update" and plan is None else 0
+        self.tolerated: list[str] = []  # "<path>: <why>" of each member rolled back
+        self.skipped_servers: set[str] = set()
+        # members rolled back within an earlier max_fail that this update changes: uuid ->
+        # [properties, metadata] they had; a stack rollback restores those (op "restore")
+        self.behind: dict[str, list] = {}
+        self.restore: dict[str, list] = op.get("restore") or {} if root_row["action"] == "ROLLBACK" else {}
         self.resource_count = 0  # resources of the new definition this walk has added
         # texts of hidden values: masked in every reason, event and log line the walk writes
-        op = root_row.get("operation") or {}
         given = root_row.get("parameters") or {}
         self.secrets: frozenset[str] = secret_texts([given[n] for n in op.get("hidden") or [] if n in given])
         if self.secrets:
@@ -657,6 +722,30 @@ class Walk:
             raise ResourceFailure(exceeded("resources", "the number of resources of the stack tree",
                                            self.resource_count + n))
         self.resource_count += n
+
+    def tolerates(self, task: ResTask, message: str) -> bool:
+        """Whether `task`'s failure is one of max_fail: an update in place of a leaf member
+        of a group, while the walk is otherwise fine. Counts it and notes its server."""
+        if (len(self.tolerated) >= self.max_fail or self.failure is not None or self.cancel.is_set()
+                or task.phase != "update" or task.child is not None or not is_group_member(task)):
+            return False
+        self.tolerated.append(self.clean(f"{task.path}: {message}"))
+        server = task.props.get("server")
+        if isinstance(server, str) and server:
+            self.skipped_servers.add(server)
+        log.info("max_fail: %s failed (%d of %d), rolling it back", task.path, len(self.tolerated), self.max_fail)
+        return True
+
+    def skips(self, task: ResTask) -> bool:
+        """A group member deploying to a server that failed earlier in this walk; or, in a
+        stack rollback, a member rolled back within max_fail: it has its previous
+        properties already (the previous definition may be the one it failed on)."""
+        row = task.row or {}
+        if self.nested_action == "ROLLBACK":
+            return row.get("action") == "ROLLBACK" and row.get("status") == "COMPLETE" \
+                and row.get("uuid") not in self.restore and is_group_member(task)
+        return bool(self.skipped_servers) and task.props.get("server") in self.skipped_servers \
+            and is_group_member(task)
 
     # -- loading ------------------------------------------------------------------------
     def load_rows(self, stack_rows: list[dict], res_rows: list[dict] | None) -> None:
@@ -962,8 +1051,10 @@ class Walk:
                     del self.inflight[task]
                 elif self.failure is not None or now > task.deadline:
                     del self.inflight[task]
+                    # not tolerable: its call still runs, a rollback must not race it
                     task.fail(f"cancelled: {self.failure}" if self.failure else
-                              f"timed out after {now - task.started:.0f} s waiting for {task.waiting_for()}")
+                              f"timed out after {now - task.started:.0f} s waiting for {task.waiting_for()}",
+                              tolerable=False)
                     got = True
             if self.failure is not None and self.polls:
                 self.cancel_running(f"cancelled: {self.failure}")

@@ -15,6 +15,7 @@ from typing import Any
 from undercloud.errors import InvalidInput
 from undercloud.orchestration.overcloud import deployed
 from undercloud.orchestration.overcloud.deploy import deployment_reason
+from undercloud.orchestration.resources.base import HELD_BACK
 
 STEP_MEMBER = re.compile(r"^(\w+)Deployment_Step(\d)\.([^.]+)$")
 POLL = 0.5
@@ -87,14 +88,20 @@ def last_event(get: Callable[..., Any], stack: str) -> int:
 class Follow:
     """Follows a stack operation from its events: a line per node and deploy step as it
     starts, is healthy or fails (with the pod, container and health check that failed);
-    keeps the first failure."""
+    keeps the first failure, and the nodes rolled back by themselves within max-fail."""
 
     def __init__(self, get: Callable[..., Any], stack: str, say: Callable[[str], None], after: int):
         self.get, self.stack, self._say, self.after = get, stack, say, after
         self.start = time.monotonic()
-        self.failure: tuple[str, str, list[str]] | None = None  # node, what failed, log tail
+        self.failures: list[tuple[str, str, list[str]]] = []  # node, what failed, log tail
+        self.tolerated: dict[str, tuple[str, list[str]]] = {}  # node -> what failed, log tail
         self.nodes: dict[str, str] = {}  # node -> its last state
         self.rolling_back = False
+
+    @property
+    def failure(self) -> tuple[str, str, list[str]] | None:
+        """The first failure that was not one of max-fail."""
+        return next((f for f in self.failures if f[0] not in self.tolerated), None)
 
     def say(self, msg: str) -> None:
         self._say(f"[{time.monotonic() - self.start:6.1f}s] {msg}")
@@ -115,17 +122,36 @@ class Follow:
         if not m:
             return
         _role, step, node = m.groups()
-        _action, _, state = status.partition("_")
+        action, _, state = status.partition("_")
         again = " (rollback)" if self.rolling_back else ""
+        reason = e.get("resource_status_reason") or ""
+        if action == "ROLLBACK" and not self.rolling_back:  # max-fail: this node alone
+            if state == "IN_PROGRESS":
+                failed = next((f for f in reversed(self.failures) if f[0] == node), None)
+                if failed:
+                    self.tolerated[node] = failed[1:]
+                self.say(f"{node}: step {step} rolling back to its previous images and configuration")
+            elif state == "COMPLETE" and reason.startswith(HELD_BACK):
+                self.nodes[node] = "held back"
+                self.say(f"{node}: step {step} not run (the node failed an earlier step)")
+            elif state == "COMPLETE":
+                self.nodes[node] = "rolled back"
+                self.say(f"{node}: step {step} rolled back: healthy on its previous images")
+            elif state == "FAILED":
+                self.tolerated.pop(node, None)
+                self.failures.append((node, f"step {step}: {deployment_reason(reason)[0]}",
+                                      deployment_reason(reason)[1]))
+                self.say(f"{node}: step {step} rollback failed: {deployment_reason(reason)[0]}")
+            return
         if state == "IN_PROGRESS":
             self.say(f"{node}: step {step}{again} running")
         elif state == "COMPLETE":
             self.nodes[node] = "rolled back" if self.rolling_back else "updated"
             self.say(f"{node}: step {step}{again} healthy")
         elif state == "FAILED":
-            head, tail = deployment_reason(e.get("resource_status_reason") or "")
-            if self.failure is None and not self.rolling_back:
-                self.failure = (node, f"step {step}: {head}", tail)
+            head, tail = deployment_reason(reason)
+            if not self.rolling_back:
+                self.failures.append((node, f"step {step}: {head}", tail))
             self.nodes[node] = "failed"
             self.say(f"{node}: step {step}{again} failed: {head}")
 

@@ -32,6 +32,11 @@ DELETE_BEFORE_CREATE = "delete_before_create"
 TYPES = ("string", "number", "integer", "boolean", "list", "map", "any")
 
 
+# The reason of a group member an update left alone because its server failed earlier in
+# that update (max_fail): the engine writes it, `overcloud update` reads it.
+HELD_BACK = "not updated"
+
+
 class ResourceFailure(Exception):
     """A resource operation failed; the message becomes the resource's status reason."""
 

@@ -137,9 +137,26 @@ class SoftwareDeployment(Plugin):
                      "description": "HTTP verb to use for signaling output values"}]
         return out
 
+    def source(self, config_id: str | None) -> dict:
+        """The config by its id. The last two used are kept in the resource's data: a
+        member rolled back within max_fail goes back to a config its stack may have
+        replaced (and deleted) since."""
+        kept = self.data.get("sources") or {}
+        try:
+            src = load_config(self, config_id)
+        except ResourceFailure:
+            if config_id in kept:
+                return kept[config_id]
+            raise
+        last = self.data.get("config_id")
+        if config_id and config_id != last:
+            self.data["sources"] = {**({last: kept[last]} if last in kept else {}), config_id: src}
+            self.data["config_id"] = config_id
+        return src
+
     def entry(self, action: str) -> dict:
         p = self.properties
-        source = load_config(self, p.get("config"))
+        source = self.source(p.get("config"))
         inputs = self.derived_inputs(source, action)
         body = {
             "name": p.get("name") or source.get("name") or f"{self.stack.name}-{self.name}",
