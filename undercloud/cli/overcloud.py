@@ -326,7 +326,7 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
                     note(f"  | {t}")
             nodes = sorted(follow.tolerated)
             raise UndercloudError(
-                f"{what}: {len(nodes)} node(s) failed within --max-fail {max_fail} and run their previous images "
+                f"{len(nodes)} node(s) failed within --max-fail {max_fail} and run their previous images "
                 f"and configuration again: {', '.join(nodes)}; the others are updated; `undercloud overcloud "
                 f"update` again retries them", what.split()[0])
         return
