@@ -230,12 +230,23 @@ def _free_address(s: Session, sub: Subnet) -> str:
     raise Conflict(f"no free address left in subnet {sub.name or sub.id} ({sub.cidr})")
 
 
-def _addresses(s: Session, net: Network, fixed_ips: list | None) -> list[tuple[str, str]]:
-    """(subnet id, address) for each requested fixed IP (any free one where none is named);
-    with no fixed_ips, one from the network's first subnet (none if it has no subnet)."""
+def _addresses(s: Session, net: Network, fixed_ips: list | None,
+               keep: set[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """(subnet id, address) for each requested fixed IP (any free one where none is named,
+    or one of `keep`, the port's own, in that subnet); with no fixed_ips, one from the
+    network's first subnet (none if it has no subnet)."""
+    keep = set(keep or ())
     subnets = list(s.scalars(select(Subnet).where(Subnet.network_id == net.id).order_by(Subnet.created_at)))
+
+    def any_free(sub: Subnet) -> str:
+        own = sorted(ip for sid, ip in keep if sid == sub.id)
+        if own:
+            keep.discard((sub.id, own[0]))
+            return own[0]
+        return _free_address(s, sub)
+
     if fixed_ips is None:
-        return [(subnets[0].id, _free_address(s, subnets[0]))] if subnets else []
+        return [(subnets[0].id, any_free(subnets[0]))] if subnets else []
     out = []
     for i, spec in enumerate(fixed_ips):
         spec = spec if isinstance(spec, dict) else {}
@@ -263,19 +274,27 @@ def _addresses(s: Session, net: Network, fixed_ips: list | None) -> list[tuple[s
                 raise InvalidInput(f"fixed_ips[{i}]: {ip} is not in subnet {sub.name or sub.id} ({sub.cidr})",
                                    "fixed_ips")
         else:
-            ip = _free_address(s, sub)
+            ip = any_free(sub)
+        keep.discard((sub.id, ip))
         out.append((sub.id, ip))
     return out
 
 
-def _take(s: Session, port_id: str, addresses: list[tuple[str, str]]) -> None:
+def _check_free(s: Session, port_id: str | None, addresses: list[tuple[str, str]]) -> None:
+    """Before any write: a refusal leaves nothing half-made."""
+    if len(set(addresses)) != len(addresses):
+        raise InvalidInput("fixed_ips: one address asked for twice", "fixed_ips")
     for sid, ip in addresses:
         taken = s.get(PortAddress, (sid, ip))
         if taken is not None and taken.port_id != port_id:
             raise Conflict(f"address {ip} is already in use (port {taken.port_id})")
-        if taken is None:
+
+
+def _take(s: Session, port_id: str, addresses: list[tuple[str, str]]) -> None:
+    for sid, ip in addresses:
+        if s.get(PortAddress, (sid, ip)) is None:
             s.add(PortAddress(subnet_id=sid, ip_address=ip, port_id=port_id))
-            s.flush()
+    s.flush()
 
 
 def _mac(s: Session, given: str | None) -> str:
@@ -284,6 +303,8 @@ def _mac(s: Session, given: str | None) -> str:
         parts = mac.split(":")
         if len(parts) != 6 or not all(len(p) == 2 and all(c in "0123456789abcdef" for c in p) for p in parts):
             raise InvalidInput(f"mac_address {given!r} is not a MAC address", "mac_address")
+        if s.scalars(select(NetworkPort.id).where(NetworkPort.mac_address == mac)).first():
+            raise Conflict(f"mac_address {mac} is already in use")
         return mac
     for _ in range(100):
         mac = MAC_PREFIX + "".join(f":{b:02x}" for b in secrets.token_bytes(3))
@@ -298,6 +319,7 @@ def create_port(s: Session, network: str, name: str, fixed_ips: list | None, mac
     port = NetworkPort(id=str(uuid.uuid4()), network_id=net.id, name=name or "", mac_address=_mac(s, mac_address),
                        properties=properties)
     addresses = _addresses(s, net, fixed_ips)
+    _check_free(s, None, addresses)
     port.properties = {**properties, "order": [ip for _sid, ip in addresses]}
     s.add(port)
     try:
@@ -311,8 +333,11 @@ def create_port(s: Session, network: str, name: str, fixed_ips: list | None, mac
 def update_port(s: Session, port_id: str, name: str, fixed_ips: list | None, properties: dict) -> dict:
     port = _one(s, NetworkPort, port_id, "port")
     net = _one(s, Network, port.network_id, "network")
+    keep = {(sid, ip) for sid, ip in s.execute(select(PortAddress.subnet_id, PortAddress.ip_address)
+                                                .where(PortAddress.port_id == port.id))}
+    addresses = _addresses(s, net, fixed_ips, keep)
+    _check_free(s, port.id, addresses)
     s.execute(delete(PortAddress).where(PortAddress.port_id == port.id))
-    addresses = _addresses(s, net, fixed_ips)
     _take(s, port.id, addresses)
     port.name, port.properties = name or "", {**properties, "order": [ip for _sid, ip in addresses]}
     return port_dict(s, port)

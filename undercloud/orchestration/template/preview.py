@@ -3,7 +3,6 @@ can be without creating anything (runtime values stay as the snippet that comput
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 

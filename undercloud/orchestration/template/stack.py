@@ -899,7 +899,10 @@ class StackTemplate:
         preview: a parameter a parent stack passes from an attribute) takes that as null."""
         value = Evaluation(self, _NullResolver()).eval(tree)
         if isinstance(value, fn.Unknown):
-            value = Evaluation(self, _NullResolver(), unknown_as_none=True).eval(tree)
+            try:
+                value = Evaluation(self, _NullResolver(), unknown_as_none=True).eval(tree)
+            except (FnError, TemplateError, TypeError, ValueError):
+                pass  # a function that refuses a null: left unknown (false)
         return value
 
     def _as_condition(self, value: Any, path: tuple) -> bool:
