@@ -86,10 +86,10 @@ def test_wait_fails_with_the_reason(uc_home, tmp_path):
 
 def test_invalid_template_is_refused_before_anything_is_written(uc_home, tmp_path):
     t = tmp_path / "t.yaml"
-    t.write_text("heat_template_version: 2018-08-31\nresources:\n  n:\n    type: OS::Neutron::Net\n")
+    t.write_text("heat_template_version: 2018-08-31\nresources:\n  n:\n    type: OS::Neutron::Router\n")
     r = run_cli("stack", "create", "x", "-t", str(t))
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert f"{t}:4: resources.n.type: OS::Neutron::Net is not a supported resource type" in r.stderr
+    assert f"{t}:4: resources.n.type: OS::Neutron::Router is not a supported resource type" in r.stderr
     r = run_cli("stack", "create", "x", "-t", str(tmp_path / "missing.yaml"))
     assert r.returncode != 0 and "Traceback" not in r.stderr
     r = run_cli("stack", "create", "x", "-t", str(t.parent / "t.yaml"), "-P", "novalue")

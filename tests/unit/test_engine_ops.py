@@ -273,10 +273,10 @@ def test_parallel_walk(eng):
 
 
 def test_bad_input_writes_nothing(eng):
-    bad = eng.bundle("bad.yaml", "heat_template_version: 2018-08-31\nresources:\n  n: {type: OS::Neutron::Net}\n")
+    bad = eng.bundle("bad.yaml", "heat_template_version: 2018-08-31\nresources:\n  n: {type: OS::Neutron::Router}\n")
     with pytest.raises(TemplateError) as e:
         eng.svc.create("s", bad, {})
-    assert "bad.yaml:3" in str(e.value) and "OS::Neutron::Net" in str(e.value)
+    assert "bad.yaml:3" in str(e.value) and "OS::Neutron::Router" in str(e.value)
     with pytest.raises(InvalidInput):
         eng.svc.create("1bad name", eng.bundle("t.yaml", CHAIN), {})
     with eng.store.engine.connect() as c:

@@ -58,7 +58,7 @@ def test_validate_reports_each_problem_on_one_line(tmp_path, uc_home):
     write(tmp_path, **{"t.yaml": """\
 heat_template_version: 2016-04-08
 resources:
-  a: {type: OS::Neutron::Net}
+  a: {type: OS::Neutron::Router}
   b: {type: OS::Heat::Value, properties: {value: {list_concat: [[1], [2]]}}}
 """})
     r = run_cli("template", "validate", "-t", str(tmp_path / "t.yaml"))
@@ -66,7 +66,7 @@ resources:
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert lines == [
-        f"error: {tmp_path}/t.yaml:3: resources.a.type: OS::Neutron::Net is not a supported resource type",
+        f"error: {tmp_path}/t.yaml:3: resources.a.type: OS::Neutron::Router is not a supported resource type",
         f'error: {tmp_path}/t.yaml:4: resources.b.properties.value.list_concat: "list_concat" is not a function '
         "of heat_template_version 2016-04-08 (it needs heat_template_version 2017-09-01 or later)",
     ]

@@ -8,6 +8,7 @@ from undercloud.store import (  # noqa: F401
     agent,
     images,
     meta,
+    networks,
     nodes,
     servers,
     stacks,

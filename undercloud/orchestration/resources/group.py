@@ -182,3 +182,43 @@ class ResourceGroup(Plugin):
                 return Plugin.resolve_attribute(members[member], str(path[0]), list(path[1:]))
             return attrs["refs_map"][member]
         return [Plugin.resolve_attribute(members[n], name, path) for n in order]
+
+
+class ResourceChain(ResourceGroup):
+    """OS::Heat::ResourceChain: one member per type in `resources` (named "0", "1", ...), each
+    given `resource_properties`; each waits for the one before it unless `concurrent`.
+    Attributes as a ResourceGroup's (refs, attributes, resource.N, any member attribute)."""
+
+    type_name = "OS::Heat::ResourceChain"
+    properties_schema = {
+        "resources": Prop("list", required=True, update_allowed=True,
+                          description="The members' types (names or registry aliases), in order."),
+        "concurrent": Prop("boolean", default=False,
+                           description="Create them all at once instead of one after the other."),
+        "resource_properties": Prop("map", update_allowed=True, description="The properties of every member."),
+    }
+
+    def types(self) -> list[str]:
+        types = self.properties.get("resources") or []
+        if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
+            raise ResourceFailure(f"resources must be a list of resource types, not {str(types)[:100]!r}")
+        if len(types) > LIMITS.group_count:
+            raise ResourceFailure(exceeded("group_count", "the count of members", len(types)))
+        return types
+
+    def member_names(self, existing: list[str]) -> list[str]:
+        return [str(i) for i in range(len(self.types()))]
+
+    def nested_template(self, parent_template: Any) -> Any:
+        props = self.properties.get("resource_properties")
+        concurrent = str(self.properties.get("concurrent")).lower() in ("true", "1", "yes", "on")
+        resources: dict[str, dict] = {}
+        for i, rtype in enumerate(self.types()):
+            res: dict[str, Any] = {"type": rtype}
+            if props is not None:
+                res["properties"] = props
+            if i and not concurrent:
+                res["depends_on"] = [str(i - 1)]
+            resources[str(i)] = res
+        template = {"heat_template_version": "2015-04-30", "resources": resources}
+        return parent_template.child_from_dict(template, {}, self.name)

@@ -26,7 +26,8 @@ from undercloud.orchestration.resources.group import ResourceGroup, in_batches
 
 SIGNAL_TRANSPORTS = ("CFN_SIGNAL", "TEMP_URL_SIGNAL", "HEAT_SIGNAL", "NO_SIGNAL", "ZAQAR_SIGNAL")
 ACTIONS = ("CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME")
-CONFIG_TYPES = ("OS::Heat::SoftwareConfig", "OS::Heat::StructuredConfig")
+CONFIG_TYPES = ("OS::Heat::SoftwareConfig", "OS::Heat::StructuredConfig", "OS::Heat::CloudConfig",
+                "OS::Heat::MultipartMime")
 STD_OUTPUTS = ("deploy_stdout", "deploy_stderr", "deploy_status_code")
 NAMESPACE = uuid.UUID("0f4e2a43-8d3c-4c3b-9a43-2b1bd8c3a7d1")
 

@@ -149,8 +149,20 @@ def known(ev: Evaluation, snippet: Any) -> Any:
     """Evaluate `snippet` fully; raise _HasUnknown if anything in it is not known yet."""
     v = ev.eval(snippet)
     if has_unknown(v):
+        if ev.unknown_as_none:
+            return _as_none(v)
         raise _HasUnknown
     return v
+
+
+def _as_none(value: Any) -> Any:
+    if isinstance(value, Unknown):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _as_none(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_none(v) for v in value]
+    return value
 
 
 def iter_deps(snippet: Any) -> Iterator[str]:

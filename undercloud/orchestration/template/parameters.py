@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
-from undercloud.orchestration.template.functions import Unknown, json_text
+from undercloud.orchestration.template.functions import Unknown, has_unknown, json_text
 from undercloud.orchestration.template.patterns import pattern_matches
 from undercloud.orchestration.template.source import FnError
 
@@ -159,6 +159,8 @@ class Parameter:
                 raise ValueError(f"Value must be a comma-delimited list string: {raw}")
             return [] if raw == "" else raw.split(",")
         if t == "json":
+            if has_unknown(raw):  # parts known only at runtime (validate, preview): checked then
+                return raw
             try:
                 text = raw if isinstance(raw, str) else json.dumps(raw)
                 return json.loads(text) if text else raw

@@ -3,7 +3,6 @@ can be without creating anything (runtime values stay as the snippet that comput
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -69,17 +68,7 @@ def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplat
         res: dict[str, Any] = {"type": rdef["type"]}
         for key in ("properties", "metadata"):
             if rdef.get(key) is not None:
-                res[key] = replace_index(_opaque(rdef[key]), var, n)
+                res[key] = replace_index(rdef[key], var, n)
         resources[n] = res
     return tmpl.child_from_dict({"heat_template_version": "2015-04-30", "resources": resources}, {}, name)
 
-
-def _opaque(value: Any) -> Any:
-    """Unknowns as text, so a member template does not read them as functions again."""
-    if isinstance(value, Unknown):
-        return "<" + json.dumps(render(value), sort_keys=True) + ">"
-    if isinstance(value, Mapping):
-        return {k: _opaque(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_opaque(v) for v in value]
-    return value

@@ -184,6 +184,7 @@ class StackTemplate:
         self._cond_parsed: dict[str, Any] = {}
         self._cond_values: dict[str, bool] = {}
         self._cond_busy: list[str] = []
+        self._check_params = True
         self._trees: dict[int, tuple[Any, Any]] = {}
         self._deps: dict[str, set[str]] | None = None
         self._collecting = False
@@ -351,9 +352,11 @@ class StackTemplate:
         if not self.version.has_conditions:
             return
         self._cond_defs = dict(self._section("conditions"))
+        # Each definition is checked now, but evaluated only where something uses it (as
+        # Heat: an unused condition may name a parameter the template does not have).
         for name in self._cond_defs:
             try:
-                self.condition_value(name, ("conditions", name))
+                self._condition_tree(name, params=False)
             except FnError as e:
                 self.add(e.path, e.message)
 
@@ -398,6 +401,8 @@ class StackTemplate:
                 self._validate_child(rd)
             elif rd.type == "OS::Heat::ResourceGroup":
                 self._validate_group(rd)
+            elif rd.type == "OS::Heat::ResourceChain":
+                self._validate_chain(rd)
             else:
                 self._validate_properties(rd)
 
@@ -550,6 +555,27 @@ class StackTemplate:
             self.add(path, exceeded("group_count", "the count of members", n))
             return 0
         return max(n, 0)
+
+    def _validate_chain(self, rd: ResourceDefinition) -> None:
+        """ResourceChain members: each type in `resources` (when known) must be one."""
+        self._validate_properties(rd)
+        types = self._props_placeholder(rd).get("resources")
+        if not isinstance(types, list):
+            return
+        path = ("resources", rd.name, "properties", "resources")
+        self.tree_size += len(types)
+        for i, mtype in enumerate(types):
+            if not isinstance(mtype, str):
+                continue
+            try:
+                target, _used = self.environment.registry.lookup(mtype, None, known_types())
+            except ValueError as exc:
+                self.add(path + (i,), str(exc))
+                continue
+            if isinstance(target, FileRef):
+                key = ref_key(self.key, target.key) if target.raw else target.key
+                if key not in self.bundle.files:
+                    self.add(path + (i,), f"{show(key)}: file not found")
 
     def _validate_group(self, rd: ResourceDefinition) -> None:
         """ResourceGroup members: their type must be known (the engine builds them later)."""
@@ -785,7 +811,7 @@ class StackTemplate:
         return isinstance(name, str) and (name in self.parameters or name in PSEUDO)
 
     def check_param(self, name: str, path: tuple) -> None:
-        if not self.is_param(name):
+        if not self.is_param(name) and self._check_params:
             raise FnError(f"The Parameter ({name}) was not defined in template.", path)
 
     def check_resource(self, name: str, path: tuple) -> None:
@@ -837,8 +863,7 @@ class StackTemplate:
                 raise FnError(f'Invalid condition "{snippet}"', path)
             return self.condition_value(snippet, ("conditions", snippet))
         tree = self.parse(snippet, path, condition_table(self.version))
-        value = Evaluation(self, _NullResolver()).eval(tree)
-        return self._as_condition(value, path)
+        return self._as_condition(self._decide(tree), path)
 
     def condition_value(self, name: str, path: tuple) -> bool:
         if name in self._cond_values:
@@ -847,18 +872,38 @@ class StackTemplate:
             raise FnError(f'Circular definition for condition "{name}"', path)
         self._cond_busy.append(name)
         try:
-            raw = self._cond_defs[name]
-            if not isinstance(raw, bool | Mapping):
-                raise FnError(f'The definition of condition "{name}" is invalid: {raw}', ("conditions", name))
-            tree = self.parse(raw, ("conditions", name), condition_table(self.version))
-            if not isinstance(tree, bool | fn.Function):
-                raise FnError(f'The definition of condition "{name}" is invalid: {fn.render(raw)}', ("conditions", name))
-            value = Evaluation(self, _NullResolver()).eval(tree)
+            value = self._decide(self._condition_tree(name))
             result = self._as_condition(value, ("conditions", name))
         finally:
             self._cond_busy.pop()
         self._cond_values[name] = result
         return result
+
+    def _condition_tree(self, name: str, params: bool = True) -> Any:
+        """A condition's definition parsed; `params=False`: the parameters it names may be
+        missing (they are checked when it is used)."""
+        raw = self._cond_defs[name]
+        if not isinstance(raw, bool | Mapping):
+            raise FnError(f'The definition of condition "{name}" is invalid: {raw}', ("conditions", name))
+        self._check_params = params
+        try:
+            tree = self.parse(raw, ("conditions", name), condition_table(self.version))
+        finally:
+            self._check_params = True
+        if not isinstance(tree, bool | fn.Function):
+            raise FnError(f'The definition of condition "{name}" is invalid: {fn.render(raw)}', ("conditions", name))
+        return tree
+
+    def _decide(self, tree: Any) -> Any:
+        """A condition's value; one that depends on what is not known yet (validate,
+        preview: a parameter a parent stack passes from an attribute) takes that as null."""
+        value = Evaluation(self, _NullResolver()).eval(tree)
+        if isinstance(value, fn.Unknown):
+            try:
+                value = Evaluation(self, _NullResolver(), unknown_as_none=True).eval(tree)
+            except (FnError, TemplateError, TypeError, ValueError):
+                pass  # a function that refuses a null: left unknown (false)
+        return value
 
     def _as_condition(self, value: Any, path: tuple) -> bool:
         if isinstance(value, fn.Unknown):
@@ -906,10 +951,12 @@ class _NullResolver:
 class Evaluation:
     """One resolution pass: a template, and the resolver for runtime values."""
 
-    __slots__ = ("t", "resolver", "mask_hidden")
+    __slots__ = ("t", "resolver", "mask_hidden", "unknown_as_none")
 
-    def __init__(self, t: StackTemplate, resolver: Any, mask_hidden: bool = False):
+    def __init__(self, t: StackTemplate, resolver: Any, mask_hidden: bool = False, unknown_as_none: bool = False):
         self.t, self.resolver, self.mask_hidden = t, resolver, mask_hidden
+        # a condition previewed: what is not known yet counts as null, as Heat's preview has it
+        self.unknown_as_none = unknown_as_none
 
     def eval(self, x: Any) -> Any:
         if isinstance(x, str | int | float | bool) or x is None:

@@ -1,0 +1,300 @@
+"""TripleO's own templates (../shared/corpus/tripleo-heat-templates-victoria, rendered) with
+the deployed-server environments: they validate, and the preview tree has the names real
+Heat 27 gives (heat-preview-tree.json: 105 top-level resources, 330 in all). Types may
+differ where Heat shows a registry alias and this preview the type it resolves to (e.g.
+OS::TripleO::RandomString -> OS::Heat::RandomString, a disabled OS::TripleO::* -> OS::Heat::None).
+
+Also the pieces THT needs, with what real Heat answered for them (heat_oracle.py): the
+ResourceChain, MultipartMime and CloudConfig types; json parameters holding values known
+only at runtime; conditions evaluated where used."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import types
+
+import pytest
+
+from tests.conftest import SHARED
+from undercloud.orchestration.engine import StackService
+from undercloud.orchestration.template import Bundle, TemplateError, load
+from undercloud.orchestration.template.preview import preview
+from undercloud.store import Store
+
+THT = SHARED / "corpus" / "tripleo-heat-templates-victoria"
+ENVS = ["overcloud-resource-registry-puppet.yaml", "environments/deployed-server-environment.yaml",
+        "environments/deployed-server-noop-ctlplane.yaml", "fill-env.yaml"]
+need_tht = pytest.mark.skipif(not THT.is_dir(), reason=f"TripleO templates not found at {THT}")
+
+
+def flat(nodes: list, prefix: str = "") -> dict[str, str]:
+    out = {}
+    for n in nodes:
+        out[prefix + n["name"]] = n["type"]
+        out.update(flat(n.get("nested") or [], prefix + n["name"] + "."))
+    return out
+
+
+@need_tht
+def test_tht_validates_and_previews_with_heats_tree(monkeypatch):
+    monkeypatch.chdir(THT)
+    tmpl = load(Bundle.from_paths("overcloud.yaml", env_paths=ENVS))  # validates: TemplateError if not
+    ours = {row["name"]: row["type"] for row in preview(tmpl)}
+    heat = flat(json.loads((THT / "heat-preview-tree.json").read_text()))
+    assert len(heat) == 330
+    assert sorted(ours) == sorted(heat)
+    for name, htype in heat.items():
+        if ours[name] != htype:  # the alias resolved: only for aliases
+            assert htype.startswith("OS::TripleO::"), (name, htype, ours[name])
+    assert ours["ControllerServiceChain.ServiceChain"] == "OS::Heat::ResourceChain"
+    assert ours["Controller.0.ControllerExtraConfigPre"] == heat["Controller.0.ControllerExtraConfigPre"]
+
+
+def write(tmp_path, text: str) -> str:
+    p = tmp_path / "t.yaml"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+@pytest.fixture
+def eng(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'e.db'}").create_schema()
+    svc = StackService(store, services=types.SimpleNamespace(store=store))
+
+    def create(text, params=None):
+        svc.create("s", Bundle.from_paths(write(tmp_path, text)).to_json(), params or {}, wait=True)
+        s = svc.show("s")
+        return s, {o["output_key"]: o["output_value"] for o in s["outputs"]}
+
+    svc.create_and_show = create
+    return svc
+
+
+CHAIN = """
+heat_template_version: 2018-08-31
+parameters:
+  types: {type: comma_delimited_list, default: "OS::Heat::Value,OS::Heat::Value"}
+resources:
+  chain:
+    type: OS::Heat::ResourceChain
+    properties:
+      resources: {get_param: types}
+      resource_properties: {value: {list_join: ["-", [a, b]]}}
+  cc:
+    type: OS::Heat::CloudConfig
+    properties: {cloud_config: {users: [{name: heat-admin}], runcmd: [echo hi]}}
+  mm:
+    type: OS::Heat::MultipartMime
+    properties:
+      parts:
+        - config: {get_resource: cc}
+        - config: "#!/bin/sh\\necho x"
+          filename: run.sh
+          subtype: x-shellscript
+outputs:
+  values: {value: {get_attr: [chain, value]}}
+  one: {value: {get_attr: [chain, resource.1.value]}}
+  attrs: {value: {get_attr: [chain, attributes, value]}}
+  refs: {value: {get_attr: [chain, refs]}}
+  cc: {value: {get_attr: [cc, config]}}
+  mm: {value: {get_attr: [mm, config]}}
+"""
+
+
+def test_chain_multipart_and_cloud_config_as_heat(eng):
+    s, out = eng.create_and_show(CHAIN)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    # Heat 27's outputs for this template (the refs are physical names, the MIME boundary random)
+    assert out["values"] == ["a-b", "a-b"] and out["one"] == "a-b" and out["attrs"] == {"0": "a-b", "1": "a-b"}
+    assert len(out["refs"]) == 2 and out["refs"][0] != out["refs"][1]
+    assert out["cc"] == "#cloud-config\nruncmd:\n- echo hi\nusers:\n- name: heat-admin\n"
+    mm = out["mm"]
+    boundary = mm.split('boundary="', 1)[1].split('"', 1)[0]
+    assert mm == (f'Content-Type: multipart/mixed; boundary="{boundary}"\nMIME-Version: 1.0\n\n--{boundary}\n'
+                  'Content-Type: text/plain; charset="us-ascii"\nMIME-Version: 1.0\nContent-Transfer-Encoding: 7bit'
+                  '\n\n#cloud-config\nruncmd:\n- echo hi\nusers:\n- name: heat-admin\n\n'
+                  f'--{boundary}\nContent-Type: text/x-shellscript; charset="us-ascii"\nMIME-Version: 1.0\n'
+                  'Content-Transfer-Encoding: 7bit\nContent-Disposition: attachment; filename="run.sh"\n\n'
+                  f'#!/bin/sh\necho x\n--{boundary}--\n')
+
+
+def test_chain_members_wait_for_each_other_unless_concurrent(eng):
+    s, _ = eng.create_and_show(CHAIN)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    events = [(e["resource_name"], e["resource_status"]) for e in eng.events("s")
+              if e["resource_name"] in ("chain.0", "chain.1")]
+    assert events == [("chain.0", "CREATE_IN_PROGRESS"), ("chain.0", "CREATE_COMPLETE"),
+                      ("chain.1", "CREATE_IN_PROGRESS"), ("chain.1", "CREATE_COMPLETE")]
+
+
+def test_chain_with_an_unknown_type_is_refused_naming_it(tmp_path):
+    path = write(tmp_path, CHAIN.replace("OS::Heat::Value,OS::Heat::Value", "OS::Heat::Value,OS::Nope"))
+    with pytest.raises(TemplateError) as exc:
+        load(Bundle.from_paths(path))
+    # Heat: "The Resource Type (OS::Nope) could not be found."
+    assert exc.value.problems == [f"{path}:9: resources.chain.properties.resources[1]: OS::Nope is not a "
+                                  "supported resource type"]
+
+
+CONDITIONS = """
+heat_template_version: 2018-08-31
+parameters:
+  a: {type: string, default: x}
+conditions:
+  unused: {equals: [{get_param: missing}, ""]}
+  used: {equals: [{get_param: a}, x]}
+resources:
+  r:
+    type: OS::Heat::Value
+    condition: used
+    properties: {value: 1}
+outputs:
+  o: {value: {if: [used, yes, no]}}
+"""
+
+
+def test_a_condition_is_evaluated_where_it_is_used(eng, tmp_path):
+    # Heat 27: CREATE_COMPLETE (the unused condition names a parameter the template lacks)
+    s, out = eng.create_and_show(CONDITIONS)
+    assert s["stack_status"] == "CREATE_COMPLETE" and out == {"o": True}  # YAML's yes, as Heat
+    # used, it is refused (Heat: "The Parameter (missing) was not provided.")
+    with pytest.raises(TemplateError) as exc:
+        load(Bundle.from_paths(write(tmp_path, CONDITIONS.replace("condition: used", "condition: unused"))))
+    assert "conditions.unused.equals[0].get_param: The Parameter (missing) was not defined in template." \
+        in exc.value.problems[0]
+    # a definition that is no condition is refused whether used or not (as Heat)
+    with pytest.raises(TemplateError) as exc:
+        load(Bundle.from_paths(write(tmp_path, CONDITIONS.replace("{equals: [{get_param: missing}, \"\"]}",
+                                                                  "{not_a_function: [1]}"))))
+    assert 'The definition of condition "unused" is invalid' in exc.value.problems[0]
+
+
+def test_a_json_parameter_may_hold_values_known_only_at_runtime(tmp_path):
+    (tmp_path / "child.yaml").write_text(textwrap.dedent("""
+        heat_template_version: 2018-08-31
+        parameters:
+          data: {type: json}
+        outputs:
+          o: {value: {get_param: [data, who]}}
+    """))
+    path = write(tmp_path, """
+        heat_template_version: 2018-08-31
+        resources:
+          v: {type: OS::Heat::Value, properties: {value: x}}
+          child:
+            type: child.yaml
+            properties:
+              data: {who: {get_attr: [v, value]}, fixed: 1}
+    """)
+    load(Bundle.from_paths(path))  # no "Object of type Unknown is not JSON serializable"
+
+
+NETWORK = """
+heat_template_version: 2018-08-31
+parameters:
+  pool_end: {type: string, default: 192.168.24.12}
+resources:
+  net:
+    type: OS::Neutron::Net
+    properties: {name: ctl, value_specs: {description: test}, tags: [a]}
+  sub:
+    type: OS::Neutron::Subnet
+    properties:
+      network: {get_resource: net}
+      cidr: 192.168.24.0/24
+      allocation_pools: [{start: 192.168.24.10, end: {get_param: pool_end}}]
+      name: ctl-sub
+  p1:
+    type: OS::Neutron::Port
+    depends_on: sub
+    properties:
+      network: {get_resource: net}
+      fixed_ips: [{subnet: {get_resource: sub}}]
+  p2:
+    type: OS::Neutron::Port
+    properties:
+      network: {get_resource: net}
+      fixed_ips: [{subnet: {get_resource: sub}, ip_address: 192.168.24.50}]
+  p3:
+    type: OS::Neutron::Port
+    depends_on: [p1, p2]
+    properties:
+      network: ctl
+      fixed_ips: [{subnet: ctl-sub}]
+      mac_address: "52:54:00:AA:bb:cc"
+outputs:
+  ips: {value: [{get_attr: [p1, fixed_ips, 0, ip_address]}, {get_attr: [p2, fixed_ips, 0, ip_address]},
+                {get_attr: [p3, fixed_ips, 0, ip_address]}]}
+  macs: {value: [{get_attr: [p1, mac_address]}, {get_attr: [p3, mac_address]}]}
+  gateway: {value: {get_attr: [sub, gateway_ip]}}
+  port_subnet_cidr: {value: {get_attr: [p1, subnets, 0, cidr]}}
+  port_network: {value: {get_attr: [p1, network, name]}}
+"""
+
+
+def counts(store) -> dict:
+    from sqlalchemy import text
+
+    with store.engine.connect() as c:
+        return {t: c.execute(text(f"select count(*) from {t}")).scalar()
+                for t in ("networks", "subnets", "network_ports", "port_addresses")}
+
+
+def test_neutron_ports_take_unique_addresses_from_the_pools_and_give_them_back(eng):
+    s, out = eng.create_and_show(NETWORK)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    assert out["ips"] == ["192.168.24.10", "192.168.24.50", "192.168.24.11"]  # first free; given; next free
+    assert out["macs"][0].startswith("fa:16:3e:") and out["macs"][1] == "52:54:00:aa:bb:cc"
+    assert out["gateway"] == "192.168.24.1"  # Neutron's default: the first host address
+    assert out["port_subnet_cidr"] == "192.168.24.0/24" and out["port_network"] == "ctl"
+    assert counts(eng.store) == {"networks": 1, "subnets": 1, "network_ports": 3, "port_addresses": 3}
+    eng.delete("s", wait=True)
+    assert counts(eng.store) == {"networks": 0, "subnets": 0, "network_ports": 0, "port_addresses": 0}
+
+
+def test_neutron_bad_requests_fail_the_resource_with_the_reason(eng):
+    # a pool of two addresses for three ports
+    s, _ = eng.create_and_show(NETWORK, {"pool_end": "192.168.24.10"})
+    assert s["stack_status"] == "CREATE_FAILED"
+    assert "no free address left in subnet ctl-sub (192.168.24.0/24)" in s["stack_status_reason"]
+    eng.delete("s", wait=True)
+    s, _ = eng.create_and_show(NETWORK, {"pool_end": "10.0.0.1"})
+    assert s["stack_status"] == "CREATE_FAILED"
+    assert "allocation_pools: 192.168.24.10-10.0.0.1 is not a range within 192.168.24.0/24" in s["stack_status_reason"]
+    eng.delete("s", wait=True)
+    assert counts(eng.store) == {"networks": 0, "subnets": 0, "network_ports": 0, "port_addresses": 0}
+
+
+def test_two_stacks_cannot_hold_one_address(eng, tmp_path):
+    from undercloud.errors import Conflict, NotFound
+    from undercloud.store import networks as ipam
+
+    s, _ = eng.create_and_show(NETWORK)
+    with eng.store.session() as db:
+        with pytest.raises(Conflict, match="address 192.168.24.50 is already in use"):
+            ipam.create_port(db, "ctl", "x", [{"ip_address": "192.168.24.50"}], None, {})
+    with eng.store.session() as db:
+        with pytest.raises(Conflict, match="mac_address 52:54:00:aa:bb:cc is already in use"):
+            ipam.create_port(db, "ctl", "x", [], "52:54:00:aa:bb:cc", {})
+    with eng.store.session() as db:
+        with pytest.raises(Conflict, match="overlaps subnet ctl-sub"):
+            ipam.create_subnet(db, "ctl", "again", "192.168.24.128/25", 4, None, None, {})
+        with pytest.raises(NotFound, match="no network 'nope'"):
+            ipam.create_port(db, "nope", "x", None, None, {})
+    assert counts(eng.store)["network_ports"] == 3
+
+
+def test_a_port_updated_keeps_its_address_unless_told(eng):
+    from undercloud.store import networks as ipam
+
+    eng.create_and_show(NETWORK)
+    with eng.store.session() as db:
+        port = ipam.create_port(db, "ctl", "x", [{"subnet": "ctl-sub"}], None, {})
+    assert [f["ip_address"] for f in port["fixed_ips"]] == ["192.168.24.12"]
+    with eng.store.session() as db:
+        again = ipam.update_port(db, port["id"], "renamed", [{"subnet": "ctl-sub"}], {})
+        moved = ipam.update_port(db, port["id"], "renamed", [{"ip_address": "192.168.24.99"}], {})
+    assert [f["ip_address"] for f in again["fixed_ips"]] == ["192.168.24.12"] and again["name"] == "renamed"
+    assert [f["ip_address"] for f in moved["fixed_ips"]] == ["192.168.24.99"]
+    assert again["mac_address"] == moved["mac_address"]
