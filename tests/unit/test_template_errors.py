@@ -55,8 +55,6 @@ def test_malformed_documents(tmp_path, text, expected):
     ("resources:\n  a:\n    type: OS::Neutron::Router\n",
      ":4: resources.a.type: OS::Neutron::Router is not a supported resource type"),
     ("outputs:\n  o: {description: x}\n", ":3: outputs.o: Each output must contain a value key."),
-    ("outputs:\n  o: {value: 1, colour: red}\n",
-     ':3: outputs.o.colour: "colour" is not a valid keyword inside a output definition'),
     ("conditions:\n  c: 'yes please'\n", ':3: conditions.c: The definition of condition "c" is invalid: yes please'),
     # Heat 27 accepts an unused circular condition; used, it is refused
     ("conditions:\n  c: {not: c}\nresources:\n  a: {type: OS::Heat::None, condition: c}\n",

@@ -44,6 +44,11 @@ class _Loader(_Base):  # type: ignore[misc, valid-type]
     pass
 
 
+class _PyLoader(yaml.SafeLoader):
+    """PyYAML's own scanner, for text libyaml refuses but it reads (Heat falls back the same
+    way: e.g. a flow mapping `{get_attr:[a, b]}` with no space after the colon)."""
+
+
 def _map(loader: _Loader, node: yaml.MappingNode) -> Map:
     # only reached under other tags (!!set, !!pairs...): PyYAML's constructor, our merge keys
     _flatten(node, loader.uc_build)
@@ -75,10 +80,11 @@ def _str(loader: _Loader, node: yaml.Node) -> str:
     return loader.construct_scalar(node)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _map)
-_Loader.add_constructor("tag:yaml.org,2002:omap", _map)
-_Loader.add_constructor("tag:yaml.org,2002:seq", _seq)
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _str)
+for _cls in (_Loader, _PyLoader):
+    _cls.add_constructor("tag:yaml.org,2002:map", _map)
+    _cls.add_constructor("tag:yaml.org,2002:omap", _map)
+    _cls.add_constructor("tag:yaml.org,2002:seq", _seq)
+    _cls.add_constructor("tag:yaml.org,2002:timestamp", _str)
 
 
 _STR = "tag:yaml.org,2002:str"
@@ -243,7 +249,20 @@ def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
 
 
 def _load(text: str) -> Any:
-    loader = _Loader(text)
+    try:
+        return _load_with(_Loader, text)
+    except (yaml.scanner.ScannerError, yaml.parser.ParserError):
+        if _Base is yaml.SafeLoader:  # no libyaml: that was PyYAML already
+            raise
+        try:
+            return _load_with(_PyLoader, text)
+        except yaml.YAMLError:
+            pass
+        raise  # libyaml's own message
+
+
+def _load_with(cls: type, text: str) -> Any:
+    loader = cls(text)
     loader.uc_build = b = _Build()
     try:
         node = loader.get_single_node()

@@ -490,14 +490,12 @@ class StackTemplate:
             if not isinstance(body, Mapping):
                 self.add(p, f'"outputs" must contain a map of output maps. Found a [{kind(body)}] instead')
                 continue
-            bad = [k for k in body if k not in self.version.output_keys]
-            if bad:
-                self.add(p + (bad[0],), f'"{bad[0]}" is not a valid keyword inside a output definition')
-                continue
+            # Other keys are ignored, as Heat 27 does (TripleO has an output with `firewall_rules`
+            # beside its value).
             if "value" not in body:
                 self.add(p, "Each output must contain a value key.")
                 continue
-            cond = body.get("condition")
+            cond = body.get("condition") if self.version.has_conditions else None  # before: ignored, as Heat
             if cond is not None:
                 try:
                     if not self.resource_condition(cond, p + ("condition",)):
@@ -508,11 +506,16 @@ class StackTemplate:
                 except FnError as e:
                     self.add(e.path, e.message)
                     continue
+            # A parameter the template lacks fails the output when it is shown, not the
+            # template (as Heat: the output is then null with its error).
+            self._check_params = False
             try:
                 tree = self.parse_all(body["value"], p + ("value",))
             except FnError as e:
                 self.add(e.path, e.message)
                 continue
+            finally:
+                self._check_params = True
             self._trees[id(body["value"])] = (body["value"], tree)
             self.outputs[name] = OutputDefinition(name, str(body.get("description") or ""), body["value"],
                                                   cond, line_of(self.doc, p))

@@ -17,7 +17,6 @@ class Version:
                                  "parameters", "resources", "outputs")
     resource_keys: tuple[str, ...] = ("type", "properties", "metadata", "depends_on",
                                       "deletion_policy", "update_policy", "description")
-    output_keys: tuple[str, ...] = ("description", "value")
     deletion_policies: tuple[str, ...] = ("Delete", "Retain", "Snapshot")
     # "schema" is accepted (and ignored) by Heat's HOT parameter schema too
     param_keys: tuple[str, ...] = ("type", "description", "default", "schema", "constraints", "hidden",
@@ -66,7 +65,6 @@ _BASE = Version("", "", {})
 _COND = dict(
     sections=_BASE.sections + ("conditions",),
     resource_keys=_BASE.resource_keys + ("external_id", "condition"),
-    output_keys=("description", "value", "condition"),
     deletion_policies=("Delete", "Retain", "Snapshot", "delete", "retain", "snapshot"),
 )
 _MODULO = dict(constraints=_BASE.constraints + ("modulo",))
