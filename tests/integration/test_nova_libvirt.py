@@ -155,9 +155,15 @@ def test_libvirt_in_a_node_namespace_boots_a_tcg_guest_with_its_tap_on_the_nodes
         log = podman("exec", lv, "cat", f"{inst}/console.log", check=False).stdout
     booted = time.monotonic() - t0
     assert "guest-tiny: kernel" in log, log[-2000:]
-    # ... and it sends on its NIC (DHCP discovers) through the tap.
-    stats = subprocess.run(["nsenter", "-t", pid, "-n", "ip", "-s", "-j", "link", "show", tap],
-                           capture_output=True, text=True, timeout=30).stdout
+    # ... and it sends on its NIC (DHCP discovers) through the tap: its first one may come
+    # some seconds after the kernel's first line (emulated).
+    deadline = time.monotonic() + 90
+    while True:
+        stats = subprocess.run(["nsenter", "-t", pid, "-n", "ip", "-s", "-j", "link", "show", tap],
+                               capture_output=True, text=True, timeout=30).stdout
+        if json.loads(stats)[0]["stats64"]["rx"]["packets"] > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert json.loads(stats)[0]["stats64"]["rx"]["packets"] > 0, stats
 
     t0 = time.monotonic()

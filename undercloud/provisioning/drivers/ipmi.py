@@ -13,7 +13,10 @@ from undercloud.provisioning.drivers import Driver, DriverError
 BOOT = {"pxe": "network", "disk": "hd", "cd": "cdrom"}
 BOOT_BACK = {v: k for k, v in BOOT.items()}
 POWER_WAIT = 30  # seconds pyghmi waits for the BMC to report the new power state
-ATTEMPTS = 3  # calls on a session that stops answering, each on a fresh login
+# Calls on a session that stops answering, each on a fresh login, 2, 4, 6 s apart: a lab BMC
+# (one process for every node) answers nothing while libvirt redefines or stops a domain,
+# which takes seconds on a busy host.
+ATTEMPTS = 4
 
 
 # pyghmi shares one session per BMC between threads, and building a second Command for a
@@ -87,7 +90,7 @@ class IpmiDriver(Driver):
                         _forget(key)
                         if attempt == ATTEMPTS:
                             raise
-                        time.sleep(attempt)
+                        time.sleep(2 * attempt)
         except exceptions.IpmiException as exc:
             _forget(key)
             # pyghmi gives no reason when the BMC never answered the login
