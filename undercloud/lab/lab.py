@@ -43,6 +43,9 @@ from undercloud.lab.accel import cached as accel_cached
 LIBVIRT_URI = "qemu:///system"
 IMAGES = Path("/var/lib/libvirt/images")
 START_TIMEOUT = 30.0
+# A libvirtd with no capabilities cache (its first start on a machine) probes qemu before it
+# answers anyone: 70 s measured on a 2-core host.
+LIBVIRTD_FIRST_ANSWER = 240.0
 LIBVIRTD_LOG = Path("/var/log/libvirt/undercloud-libvirtd.log")  # one libvirtd per machine
 USER = "admin"
 HOST_ADDRESS = 254  # the host's address on the lab network (servers take .100-.249)
@@ -132,6 +135,13 @@ def _wait_for(what: str, check, timeout: float = START_TIMEOUT, log: Path | None
     raise LabError(f"{what} did not come up within {timeout:.0f} s{hint}")
 
 
+def _libvirtd_answers() -> bool:
+    try:
+        return virsh("version", check=False, timeout=30).returncode == 0
+    except UndercloudError:  # still busy: a timeout is an answer of "not yet"
+        return False
+
+
 def virsh(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
     return run(["virsh", "-c", LIBVIRT_URI, *args], check=check, timeout=timeout)
 
@@ -199,12 +209,12 @@ class Lab:
                 subprocess.Popen(["nsenter", f"--net={ns}", sys.executable, "-m", "undercloud.lab.reaper",
                                   "libvirtd"], stdin=subprocess.DEVNULL, stdout=out,
                                  stderr=out, start_new_session=True, cwd="/")
-            _wait_for("libvirtd", lambda: libvirtd_pid() is not None and
-                      virsh("version", check=False, timeout=10).returncode == 0)
+            _wait_for("libvirtd", lambda: libvirtd_pid() is not None and _libvirtd_answers(),
+                      timeout=LIBVIRTD_FIRST_ANSWER, log=LIBVIRTD_LOG)
             pid = libvirtd_pid()
             state["libvirtd_started"] = pid
         else:
-            _wait_for("libvirtd", lambda: virsh("version", check=False, timeout=10).returncode == 0)
+            _wait_for("libvirtd", _libvirtd_answers, timeout=LIBVIRTD_FIRST_ANSWER, log=LIBVIRTD_LOG)
             if not virtlogd_running():  # it died, or never ran beside a libvirtd started elsewhere
                 run(["virtlogd", "-d"], timeout=60)
         _wait_for("virtlogd", virtlogd_running)
