@@ -13,10 +13,14 @@ from __future__ import annotations
 import json
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from tests.conftest import SHARED
+from undercloud.api.context import Context
+from undercloud.config import Home
 from undercloud.orchestration.engine import StackService
 from undercloud.orchestration.template import Bundle, TemplateError, load
 from undercloud.orchestration.template.preview import preview
@@ -25,6 +29,7 @@ from undercloud.store import Store
 THT = SHARED / "corpus" / "tripleo-heat-templates-victoria"
 ENVS = ["overcloud-resource-registry-puppet.yaml", "environments/deployed-server-environment.yaml",
         "environments/deployed-server-noop-ctlplane.yaml", "fill-env.yaml"]
+PORTMAP = Path(__file__).resolve().parent.parent / "data" / "tht-portmap.yaml"
 need_tht = pytest.mark.skipif(not THT.is_dir(), reason=f"TripleO templates not found at {THT}")
 
 
@@ -49,6 +54,52 @@ def test_tht_validates_and_previews_with_heats_tree(monkeypatch):
             assert htype.startswith("OS::TripleO::"), (name, htype, ours[name])
     assert ours["ControllerServiceChain.ServiceChain"] == "OS::Heat::ResourceChain"
     assert ours["Controller.0.ControllerExtraConfigPre"] == heat["Controller.0.ControllerExtraConfigPre"]
+
+
+SERVICES = """
+parameter_defaults:
+  ControllerServices: [OS::TripleO::Services::Keystone, OS::TripleO::Services::MySQL,
+                       OS::TripleO::Services::HAproxy, OS::TripleO::Services::Memcached]
+  ComputeServices: [OS::TripleO::Services::NovaCompute, OS::TripleO::Services::NovaLibvirt]
+  CephClientKey: AQBDZXBoQ2xpZW50S2V5Rm9yVGhlVGVzdHMxMj==  # fill-env's breaks Nova's pattern
+"""
+
+
+@need_tht
+@pytest.mark.parametrize("services", [False, True], ids=["fill-env-services", "some-services"])
+def test_tht_overcloud_creates_with_its_outputs_and_deletes_to_nothing(monkeypatch, tmp_path, services):
+    monkeypatch.chdir(THT)
+    ctx = Context(Home(tmp_path / "uc"))
+    envs = ENVS + [str(PORTMAP)]
+    if services:
+        (tmp_path / "services.yaml").write_text(SERVICES)
+        envs.append(str(tmp_path / "services.yaml"))
+    bundle = Bundle.from_paths("overcloud.yaml", env_paths=envs)
+    ctx.stacks.create("overcloud", bundle.to_json(), {}, wait=True)
+    s = ctx.stacks.show("overcloud")
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    out = {o["output_key"]: o for o in s["outputs"]}
+    assert not [o for o in out.values() if o.get("output_error")]
+    assert {"RoleData", "EndpointMap", "ServerIdData", "RoleNetIpMap", "VipMap"} <= set(out)
+    assert out["KeystoneURL"]["output_value"] == "http://192.168.24.5:5000"  # the VIP of the port map
+    ids = out["ServerIdData"]["output_value"]["server_ids"]
+    assert len(ids["Controller"]) == 1 and len(ids["Compute"]) == 1 and ids["CephStorage"] == []
+    role_data = out["RoleData"]["output_value"]
+    assert set(role_data) == {"Controller", "Compute", "BlockStorage", "ObjectStorage", "CephStorage"}
+    names = role_data["Controller"]["service_names"]
+    assert names == (["keystone", "mysql", "haproxy", "memcached"] if services else [])  # fill-env: none
+    if services:
+        assert "nova_compute" in role_data["Compute"]["docker_config"]["step_5"]  # as its template says
+    assert role_data["Compute"]["host_prep_tasks"][0]["include_role"] == {"name": "tripleo_firewall"}
+    assert len(list(ctx.home.path.glob("agents/*.json"))) == 2  # one per deployed server
+
+    ctx.stacks.delete("overcloud", wait=True)
+    with ctx.store.engine.connect() as c:
+        left = {t: c.execute(sa.text(f"select count(*) from {t}")).scalar()
+                for t in sa.inspect(ctx.store.engine).get_table_names()
+                if t not in ("alembic_version", "store_meta")}
+    assert not {t: n for t, n in left.items() if n}, left
+    assert not list(ctx.home.path.glob("agents/*.json"))
 
 
 def write(tmp_path, text: str) -> str:
@@ -364,3 +415,24 @@ def test_outputs_are_checked_as_heat_checks_them(eng):
     assert s["stack_status"] == "CREATE_COMPLETE" and out == {"o": 1, "p": None}
     p = next(o for o in s["outputs"] if o["output_key"] == "p")
     assert "The Parameter (missing) was not provided." in p["output_error"]
+
+
+def test_yaql_format_fills_positions_and_names_only(eng):
+    # THT's "{0}".format($.data): Heat's releases before yaql 3 (OSSA-2024-001) answered "24"
+    # here; Heat 27 with yaql 3.2 has no `format` at all (o1 null). Ours is the old one, safe.
+    s, out = eng.create_and_show("""
+        heat_template_version: rocky
+        parameters:
+          d: {type: string, default: 192.168.24.0/24}
+        outputs:
+          o1: {value: {yaql: {expression: 'str("{0}".format($.data).split("/")[-1])', data: {get_param: d}}}}
+          o2: {value: {yaql: {expression: '"{0}-{x}".format($.data, x => 3)', data: {get_param: d}}}}
+          o3: {value: {yaql: {expression: '"{0.__class__}".format($.data)', data: {get_param: d}}}}
+          o4: {value: {yaql: {expression: '"{0[0]}".format($.data)', data: {get_param: d}}}}
+          o5: {value: {yaql: {expression: '"{0:>99999999}".format($.data)', data: {get_param: d}}}}
+    """)
+    assert out["o1"] == "24" and out["o2"] == "192.168.24.0/24-3"
+    assert out["o3"] is None and out["o4"] is None and out["o5"] is None
+    errors = {o["output_key"]: o.get("output_error") or "" for o in s["outputs"]}
+    assert "only a position or a name" in errors["o3"] and "only a position or a name" in errors["o4"]
+    assert "over 9999" in errors["o5"]

@@ -15,6 +15,8 @@ import hashlib
 import itertools
 import json
 import math
+import re
+import string
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib import parse as urlparse
@@ -919,6 +921,35 @@ class Contains(Function):
         return value in seq
 
 
+class _PlainFormatter(string.Formatter):
+    """str.format that fills fields by position or name only: no attribute or item lookups
+    (yaql 3 dropped its `format` for those: OSSA-2024-001) and no width over 9999."""
+
+    def get_field(self, field_name, args, kwargs):
+        if "." in field_name or "[" in field_name:
+            raise ValueError(f"format field {{{field_name}}}: only a position or a name is allowed")
+        return super().get_field(field_name, args, kwargs)
+
+    def format_field(self, value, format_spec):
+        if re.search(r"\d{5}", format_spec):
+            raise ValueError(f"format spec {format_spec!r}: width or precision over 9999")
+        return super().format_field(value, format_spec)
+
+
+def _yaql_format():
+    """yaql's `"...".format(args)` as the yaql of Heat's own releases up to 2024 had it, which
+    TripleO's templates use (e.g. `"{0}".format($.data)`), made safe (see _PlainFormatter)."""
+    from yaql.language import specs, yaqltypes
+
+    @specs.parameter("format__", yaqltypes.String())
+    @specs.name("format")
+    @specs.extension_method
+    def format_(format__, *args, **kwargs):
+        return _PlainFormatter().format(format__, *args, **kwargs)
+
+    return format_
+
+
 class Yaql(Function):
     __slots__ = ()
     _engine: Any = None
@@ -933,7 +964,9 @@ class Yaql(Function):
 
             regex.re = GuardedRe()  # no pattern that backtracks without bound (it would hold every thread)
             parser = yaql.YaqlFactory().create({"yaql.limitIterators": 200, "yaql.memoryQuota": 10000})
-            cls._engine = (parser, yaql.create_context())
+            context = yaql.create_context()
+            context.register_function(_yaql_format())
+            cls._engine = (parser, context)
         return cls._engine
 
     def check(self) -> None:
