@@ -950,6 +950,9 @@ def _yaql_format():
     return format_
 
 
+_YAQL_PARSED: dict[str, Any] = {}  # expression -> statement: templates repeat the same ones
+
+
 class Yaql(Function):
     __slots__ = ()
     _engine: Any = None
@@ -984,10 +987,15 @@ class Yaql(Function):
             raise self.err(f'The "expression" argument to {self.fn} must contain a string.')
         from yaql.language import exceptions
 
-        try:
-            return self.engine()[0](expression)
-        except exceptions.YaqlException as exc:
-            raise self.err(f"Bad expression {exc}.") from None
+        statement = _YAQL_PARSED.get(expression)
+        if statement is None:
+            try:
+                statement = self.engine()[0](expression)
+            except exceptions.YaqlException as exc:
+                raise self.err(f"Bad expression {exc}.") from None
+            if len(_YAQL_PARSED) < 4096:
+                _YAQL_PARSED[expression] = statement
+        return statement
 
     def result(self, ev: Evaluation) -> Any:
         statement = self._parse(known(ev, self.args["expression"]))

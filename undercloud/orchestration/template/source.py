@@ -16,6 +16,7 @@ from undercloud.errors import InvalidInput
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut, exceeded
 
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SCALAR = yaml.ScalarNode
 
 
 class Map(dict):
@@ -40,8 +41,21 @@ class Seq(list):
         self.lines: list[int] = []
 
 
+_TAGS: dict[tuple, str] = {}  # (plain scalar, implicit) -> its tag: keys and words repeat a lot
+
+
 class _Loader(_Base):  # type: ignore[misc, valid-type]
-    pass
+    def resolve(self, kind, value, implicit):
+        # libyaml asks this for every scalar; PyYAML's answer runs regexes in Python
+        if kind is not _SCALAR or len(value) > 40:
+            return super().resolve(kind, value, implicit)
+        key = (value, implicit)
+        tag = _TAGS.get(key)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            if len(_TAGS) < 50000:
+                _TAGS[key] = tag
+        return tag
 
 
 class _PyLoader(yaml.SafeLoader):
@@ -148,7 +162,6 @@ def _flatten(node: yaml.MappingNode, b: _Build, depth: int = 0) -> None:
     node.value = merged + own
 
 
-_SCALAR = yaml.ScalarNode
 _PLAIN = frozenset((_STR, _TIMESTAMP))  # Heat reads timestamps as strings
 
 
