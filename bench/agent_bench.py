@@ -204,7 +204,7 @@ def main() -> int:
 
     home = Path(tempfile.mkdtemp(prefix="agent-bench-"))
     os.environ["UNDERCLOUD_HOME"] = str(home)
-    from undercloud.api import daemon
+    from undercloud import daemon
     from undercloud.cli.client import Client
     from undercloud.config import Home
 

@@ -201,7 +201,7 @@ def main() -> int:
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="uc-server-bench-"))
     os.environ["UNDERCLOUD_HOME"] = str(home)
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from undercloud.api import daemon
+    from undercloud import daemon
     from undercloud.cli.client import Client
     from undercloud.config import Home
 

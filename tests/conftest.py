@@ -18,7 +18,7 @@ CORPUS = SHARED / "corpus" / "heat-templates"
 @pytest.fixture
 def uc_home(tmp_path, monkeypatch):
     """An isolated UNDERCLOUD_HOME; its service (if one was started) is stopped after."""
-    from undercloud.api import daemon
+    from undercloud import daemon
     from undercloud.config import Home
 
     home = tmp_path / "uc"

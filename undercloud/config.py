@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,30 @@ class Home:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+    def made_once(self, name: str, text: str) -> str:
+        """The content of file `name`, made (mode 600) with `text` if missing: complete or
+        not at all, and of two racing creators one wins whole (a reader never sees it empty)."""
+        path = self.file(name)
+        if not path.exists():
+            self.ensure()
+            write_once(path, text.encode())
+        return path.read_text().strip()
+
+    def admin_token(self) -> str:
+        """The token the CLI presents; created once, readable by the owner only. It is kept in
+        clear because the CLI must present it; the service only compares it."""
+        return self.made_once("admin.token", secrets.token_urlsafe(32))
+
+    def api_port(self) -> int:
+        """The API port: chosen free at the first start, then kept (nodes hold the address)."""
+        path = self.file("port")
+        if path.exists():
+            return int(path.read_text().strip())
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return int(self.made_once("port", str(port)))
 
 
 def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:

@@ -185,7 +185,7 @@ def secrets_of(uc_home) -> dict:
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory):
     """The minimal overcloud (a controller and a compute node), deployed once for this module."""
-    from undercloud.api import daemon
+    from undercloud import daemon
     from undercloud.config import Home
 
     need_overcloud_tools()

@@ -48,7 +48,7 @@ def rows(home, name):
 
 
 def test_sigkill_mid_create_resumes_at_next_start(uc_home, tmp_path):
-    from undercloud.api import daemon
+    from undercloud import daemon
 
     t = tmp_path / "slow.yaml"
     t.write_text(TEMPLATE)

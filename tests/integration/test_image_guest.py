@@ -39,7 +39,7 @@ def _needs():
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
     """guest-tiny built and registered in a home of its own, downloaded as users would."""
-    from undercloud.api import daemon
+    from undercloud import daemon
     from undercloud.config import Home
 
     home = tmp_path_factory.mktemp("uc") / "home"

@@ -56,7 +56,7 @@ def images(tmp_path_factory):
     """(service-nova-compute podman reference, guest-tiny qcow2), built in a home of our own."""
     need_root()
     need("podman")
-    from undercloud.api import daemon
+    from undercloud import daemon
     from undercloud.config import Home
     from undercloud.host import podman as hp
 

@@ -359,7 +359,7 @@ def test_service_killed_mid_create_resumes_without_a_second_container(uc, tmp_pa
     import os
     import signal
 
-    from undercloud.api import daemon
+    from undercloud import daemon
 
     r = run_cli("stack", "create", "crash", "-t", write(tmp_path, "group.yaml", GROUP))
     assert r.returncode == 0, r.stderr

@@ -261,7 +261,7 @@ def test_agent_cli_list_and_config(uc_home, tmp_path):
 
 
 def test_undercloud_restarted_mid_deployment_completes(uc_home, agent, tmp_path):
-    from undercloud.api import daemon
+    from undercloud import daemon
     text = SERVER_AND_CONFIG.replace('printf "42-$who"', 'sleep 4; printf "42-$who"')
     p = stack_create_bg(write(tmp_path, text + DEPLOYMENT.replace("WHO", "x")))
     agent.start()

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, run_cli
-from undercloud.api import daemon
+from undercloud import daemon
 from undercloud.config import Home
 from undercloud.errors import ServiceUnavailable
 

@@ -49,7 +49,7 @@ def test_validate_prints_parameters_and_masks_hidden_ones(tmp_path, uc_home):
     assert "s3cret-value" not in r.stdout + r.stderr
     r = run_cli("template", "validate", "-t", str(tmp_path / "t.yaml"))
     assert r.returncode == 0 and "| count" in r.stdout and "valid (heat_template_version 2021-04-16" in r.stderr
-    from undercloud.api import daemon
+    from undercloud import daemon
 
     assert daemon.pid(uc_home) is None  # validate runs locally: no service was started
 

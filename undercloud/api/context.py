@@ -7,13 +7,11 @@ start, say, the power-sync loop. Each is one attribute here.
 from __future__ import annotations
 
 import os
-import secrets
-import socket
 import threading
 from functools import cached_property
 from pathlib import Path
 
-from undercloud.config import Home, write_once
+from undercloud.config import Home
 from undercloud.store import Store
 from undercloud.store.crypto import KEY_FILE
 
@@ -26,7 +24,7 @@ class Context:
 
     @cached_property
     def admin_token(self) -> str:
-        return admin_token(self.home)
+        return self.home.admin_token()
 
     @cached_property
     def images(self):
@@ -41,7 +39,7 @@ class Context:
 
         # UNDERCLOUD_AGENT_URL: where nodes reach this service (e.g. its lab-network address).
         return ServerMetadata(self.store, lambda: os.environ.get("UNDERCLOUD_AGENT_URL")
-                              or f"http://127.0.0.1:{api_port(self.home)}")
+                              or f"http://127.0.0.1:{self.home.api_port()}")
 
     @cached_property
     def stacks(self):
@@ -53,7 +51,7 @@ class Context:
     @property
     def api_url(self) -> str:
         """Where nodes reach this service (wait condition handles, agents)."""
-        return os.environ.get("UNDERCLOUD_AGENT_URL") or f"http://127.0.0.1:{api_port(self.home)}"
+        return os.environ.get("UNDERCLOUD_AGENT_URL") or f"http://127.0.0.1:{self.home.api_port()}"
 
     @cached_property
     def nodes(self):
@@ -88,29 +86,3 @@ def key_file(home: Home) -> Path:
     env = os.environ.get("UNDERCLOUD_STORE_KEY")
     return Path(env) if env else home.file(KEY_FILE)
 
-
-def _write_once(home: Home, name: str, text: str) -> str:
-    """The content of `name` in the home, made (mode 600) with `text` if missing: complete or
-    not at all, and of two racing creators one wins whole (a reader never sees it empty)."""
-    path = home.file(name)
-    if not path.exists():
-        home.ensure()
-        write_once(path, text.encode())
-    return path.read_text().strip()
-
-
-def admin_token(home: Home) -> str:
-    """The token the CLI presents; created once, readable by the owner only. It is kept in
-    clear because the CLI must present it; the service only compares it."""
-    return _write_once(home, "admin.token", secrets.token_urlsafe(32))
-
-
-def api_port(home: Home) -> int:
-    """The API port: chosen free at the first start, then kept (nodes hold the address)."""
-    path = home.file("port")
-    if path.exists():
-        return int(path.read_text().strip())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return int(_write_once(home, "port", str(port)))

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from undercloud.api.app import get_context
-from undercloud.api.context import Context, api_port
+from undercloud.api.context import Context
 from undercloud.errors import InvalidInput, NotFound
 from undercloud.names import check_name
 
@@ -46,7 +46,7 @@ class Listeners:
 
             from undercloud.api.app import create_app
 
-            port = api_port(self.ctx.home)
+            port = self.ctx.home.api_port()
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.IPPROTO_IP, IP_FREEBIND, 1)
@@ -77,7 +77,7 @@ def make_service(ctx: Context):
     from undercloud.provisioning.servers.base import Env
     from undercloud.provisioning.servers.service import ServersService
 
-    env = Env(home=ctx.home, api_port=api_port(ctx.home), listen=ctx.listeners.listen,
+    env = Env(home=ctx.home, api_port=ctx.home.api_port(), listen=ctx.listeners.listen,
               nodes=ctx.nodes, scheduler=ctx.scheduler, images=ctx.images)
     return ServersService(ctx.store, env)
 

@@ -1,4 +1,6 @@
-"""The command groups of the `undercloud` command, one module each."""
+"""The command groups of the `undercloud` command, one module each, imported only when that
+command runs: `undercloud --help` shows the first paragraph of each one's help kept here (a
+test keeps it equal to the command's own), so listing them imports none of them."""
 
 from __future__ import annotations
 
@@ -6,22 +8,30 @@ import importlib
 
 import click
 
-# module name -> attribute holding its click group/command
-MODULES = [
-    ("undercloud.cli.service", "service"),
-    ("undercloud.cli.service", "serve"),
-    ("undercloud.cli.template", "template"),
-    ("undercloud.cli.stack", "stack"),
-    ("undercloud.cli.image", "image"),
-    ("undercloud.cli.node", "node"),
-    ("undercloud.cli.server", "server"),
-    ("undercloud.cli.flavor", "flavor"),
-    ("undercloud.cli.lab", "lab"),
-    ("undercloud.cli.agent", "agent"),
-    ("undercloud.cli.deploy", "deploy"),
-    ("undercloud.cli.overcloud", "overcloud"),
-]
+# name -> (module, attribute holding the click group/command, first paragraph of its help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "agent": ("undercloud.cli.agent", "agent", "Agents on servers: list them, or issue a configuration for one."),
+    "deploy": ("undercloud.cli.deploy", "deploy",
+               "Deploy the overcloud, or bring it to what the roles and environments now say."),
+    "flavor": ("undercloud.cli.flavor", "flavor",
+               "Flavors: the size of a server (vCPUs, RAM, disk) and how it is realised."),
+    "image": ("undercloud.cli.image", "image", "The image store and the image builder."),
+    "lab": ("undercloud.cli.lab", "lab",
+            "The virtual lab: libvirt VMs with virtual BMCs (Redfish or IPMI) to enrol as nodes."),
+    "node": ("undercloud.cli.node", "node",
+             "Enrol machines and manage their lifecycle, power and boot device (like Ironic)."),
+    "overcloud": ("undercloud.cli.overcloud", "overcloud",
+                  "The overcloud that `undercloud deploy` made: credentials, status, rolling update and "
+                  "rollback of its service images, replacing a failed node, delete."),
+    "serve": ("undercloud.cli.service", "serve", "Run the undercloud service in the foreground (for systemd or debugging)."),
+    "server": ("undercloud.cli.server", "server", "Servers: what an OS::Nova::Server resource of a stack becomes."),
+    "service": ("undercloud.cli.service", "service",
+                "Start, stop and inspect the undercloud service (API, engine, background loops)."),
+    "stack": ("undercloud.cli.stack", "stack", "Create, update and delete stacks of resources from HOT templates."),
+    "template": ("undercloud.cli.template", "template", "Work with HOT templates (Heat Orchestration Templates)."),
+}
 
 
-def groups() -> list[click.Command]:
-    return [getattr(importlib.import_module(m), attr) for m, attr in MODULES]
+def load(name: str) -> click.Command | None:
+    entry = COMMANDS.get(name)
+    return getattr(importlib.import_module(entry[0]), entry[1]) if entry else None

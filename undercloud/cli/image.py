@@ -158,14 +158,14 @@ def download_to(client: Client, img: dict, out: Path) -> None:
         part.unlink()
         have = 0
     headers = {"range": f"bytes={have}-"} if have else {}
-    with client.http.stream("GET", f"/v1/images/{img['id']}/file", headers=headers) as r:
-        if r.status_code not in (200, 206):
-            r.read()
-            raise UndercloudError(f"download failed: HTTP {r.status_code} {r.text.strip()[:200]}", img["id"])
-        expected = r.headers.get("x-image-sha256", img["checksum"])
-        mode = "ab" if r.status_code == 206 else "wb"
+    with client.stream("GET", f"/v1/images/{img['id']}/file", headers=headers) as r:
+        if r.status not in (200, 206):
+            text = client.io(r.read).decode(errors="replace")
+            raise UndercloudError(f"download failed: HTTP {r.status} {text.strip()[:200]}", img["id"])
+        expected = r.getheader("x-image-sha256", img["checksum"])
+        mode = "ab" if r.status == 206 else "wb"
         with open(part, mode) as f:
-            for chunk in r.iter_bytes(1 << 20):
+            while chunk := client.io(lambda: r.read(1 << 20)):
                 f.write(chunk)
     got = sha256_of(part)
     if got != expected:

@@ -5,13 +5,29 @@ from __future__ import annotations
 import sys
 
 import click
+from click.utils import make_default_short_help
 
 from undercloud import __version__
+from undercloud.cli import commands
+from undercloud.cli.commands import COMMANDS
 from undercloud.errors import UndercloudError
 
 
 class Root(click.Group):
-    """Turns user errors into one line on stderr and a non-zero exit, never a traceback."""
+    """Turns user errors into one line on stderr and a non-zero exit, never a traceback.
+    Imports a command's module only when that command runs (see cli/commands.py)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return commands.load(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = [(name, make_default_short_help(COMMANDS[name][2], limit)) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -38,13 +54,5 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from undercloud.cli import commands
-
-    for group in commands.groups():
-        cli.add_command(group)
-
-
 def main() -> None:
-    _register()
     cli(prog_name="undercloud")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from undercloud.api import daemon
+from undercloud import daemon
 from undercloud.cli.output import formatted, note
 from undercloud.config import Home
 from undercloud.errors import InvalidInput

@@ -12,6 +12,7 @@ not answer (yet), waits for it instead of starting another.
 from __future__ import annotations
 
 import fcntl
+import http.client
 import json
 import os
 import signal
@@ -20,8 +21,6 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-
-import httpx
 
 from undercloud.config import Home, private_file
 from undercloud.errors import ServiceUnavailable, UndercloudError
@@ -52,11 +51,15 @@ def health(home: Home, timeout: float = 2.0) -> dict | None:
     base = url(home)
     if not base:
         return None
+    conn = http.client.HTTPConnection(base.removeprefix("http://"), timeout=timeout)
     try:
-        r = httpx.get(base + "/v1/health", timeout=timeout)
-        data = r.json() if r.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
+        conn.request("GET", "/v1/health")
+        r = conn.getresponse()
+        data = json.loads(r.read()) if r.status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException):
         return None
+    finally:
+        conn.close()
     # Another instance may own this port after a stale pid file: check it is ours.
     if data and data.get("home") != str(home.path):
         return None
@@ -180,8 +183,8 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
 
     import uvicorn
 
-    from undercloud.api.app import create_app, run_startup
-    from undercloud.api.context import Context, api_port
+    from undercloud.api.app import create_app, run_startup  # the service itself: only here
+    from undercloud.api.context import Context
 
     home.ensure()
     _lock = _hold_serve_lock(home)  # noqa: F841 - held (open) until the process exits
@@ -196,7 +199,7 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
         logging.getLogger("undercloud.service").warning("made private (owner only): %s", ", ".join(fixed))
     ctx = Context(home, db_url)
     _ = ctx.admin_token  # created before any client needs it
-    port = api_port(home)
+    port = home.api_port()
     home.file("service.pid").write_text(str(os.getpid()))
     Path(home.file("service.json")).write_text(json.dumps({"pid": os.getpid(), "port": port}))
     stops = run_startup(ctx)
