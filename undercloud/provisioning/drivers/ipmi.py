@@ -81,14 +81,17 @@ class IpmiDriver(Driver):
         try:
             with _lock(key):
                 for attempt in range(1, ATTEMPTS + 1):
-                    cmd = _sessions.get(key) or _session(key, command)  # a failed login is not retried
+                    cmd = None
                     try:
+                        cmd = _sessions.get(key) or _session(key, command)
                         return fn(cmd)
                     except exceptions.IpmiException:
                         # A stale session (BMC restarted) or a BMC too busy to answer in time
                         # (a lab BMC starting a domain): log in again; every call is idempotent.
+                        # A first login that fails is final (wrong address or credentials); one
+                        # after a lost session is retried, the BMC may still be busy.
                         _forget(key)
-                        if attempt == ATTEMPTS:
+                        if attempt == ATTEMPTS or (cmd is None and attempt == 1):
                             raise
                         time.sleep(2 * attempt)
         except exceptions.IpmiException as exc:
