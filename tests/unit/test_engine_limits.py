@@ -151,7 +151,7 @@ def plugins():
         registry.register(cls)
     yield
     for cls in (Leaky, Verbose):
-        registry._discover().pop(cls.type_name, None)
+        registry.unregister(cls.type_name)
 
 
 @pytest.mark.parametrize("rtype, expected", [

@@ -88,7 +88,7 @@ def eng(tmp_path):
     CRASH.clear()
     yield Eng(tmp_path)
     for cls in (Thing, Fragile, Slow, Hung):
-        registry._discover().pop(cls.type_name, None)
+        registry.unregister(cls.type_name)
 
 
 def template(kind: str, n: int) -> str:

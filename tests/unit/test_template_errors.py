@@ -182,16 +182,30 @@ resources:
     assert info.value.problems[0].endswith(':4: resources.b.properties.value.list_join: "list_join" must operate on a list')
 
 
-def test_runtime_errors_never_show_hidden_values(tmp_path):
-    # list_join of 2015-04-30 joins strings only, and its message shows the item
-    t = load(bundle(tmp_path, """\
+def test_evaluation_errors_never_show_hidden_values(tmp_path):
+    # list_join of 2015-04-30 joins strings only, and its message shows the item: known from
+    # parameters, it fails at validation (as Heat), masked; with the item from a resource, at runtime
+    text = """\
 heat_template_version: 2015-04-30
 parameters:
   token: {type: json, hidden: true}
 resources:
   a: {type: OS::Heat::Value, properties: {value: {list_join: [',', [{get_param: token}]]}}}
-"""), {"token": '{"key": "sup3rsecret"}'})
+"""
     with pytest.raises(TemplateError) as info:
-        t.resolve(t.resources["a"].properties, None)
+        load(bundle(tmp_path, text), {"token": '{"key": "sup3rsecret"}'})
     assert "sup3rsecret" not in str(info.value)
-    assert "Items to join must be strings not ******" in str(info.value)
+    assert "t.yaml:5: resources.a.properties.value.list_join: Items to join must be strings not ******" \
+        in str(info.value)
+
+    late = text.replace("[{get_param: token}]", "[{get_attr: [b, value]}]") + \
+        "  b: {type: OS::Heat::Value, properties: {value: {get_param: token}}}\n"
+    t = load(bundle(tmp_path, late), {"token": '{"key": "sup3rsecret"}'})
+
+    class Runtime:
+        def get_attr(self, name, attr, path):
+            return t.resolve(t.resources["b"].properties, None)["value"]
+
+    with pytest.raises(TemplateError) as info:
+        t.resolve(t.resources["a"].properties, Runtime())
+    assert "sup3rsecret" not in str(info.value)

@@ -13,6 +13,7 @@ log = logging.getLogger("undercloud.resources")
 _lock = threading.Lock()
 _types: dict[str, type[Plugin]] | None = None
 _schemas: dict[type, dict] = {}  # plugin class -> its schema as dicts (asked once per resource)
+_known: frozenset[str] | None = None  # the names, asked once per resource at validation
 
 
 def _discover() -> dict[str, type[Plugin]]:
@@ -37,9 +38,12 @@ def _discover() -> dict[str, type[Plugin]]:
     return _types
 
 
-def known_types() -> set[str]:
+def known_types() -> frozenset[str]:
     """The resource type names the engine can create."""
-    return set(_discover())
+    global _known
+    if _known is None:
+        _known = frozenset(_discover())
+    return _known
 
 
 def get(type_name: str) -> type[Plugin] | None:
@@ -70,5 +74,14 @@ def _as_dict(p: Prop) -> dict:
 
 def register(cls: type[Plugin]) -> type[Plugin]:
     """Register a plugin class defined outside this package (tests, extensions)."""
+    global _known
     _discover()[cls.type_name] = cls
+    _known = None
     return cls
+
+
+def unregister(type_name: str) -> None:
+    """Forget a type `register` added (tests)."""
+    global _known
+    _discover().pop(type_name, None)
+    _known = None

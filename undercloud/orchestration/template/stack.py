@@ -8,6 +8,7 @@ collected, not raised one by one, so a user sees every mistake at once.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,44 +46,46 @@ from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, V
 MAX_NESTING_DEPTH = LIMITS.nested_depth  # the default; the limit in force is LIMITS.nested_depth
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
 
-# Resource types this side knows until the engine's registry exists (issue 3 owns the truth).
-FALLBACK_TYPES = frozenset({
-    "OS::Heat::Value", "OS::Heat::RandomString", "OS::Heat::None", "OS::Heat::ResourceGroup",
-    "OS::Heat::SoftwareConfig", "OS::Heat::StructuredConfig", "OS::Heat::SoftwareDeployment",
-    "OS::Heat::SoftwareDeployments", "OS::Heat::SoftwareDeploymentGroup",
-    "OS::Heat::StructuredDeployment", "OS::Heat::StructuredDeployments",
-    "OS::Heat::StructuredDeploymentGroup", "OS::Heat::WaitCondition",
-    "OS::Heat::WaitConditionHandle", "OS::Heat::TestResource", "OS::Heat::DeployedServer",
-    "OS::Nova::Server",
-})
-
-
 def known_types() -> frozenset[str]:
-    """The resource types the engine implements (its registry), else the fallback set."""
-    try:
-        from undercloud.orchestration.resources import registry
-    except ImportError:
-        return FALLBACK_TYPES
-    try:
-        # The brief's list stays supported while the engine's plugins for it are being written.
-        return frozenset(registry.known_types()) | FALLBACK_TYPES
-    except Exception:  # a half-built registry must not break validation
-        return FALLBACK_TYPES
+    """The resource types the engine implements (its plugins' registry)."""
+    from undercloud.orchestration.resources import registry  # the language itself needs no plugins
+
+    return registry.known_types()
 
 
 def _properties_schema(rtype: str) -> Mapping | None:
     """The plugin's properties schema (name -> {type, required, ...}) if it declares one."""
-    try:
-        from undercloud.orchestration.resources import registry
-    except ImportError:
+    from undercloud.orchestration.resources import registry
+
+    return registry.properties_schema(rtype)
+
+
+def property_type_problem(ptype: str, value: Any) -> str | None:
+    """Why a known property value is not of its schema type, in Heat's words (None if it is).
+    As Heat: a string may be given as a number or boolean, an integer or number as a numeric
+    string (or a float or boolean), a boolean only as a boolean or "true"/"false"."""
+    if value is None or isinstance(value, fn.Unknown):
         return None
-    get = getattr(registry, "properties_schema", None)
-    if get is None:
+    if ptype == "string":
+        return f"Value must be a string; got {value!r}" if isinstance(value, Mapping | list) else None
+    if ptype in ("integer", "number"):
+        convert = int if ptype == "integer" else float
+        try:
+            convert(value)
+        except ValueError:
+            return f"Value '{value}' is not an integer" if ptype == "integer" else \
+                f"could not convert string to float: {value!r}"
+        except TypeError:
+            return f"Value '{fn.brief(value)}' is not {'an integer' if ptype == 'integer' else 'a number'}"
         return None
-    try:
-        return get(rtype)
-    except Exception:
-        return None
+    if ptype == "boolean":
+        ok = isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false"))
+        return None if ok else f'"{value}" is not a valid boolean'
+    if ptype == "list":
+        return f'"{value!r}" is not a list' if isinstance(value, str | Mapping) or not isinstance(value, list) else None
+    if ptype == "map":
+        return None if isinstance(value, Mapping) else f'"{value}" is not a map'
+    return None
 
 
 class Resolver(Protocol):
@@ -549,8 +552,7 @@ class StackTemplate:
             if isinstance(count, bool | Mapping | list):
                 raise TypeError
             n = int(count)
-        except (TypeError, ValueError, OverflowError):
-            self.add(path, f"count must be an integer, not {fn.brief(count)}")
+        except (TypeError, ValueError, OverflowError):  # a value not an integer: its schema said so
             return 0
         if n < 0:
             self.add(path, f"count must be 0 or more, not {n}")
@@ -561,8 +563,9 @@ class StackTemplate:
 
     def _validate_chain(self, rd: ResourceDefinition) -> None:
         """ResourceChain members: each type in `resources` (when known) must be one."""
-        self._validate_properties(rd)
-        types = self._props_placeholder(rd).get("resources")
+        resolved = self._props_placeholder(rd)
+        self._validate_properties(rd, resolved)
+        types = resolved.get("resources")
         if not isinstance(types, list):
             return
         path = ("resources", rd.name, "properties", "resources")
@@ -586,6 +589,7 @@ class StackTemplate:
         rdef = props.get("resource_def")
         path = ("resources", rd.name, "properties", "resource_def")
         resolved = self._props_placeholder(rd)
+        self._validate_properties(rd, resolved)
         count = self._group_count(rd, resolved)
         if not isinstance(rdef, Mapping):
             if "resource_def" not in props:
@@ -614,7 +618,10 @@ class StackTemplate:
             except TemplateError as exc:
                 self.problems.extend(exc.problems)
 
-    def _validate_properties(self, rd: ResourceDefinition) -> None:
+    def _validate_properties(self, rd: ResourceDefinition, resolved: Mapping | None = None) -> None:
+        """As Heat at validation: names against the plugin's schema, then the values known
+        now (parameters, literals: a function failing on them is a problem here) against
+        their types. `resolved`: the properties with runtime values Unknown, if made already."""
         schema = _properties_schema(rd.type)
         if not schema or not isinstance(rd.properties, Mapping) or rd.external_id is not None:
             return  # an external resource is adopted as it is: Heat checks no properties
@@ -625,6 +632,17 @@ class StackTemplate:
         for k, s in schema.items():
             if isinstance(s, Mapping) and s.get("required") and k not in rd.properties and s.get("default") is None:
                 self.add(p, f"Property {k} not assigned")
+        if resolved is None:
+            resolved = self._props_placeholder(rd)
+        for k, v in resolved.items():
+            if k not in schema:
+                continue
+            why = property_type_problem(schema[k].get("type", "any"), v)
+            allowed = schema[k].get("allowed")
+            if not why and allowed is not None and isinstance(v, str | int | float) and v not in allowed:
+                why = f'"{v}" is not an allowed value {json.dumps(allowed)}'
+            if why:
+                self.add(p + (k,), why)
 
     def nested(self, resource_name: str, properties: Mapping, *, validating: bool = False,
                metadata: Any = None) -> StackTemplate:
@@ -985,16 +1003,23 @@ class Evaluation:
             return fn.Unknown({"get_param": name})
         return self.t._values[name]
 
-    def _check(self, name: Any, path: tuple) -> None:
-        if not isinstance(name, str) or name not in self.t.resources:
-            raise FnError(f'The specified reference "{name}" (in {dotted(path[:3])}) is incorrect.', path)
+    def _check(self, name: Any, path: tuple) -> bool:
+        """True for a resource of the template; False for one whose definition was refused
+        (its problem is reported already: a reference to it is not another one)."""
+        if isinstance(name, str) and name in self.t.resources:
+            return True
+        if isinstance(name, str) and name in self.t.all_resources and self.t.problems:
+            return False
+        raise FnError(f'The specified reference "{name}" (in {dotted(path[:3])}) is incorrect.', path)
 
     def get_resource(self, name: Any, path: tuple) -> Any:
-        self._check(name, path)
+        if not self._check(name, path):
+            return fn.Unknown({"get_resource": name})
         return self.resolver.get_resource(name)
 
     def get_attr(self, name: Any, attr: Any, sub: list, path: tuple) -> Any:
-        self._check(name, path)
+        if not self._check(name, path):
+            return fn.Unknown({"get_attr": [name, attr, *sub]})
         return self.resolver.get_attr(name, attr, sub)
 
     def condition(self, v: Any, path: tuple) -> bool:

@@ -1,0 +1,118 @@
+"""What real Heat refuses at validation is refused at validation: property values known from
+parameters and literals are computed (a function failing on them is a problem) and checked
+against the plugin's schema (type, allowed values); values known only at runtime are not.
+Every expectation below is what Heat 27 answered (../shared/tools/heat_oracle.py)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.conftest import run_cli
+from undercloud.orchestration.template import Bundle, TemplateError, load
+
+
+def problems(tmp_path, body: str, params: dict | None = None) -> list[str]:
+    p = tmp_path / "t.yaml"
+    p.write_text("heat_template_version: 2021-04-16\n" + textwrap.dedent(body))
+    try:
+        load(Bundle.from_paths(str(p)), params or {})
+    except TemplateError as exc:
+        return [m.split(": ", 1)[1] for m in exc.problems]  # without the file name
+    return []
+
+
+def prop(rtype: str, name: str, value: str, extra: str = "") -> str:
+    return f"resources:\n  r:\n    type: {rtype}\n    properties:\n      {name}: {value}\n{extra}"
+
+
+GROUP_DEF = "      resource_def: {type: OS::Heat::None}\n"
+
+
+@pytest.mark.parametrize("rtype, name, value, heat", [
+    ("OS::Heat::RandomString", "length", '"5"', None),
+    ("OS::Heat::RandomString", "length", "5.5", None),
+    ("OS::Heat::RandomString", "length", "true", None),
+    ("OS::Heat::RandomString", "length", '"abc"', "Value 'abc' is not an integer"),
+    ("OS::Heat::RandomString", "character_classes", '"abc"', "\"'abc'\" is not a list"),
+    ("OS::Heat::RandomString", "character_classes", "{a: 1}", "\"{'a': 1}\" is not a list"),
+    ("OS::Heat::RandomString", "salt", "5", None),
+    ("OS::Heat::RandomString", "salt", "true", None),
+    ("OS::Heat::RandomString", "salt", "{a: 1}", "Value must be a string; got {'a': 1}"),
+    ("OS::Heat::RandomString", "salt", "[1]", "Value must be a string; got [1]"),
+    ("OS::Heat::TestResource", "fail", '"maybe"', '"maybe" is not a valid boolean'),
+    ("OS::Heat::TestResource", "fail", '"yes"', '"yes" is not a valid boolean'),
+    ("OS::Heat::TestResource", "fail", "1", '"1" is not a valid boolean'),
+    ("OS::Heat::TestResource", "fail", '"False"', None),
+    ("OS::Heat::TestResource", "action_wait_secs", "[1]", '"[1]" is not a map'),
+    ("OS::Heat::TestResource", "action_wait_secs", '"x"', '"x" is not a map'),
+    ("OS::Heat::TestResource", "wait_secs", '"1.5"', None),
+    ("OS::Heat::TestResource", "wait_secs", "true", None),
+    ("OS::Heat::TestResource", "wait_secs", '"x"', "could not convert string to float: 'x'"),
+    ("OS::Heat::ResourceGroup", "count", '"2"', None),
+    ("OS::Heat::ResourceGroup", "count", '"two"', "Value 'two' is not an integer"),
+    ("OS::Heat::ResourceGroup", "removal_policies", '"x"', "\"'x'\" is not a list"),
+    ("OS::Heat::StructuredConfig", "config", '["recipe[x]"]', "\"['recipe[x]']\" is not a map"),
+    ("OS::Heat::SoftwareConfig", "inputs", "{a: 1}", "\"{'a': 1}\" is not a list"),
+    ("OS::Heat::SoftwareConfig", "options", "[1]", '"[1]" is not a map'),
+    ("OS::Heat::Value", "type", "bogus",
+     '"bogus" is not an allowed value ["string", "number", "comma_delimited_list", "json", "boolean"]'),
+])
+def test_property_values_are_checked_against_their_types_as_heat(tmp_path, rtype, name, value, heat):
+    extra = GROUP_DEF if rtype == "OS::Heat::ResourceGroup" and name != "resource_def" else ""
+    extra += "      value: 1\n" if rtype == "OS::Heat::Value" else ""
+    got = problems(tmp_path, prop(rtype, name, value, extra))
+    assert got == ([f"resources.r.properties.{name}: {heat}"] if heat else [])
+
+
+@pytest.mark.parametrize("value, heat", [
+    ('{str_replace_strict: {template: "hello", params: {missing: x}}}',
+     "str_replace_strict: The following params were not found in the template: missing"),
+    ('{list_join: [",", {get_param: p}]}', 'list_join: "list_join" must operate on a list'),
+    ("{map_merge: [{a: 1}, [1, 2]]}",
+     "map_merge: Incorrect arguments: Items to merge must be maps. [1, 2] is type <class 'list'> instead of a dict"),
+])
+def test_functions_on_known_values_fail_at_validation(tmp_path, value, heat):
+    body = "parameters:\n  p: {type: string, default: x}\n" + prop("OS::Heat::Value", "value", value)
+    assert problems(tmp_path, body) == [f"resources.r.properties.value.{heat}"]
+
+
+def test_values_known_only_at_runtime_are_not_judged(tmp_path):
+    # the attribute may be anything by then: Heat accepts both at validation
+    body = """\
+        resources:
+          src: {type: OS::Heat::Value, properties: {value: x}}
+          r:
+            type: OS::Heat::RandomString
+            properties:
+              length: {get_attr: [src, value]}
+              character_classes: [{class: {get_attr: [src, value]}}]
+          j: {type: OS::Heat::Value, properties: {value: {list_join: [",", {get_attr: [src, value]}]}}}
+    """
+    assert problems(tmp_path, body) == []
+
+
+def test_a_parameter_given_at_create_is_judged_with_its_value(tmp_path):
+    body = "parameters:\n  n: {type: string}\n" + prop("OS::Heat::RandomString", "length", "{get_param: n}")
+    assert problems(tmp_path, body, {"n": "8"}) == []
+    assert problems(tmp_path, body, {"n": "eight"}) == ["resources.r.properties.length: Value 'eight' is not an integer"]
+
+
+def test_a_reference_to_a_refused_resource_is_not_another_problem(tmp_path):
+    body = """\
+        resources:
+          sg: {type: OS::Neutron::SecurityGroup}
+          v: {type: OS::Heat::Value, properties: {value: {get_resource: sg}}}
+    """
+    assert problems(tmp_path, body) == ["resources.sg.type: OS::Neutron::SecurityGroup is not a supported resource type"]
+
+
+def test_stack_create_refuses_it_and_writes_nothing(uc_home, tmp_path):
+    t = tmp_path / "t.yaml"
+    t.write_text("heat_template_version: 2021-04-16\n" + prop("OS::Heat::RandomString", "length", '"abc"'))
+    r = run_cli("stack", "create", "x", "-t", str(t))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{t}:6: resources.r.properties.length: Value 'abc' is not an integer" in r.stderr
+    assert json.loads(run_cli("stack", "list", "-f", "json").stdout) == []
