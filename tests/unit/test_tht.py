@@ -66,6 +66,28 @@ parameter_defaults:
 
 
 @need_tht
+def test_tht_ports_on_ctlplane_take_the_undercloud_s_own_addresses(monkeypatch, tmp_path):
+    # deployed-server-environment.yaml without the noop one: each server's ControlPlanePort is
+    # an OS::Neutron::Port on "ctlplane", as TripleO's undercloud Neutron gave it
+    from undercloud.lab.lab import Lab
+
+    monkeypatch.chdir(THT)
+    ctx = Context(Home(tmp_path / "uc"))
+    envs = [e for e in ENVS if "noop" not in e]
+    ctx.stacks.create("overcloud", Bundle.from_paths("overcloud.yaml", env_paths=envs).to_json(), {}, wait=True)
+    s = ctx.stacks.show("overcloud")
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    ips = {o["output_key"]: o["output_value"] for o in s["outputs"]}["RoleNetIpMap"]
+    prefix = Lab(ctx.home).subnet
+    got = ips["Controller"]["ctlplane"] + ips["Compute"]["ctlplane"]
+    assert sorted(got) == [f"{prefix}.10", f"{prefix}.11"]  # the pool's first two, in either order
+    ctx.stacks.delete("overcloud", wait=True)
+    left = counts(ctx.store)
+    assert left["network_ports"] == 0 and left["port_addresses"] == 0
+    assert left["networks"] == 1  # the undercloud's own ctlplane stays, as in TripleO
+
+
+@need_tht
 @pytest.mark.parametrize("services", [False, True], ids=["fill-env-services", "some-services"])
 def test_tht_overcloud_creates_with_its_outputs_and_deletes_to_nothing(monkeypatch, tmp_path, services):
     monkeypatch.chdir(THT)
@@ -334,6 +356,36 @@ def test_two_stacks_cannot_hold_one_address(eng, tmp_path):
         with pytest.raises(NotFound, match="no network 'nope'"):
             ipam.create_port(db, "nope", "x", None, None, {})
     assert counts(eng.store)["network_ports"] == 3
+
+
+def test_ports_made_at_once_never_share_an_address_nor_go_without(eng):
+    import threading
+
+    from undercloud.store import networks as ipam
+
+    eng.create_and_show(NETWORK, {"pool_end": "192.168.24.40"})
+    errors, start = [], threading.Barrier(8)
+
+    def make(i):
+        start.wait()
+        try:
+            with eng.store.session() as db:
+                ipam.create_port(db, "ctl", f"t{i}", [{"subnet": "ctl-sub"}], None, {})
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with eng.store.session() as db:
+        ports = [ipam.port_dict(db, p) for p in db.scalars(sa.select(ipam.NetworkPort))]
+    made = [p for p in ports if p["name"].startswith("t")]
+    assert len(made) == 8 and all(len(p["fixed_ips"]) == 1 for p in made)
+    ips = [f["ip_address"] for p in ports for f in p["fixed_ips"]]
+    assert len(ips) == len(set(ips)) == 11
 
 
 def test_a_port_updated_keeps_its_address_unless_told(eng):

@@ -19,7 +19,7 @@ from sqlalchemy import Float, Integer, String, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from undercloud.errors import Conflict, InvalidInput, NotFound
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
 from undercloud.store.db import Base
 
 MAC_PREFIX = "fa:16:3e"  # Neutron's default base_mac
@@ -126,6 +126,23 @@ def delete_network(s: Session, net_id: str) -> None:
         raise Conflict(f"network {net_id} still has ports")
     s.execute(delete(Subnet).where(Subnet.network_id == net_id))
     s.execute(delete(Network).where(Network.id == net_id))
+
+
+def ensure_network(s: Session, net_id: str, name: str, cidr: str, gateway: str, pools: list[dict],
+                   properties: dict) -> None:
+    """Make network `name` with one subnet unless a network of that name exists (the
+    undercloud's own, which ports name without a stack making it). `net_id` is fixed, so of
+    two racing makers one wins and the other finds it."""
+    if s.get(Network, net_id) is not None or s.scalars(select(Network.id).where(Network.name == name)).first():
+        return
+    try:
+        with s.begin_nested():
+            s.add(Network(id=net_id, name=name, properties=properties))
+            s.add(Subnet(id=str(uuid.uuid5(uuid.UUID(net_id), "subnet")), network_id=net_id, name=f"{name}-subnet",
+                         cidr=cidr, ip_version=4, gateway_ip=gateway, allocation_pools=pools,
+                         properties={"enable_dhcp": False}))
+    except IntegrityError:
+        pass  # made at the same moment by another port
 
 
 def find_network(s: Session, name_or_id: str) -> dict:
@@ -292,9 +309,15 @@ def _check_free(s: Session, port_id: str | None, addresses: list[tuple[str, str]
 
 def _take(s: Session, port_id: str, addresses: list[tuple[str, str]]) -> None:
     for sid, ip in addresses:
-        if s.get(PortAddress, (sid, ip)) is None:
+        held = s.get(PortAddress, (sid, ip))
+        if held is None:
             s.add(PortAddress(subnet_id=sid, ip_address=ip, port_id=port_id))
-    s.flush()
+        elif held.port_id != port_id:
+            raise Conflict(f"address {ip} is already in use (port {held.port_id})")
+    try:
+        s.flush()
+    except IntegrityError:  # taken by a transaction that committed after we looked
+        raise Conflict(f"an address of {', '.join(ip for _sid, ip in addresses)} was taken meanwhile") from None
 
 
 def _mac(s: Session, given: str | None) -> str:
@@ -318,28 +341,41 @@ def create_port(s: Session, network: str, name: str, fixed_ips: list | None, mac
     net = _one(s, Network, network, "network")
     port = NetworkPort(id=str(uuid.uuid4()), network_id=net.id, name=name or "", mac_address=_mac(s, mac_address),
                        properties=properties)
-    addresses = _addresses(s, net, fixed_ips)
-    _check_free(s, None, addresses)
-    port.properties = {**properties, "order": [ip for _sid, ip in addresses]}
     s.add(port)
     try:
-        s.flush()
-    except IntegrityError:
+        s.flush()  # first write: on SQLite the transaction now holds the write lock, so the
+    except IntegrityError:  # free addresses read below stay free until it commits
         raise Conflict(f"mac_address {port.mac_address} is already in use") from None
+    try:
+        addresses = _addresses(s, net, fixed_ips)
+        _check_free(s, None, addresses)
+    except UndercloudError:
+        s.delete(port)  # refused: nothing of it stays, whatever the caller commits
+        s.flush()
+        raise
+    port.properties = {**properties, "order": [ip for _sid, ip in addresses]}
     _take(s, port.id, addresses)
     return port_dict(s, port)
 
 
 def update_port(s: Session, port_id: str, name: str, fixed_ips: list | None, properties: dict) -> dict:
     port = _one(s, NetworkPort, port_id, "port")
+    old_name = port.name
+    port.name = name or ""
+    s.flush()  # first write, before the addresses are read (see create_port)
     net = _one(s, Network, port.network_id, "network")
     keep = {(sid, ip) for sid, ip in s.execute(select(PortAddress.subnet_id, PortAddress.ip_address)
                                                 .where(PortAddress.port_id == port.id))}
-    addresses = _addresses(s, net, fixed_ips, keep)
-    _check_free(s, port.id, addresses)
+    try:
+        addresses = _addresses(s, net, fixed_ips, keep)
+        _check_free(s, port.id, addresses)
+    except UndercloudError:
+        port.name = old_name
+        s.flush()
+        raise
     s.execute(delete(PortAddress).where(PortAddress.port_id == port.id))
     _take(s, port.id, addresses)
-    port.name, port.properties = name or "", {**properties, "order": [ip for _sid, ip in addresses]}
+    port.properties = {**properties, "order": [ip for _sid, ip in addresses]}
     return port_dict(s, port)
 
 

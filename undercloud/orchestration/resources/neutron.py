@@ -6,11 +6,14 @@ meaning here (QoS, security groups, bindings) are accepted and kept."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from undercloud.errors import UndercloudError
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.store import networks as ipam
+
+CTLPLANE = "ctlplane"  # a port on it needs no Net in the stack: the undercloud's own (Port._ctlplane)
 
 
 class _Neutron(Plugin):
@@ -217,8 +220,24 @@ class Port(_Neutron):
         network = p.get("network") or p.get("network_id")
         if not network:
             raise ResourceFailure("network: a port needs its network")
+        if network == CTLPLANE:
+            self._call(ipam.ensure_network, *self._ctlplane())
         self._record(self._call(ipam.create_port, str(network), p.get("name") or "", self._fixed_ips(),
                                 p.get("mac_address"), self._kept()))
+
+    def _ctlplane(self) -> tuple:
+        """The undercloud's own ctlplane, as TripleO's undercloud had it in Neutron: the lab
+        network of VM and bare-metal servers (the home's 192.168.N.0/24, the undercloud at .1).
+        Ports take .10-.99; servers take .100-.249, virtual IPs .250-.253, the host .254."""
+        from undercloud.lab.lab import Lab  # its subnet only: nothing is made on the host
+
+        home = getattr(self.services, "home", None)
+        if home is None:
+            raise ResourceFailure(f"no network {CTLPLANE!r} (and no undercloud home to take it from)")
+        prefix = Lab(home).subnet
+        net_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"undercloud:{home.instance}:{CTLPLANE}"))
+        return (net_id, CTLPLANE, f"{prefix}.0/24", f"{prefix}.1", [{"start": f"{prefix}.10", "end": f"{prefix}.99"}],
+                {"tags": [f"{prefix}.0/24"], "undercloud": True})
 
     def update(self, old_properties: dict) -> None:
         self._record(self._call(ipam.update_port, self.physical_id, self.properties.get("name") or "",
