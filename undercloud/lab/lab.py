@@ -37,7 +37,7 @@ from typing import Any
 from undercloud.config import Home
 from undercloud.errors import Conflict, UndercloudError
 from undercloud.host.run import run
-from undercloud.lab.accel import accelerator
+from undercloud.lab.accel import KVM_DEVICE, accelerator
 from undercloud.lab.accel import cached as accel_cached
 
 LIBVIRT_URI = "qemu:///system"
@@ -205,10 +205,16 @@ class Lab:
                 self._ns(ns, "virtlogd", "-d")
             # libvirtd in the foreground under our reaper (see lab/reaper.py), detached
             LIBVIRTD_LOG.parent.mkdir(parents=True, exist_ok=True)
+            # With guests on TCG, libvirtd does not see /dev/kvm: where it exists but its qemu
+            # user may not open it (here: root:ssl-cert 0660), libvirt found its capability cache
+            # "outdated" at every lookup (KVM at probe time, not now) and probed qemu again:
+            # 1 s for each define or start, 10 s on a busy host, long enough for a lab BMC's
+            # client to give up. In a mount namespace of its own, nothing else is touched.
+            hide = ["unshare", "--mount", "--propagation", "private"] if accelerator().type == "qemu" else []
             with open(LIBVIRTD_LOG, "ab") as out:
-                subprocess.Popen(["nsenter", f"--net={ns}", sys.executable, "-m", "undercloud.lab.reaper",
-                                  "libvirtd"], stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=out, start_new_session=True, cwd="/")
+                subprocess.Popen([*hide, "nsenter", f"--net={ns}", sys.executable, "-m", "undercloud.lab.reaper",
+                                  *(["--hide", KVM_DEVICE] if hide else []), "libvirtd"],
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, cwd="/")
             _wait_for("libvirtd", lambda: libvirtd_pid() is not None and _libvirtd_answers(),
                       timeout=LIBVIRTD_FIRST_ANSWER, log=LIBVIRTD_LOG)
             pid = libvirtd_pid()
