@@ -170,8 +170,11 @@ class StackTemplate:
                  *, stack_name: str = "", stack_id: str = "", project_id: str = "",
                  depth: int = 0, chain: tuple[str, ...] = (), partial: bool = False,
                  facade: Mapping | None = None, top: bool = True, given_where: Any = None,
-                 secrets: frozenset[str] = frozenset()):
+                 secrets: frozenset[str] = frozenset(), check_values: bool | None = None):
         self.bundle, self.key, self.doc, self.environment = bundle, key, doc, env
+        # Property values are computed at validation (see _validate_properties) for the tree
+        # a user submits, not again for each nested stack the engine builds while it runs.
+        self.check_values = top if check_values is None else check_values
         self.stack_name, self.stack_id, self.project_id = stack_name, stack_id, project_id
         self.depth, self.chain, self.partial, self.top = depth, chain + (key,), partial, top
         self.facade = dict(facade or _PARENT_RES_DEFAULT)
@@ -633,6 +636,8 @@ class StackTemplate:
             if isinstance(s, Mapping) and s.get("required") and k not in rd.properties and s.get("default") is None:
                 self.add(p, f"Property {k} not assigned")
         if resolved is None:
+            if not self.check_values:
+                return  # a nested stack the engine builds while it runs: a bad value fails its resource
             resolved = self._props_placeholder(rd)
         for k, v in resolved.items():
             if k not in schema:
@@ -679,7 +684,8 @@ class StackTemplate:
                               stack_name=f"{self.stack_name}-{resource_name}", stack_id="",
                               project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
                               partial=self.partial or validating, facade=facade, top=False,
-                              given_where=given_where, secrets=self.secrets)
+                              given_where=given_where, secrets=self.secrets,
+                              check_values=self.check_values and validating)
         child.raise_problems()
         return child
 
