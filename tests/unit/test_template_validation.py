@@ -138,3 +138,26 @@ def test_every_plugin_property_has_heats_type_and_allowed_values():
                 assert sorted(map(str, ours["allowed"])) == sorted(map(str, theirs["allowed"] or [])), (rtype, name)
             compared += 1
     assert len(heat) == 23 and compared >= 145  # every property both define, but those we take as they come
+
+
+def test_template_validate_judges_values_when_every_parameter_has_one(tmp_path):
+    # Without a value for `image` (partial validation) nothing is computed; with one, the
+    # defaulted `nodes` ({}) fails the repeat, as Heat refuses it once the template is complete.
+    t = tmp_path / "t.yaml"
+    t.write_text(textwrap.dedent("""\
+        heat_template_version: 2021-04-16
+        parameters:
+          image: {type: string}
+          nodes: {type: json, default: {}}
+        resources:
+          v:
+            type: OS::Heat::Value
+            properties:
+              value: {repeat: {template: "<%n%>", for_each: {"%n%": {get_param: [nodes, memcached]}}}}
+    """))
+    r = run_cli("template", "validate", "-t", str(t))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("template", "validate", "-t", str(t), "-P", "image=x")
+    assert r.returncode == 1
+    assert 'resources.v.properties.value.repeat: The values of the "for_each" argument to "repeat" must be lists or maps' \
+        in r.stderr

@@ -173,7 +173,9 @@ class StackTemplate:
                  secrets: frozenset[str] = frozenset(), check_values: bool | None = None):
         self.bundle, self.key, self.doc, self.environment = bundle, key, doc, env
         # Property values are computed at validation (see _validate_properties) for the tree
-        # a user submits, not again for each nested stack the engine builds while it runs.
+        # a stack is created or updated from, as Heat does; by `template validate` and preview
+        # (partial) only when every parameter has a value; not again for each nested stack the
+        # engine builds while it runs.
         self.check_values = top if check_values is None else check_values
         self.stack_name, self.stack_id, self.project_id = stack_name, stack_id, project_id
         self.depth, self.chain, self.partial, self.top = depth, chain + (key,), partial, top
@@ -294,6 +296,7 @@ class StackTemplate:
             if src is None:
                 if self.partial and self.top:
                     self._values[name] = fn.Unknown({"get_param": name})
+                    self.check_values = False  # validated without it: values are not all known
                 else:
                     msg = (f"The Parameter ({name}) was not provided." if self.top
                            else f"Property {name} not assigned")
