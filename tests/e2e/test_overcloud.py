@@ -144,6 +144,30 @@ def remove_node(instance: str, node: str) -> None:
     assert rm.returncode == 0, rm.stderr
 
 
+def galera(instance: str, node: str) -> dict:
+    """A Galera node's wsrep status (wsrep_cluster_size, wsrep_cluster_status, ...), or {} when
+    its MariaDB does not answer."""
+    r = subprocess.run(["podman", "exec", f"{instance}-{node}-mysql-mysql", "mariadb", "-N", "-B", "-e",
+                        "SHOW GLOBAL STATUS LIKE 'wsrep_%'"], capture_output=True, text=True, timeout=60)
+    return dict(line.split("\t", 1) for line in r.stdout.splitlines() if "\t" in line) if r.returncode == 0 else {}
+
+
+def galera_synced(instance: str, nodes: list[str], limit: float = 300) -> float:
+    """Seconds until every node's MariaDB is Synced in one primary cluster of them all. (A node
+    that joined by a full copy (SST) may report a stale wsrep_cluster_size until the next view
+    change, MariaDB 10.11: the others' count is the cluster's.)"""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        states = {n: galera(instance, n) for n in nodes}
+        if all(g.get("wsrep_cluster_status") == "Primary" and g.get("wsrep_ready") == "ON"
+               and g.get("wsrep_local_state_comment") == "Synced" for g in states.values()) \
+                and max(int(g.get("wsrep_cluster_size") or 0) for g in states.values()) == len(nodes):
+            return time.monotonic() - start
+        time.sleep(2)
+    raise AssertionError(f"Galera not Synced on {nodes} within {limit:.0f} s: "
+                         f"{ {n: (g.get('wsrep_cluster_size'), g.get('wsrep_cluster_status')) for n, g in states.items()} }")
+
+
 def status_rows() -> list[dict]:
     r = run_cli("overcloud", "status", "-f", "json")
     assert r.returncode == 0, r.stderr
@@ -622,13 +646,13 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     need_overcloud_tools()
     r = deploy("--example", "ha")
     assert r.returncode == 0, r.stderr[-3000:]
-    for role in ("Controller", "Database", "Compute"):
+    for role in ("Controller", "Messaging", "Compute"):
         assert f"step 2 on {role}: healthy on every node" in r.stderr
     clouds = str(uc_home.path / "overcloud" / "overcloud" / "clouds.yaml")
     status = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
     nodes = {x["node"] for x in status}
     assert nodes == {"overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2",
-                     "overcloud-database-0", "overcloud-novacompute-0"}
+                     "overcloud-messaging-0", "overcloud-novacompute-0"}
     assert all(x["health"] == "healthy" for x in status), [x for x in status if x["health"] != "healthy"]
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
     services = ok_json(clouds, "compute", "service", "list")
@@ -636,6 +660,8 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         "overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2"]
     assert all(s["State"] == "up" for s in services), services
     controllers = sorted(n for n in nodes if "controller" in n)
+    # The controllers' MariaDBs are one Galera cluster, every node Synced.
+    assert galera_synced(uc_home.instance, controllers, limit=30) >= 0
 
     # Day 2: a new keystone image rolled out node by node while a loop asks for tokens
     # through haproxy: not one call fails; nothing else restarts.
@@ -833,8 +859,61 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     for _ in range(3):
         t = openstack(clouds, "token", "issue", "-f", "value", "-c", "id")
         assert t.returncode == 0, t.stderr
+    # The replaced node's empty MariaDB joined the cluster (a full copy from another node):
+    # every project written before and during the loss is still there.
+    print(f"{lost}'s new MariaDB Synced in the cluster after "
+          f"{galera_synced(uc_home.instance, controllers):.1f} s more")
+    listed = {p["Name"] for p in ok_json(clouds, "project", "list")}
+    assert created <= listed, sorted(created - listed)
 
-    assert any(v.endswith("-overcloud-database-0-mysql-data") for v in host_objects(uc_home.instance)["volumes"])
+    # Two of three MariaDBs lost: the one left has no quorum and refuses (writes fail
+    # cleanly, nothing diverges); the two back, the cluster is whole again by itself
+    # (pc.recovery: every member of the last primary component is back) and keeps the data.
+    before_split = {p["Name"] for p in ok_json(clouds, "project", "list")}
+    gone_two, kept = controllers[:2], controllers[2]
+    for node in gone_two:
+        pause_watchdog(uc_home.instance, node)
+    stop = subprocess.run(["podman", "stop", "-t", "0", *(f"{uc_home.instance}-{n}-mysql-mysql" for n in gone_two)],
+                          capture_output=True, text=True)
+    assert stop.returncode == 0, stop.stderr
+    deadline = time.monotonic() + 60
+    while galera(uc_home.instance, kept).get("wsrep_cluster_status") == "Primary" and time.monotonic() < deadline:
+        time.sleep(1)
+    left = galera(uc_home.instance, kept)
+    assert left.get("wsrep_cluster_status") == "non-Primary" and left.get("wsrep_ready") == "OFF", left
+    refused = openstack(clouds, "project", "create", "ha-split", timeout=150)
+    assert refused.returncode != 0
+    for node in gone_two:
+        pause_watchdog(uc_home.instance, node, paused=False)  # the watchdog starts them again
+    print(f"two of three MariaDBs back: cluster whole again in {galera_synced(uc_home.instance, controllers):.1f} s")
+    for _ in range(60):  # haproxy's check sees the first node Synced within a few seconds
+        made = openstack(clouds, "project", "create", "ha-after-split", "-f", "value", "-c", "name")
+        if made.returncode == 0:
+            break
+        time.sleep(2)
+    assert made.returncode == 0, made.stderr
+    listed = {p["Name"] for p in ok_json(clouds, "project", "list")}
+    assert before_split | {"ha-after-split"} <= listed and "ha-split" not in listed
+    assert all(x["health"] == "healthy" for x in status_rows())
+
+    # Every controller powered off (a whole-cluster stop), then `undercloud deploy`: it powers
+    # them on, the MariaDBs elect the one with the latest commit (or restore their last
+    # primary component) and every service is healthy again, with all the data.
+    for node in controllers:
+        off = run_cli("server", "power", "off", node, "-f", "json")
+        assert off.returncode == 0 and json.loads(off.stdout)["status"] == "SHUTOFF", off.stdout + off.stderr
+    start = time.monotonic()
+    again = deploy("--example", "ha")
+    assert again.returncode == 0, again.stderr[-3000:]
+    for node in controllers:
+        assert f"repaired: node {node} was SHUTOFF: powered on" in again.stderr
+    print(f"every controller powered off, then `undercloud deploy`: healthy in {time.monotonic() - start:.1f} s; "
+          f"Galera Synced {galera_synced(uc_home.instance, controllers):.1f} s later")
+    assert all(x["health"] == "healthy" for x in status_rows())
+    listed = {p["Name"] for p in ok_json(clouds, "project", "list")}
+    assert before_split | {"ha-after-split"} <= listed
+
+    assert any(v.endswith(f"-{controllers[0]}-mysql-data") for v in host_objects(uc_home.instance)["volumes"])
     gone = run_cli("overcloud", "delete", "--yes", timeout=900)
     assert gone.returncode == 0, gone.stderr
     assert host_objects(uc_home.instance) == {"containers": [], "volumes": [], "networks": []}

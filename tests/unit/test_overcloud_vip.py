@@ -63,7 +63,9 @@ def test_each_stack_keeps_its_own_virtual_ip_until_deleted(tmp_path):
 FRONTENDS = [{"name": "keystone_public", "port": 5000, "backend_port": 15000, "mode": "http", "check": "GET /v3",
               "servers": ["10.1.2.2"]},
              {"name": "db", "port": 3306, "backend_port": 13306, "mode": "tcp", "check": "",
-              "servers": ["10.1.2.2", "10.1.2.3"]}]
+              "servers": ["10.1.2.2", "10.1.2.3"]},
+             {"name": "mysql", "port": 3307, "backend_port": 13306, "mode": "tcp", "check": "GET /",
+              "check_port": 9200, "backup": True, "servers": ["10.1.2.2", "10.1.2.3", "10.1.2.4"]}]
 
 
 def haproxy_role_data(tmp_path, vip: str) -> dict:
@@ -96,7 +98,16 @@ def test_keepalived_holds_a_dedicated_vip_and_nothing_else(uc_home, tmp_path):
     assert ("listen keystone_public\n  bind *:5000\n  mode http\n  balance roundrobin\n  option httpchk GET /v3\n"
             "  server keystone_public-10.1.2.2 10.1.2.2:15000 check\n") in cfg
     assert ("listen db\n  bind *:3306\n  mode tcp\n  balance roundrobin\n"
-            "  server db-10.1.2.2 10.1.2.2:13306 check\n  server db-10.1.2.3 10.1.2.3:13306 check\n") in cfg
+            "  option tcpka\n  timeout client 90m\n  timeout server 90m\n"
+            "  server db-10.1.2.2 10.1.2.2:13306 check on-marked-down shutdown-sessions\n"
+            "  server db-10.1.2.3 10.1.2.3:13306 check on-marked-down shutdown-sessions\n") in cfg
+    # One writer at a time, checked on another port (MariaDB's :9200, ready when Synced).
+    assert ("listen mysql\n  bind *:3307\n  mode tcp\n  balance roundrobin\n"
+            "  option tcpka\n  timeout client 90m\n  timeout server 90m\n  option httpchk GET /\n"
+            "  server mysql-10.1.2.2 10.1.2.2:13306 check port 9200 on-marked-down shutdown-sessions\n"
+            "  server mysql-10.1.2.3 10.1.2.3:13306 check port 9200 backup on-marked-down shutdown-sessions\n"
+            "  server mysql-10.1.2.4 10.1.2.4:13306 check port 9200 backup on-marked-down shutdown-sessions\n"
+            ) in cfg
     # The VIP being a haproxy node's own address (no PublicVirtualIP): no keepalived.
     rd = haproxy_role_data(tmp_path, "10.1.2.2")
     assert [i["metadata"]["name"] for i in rd["kube"]] == ["haproxy-config", "haproxy"]

@@ -114,6 +114,26 @@ def drifted(client: Client, stack: str) -> list[dict]:
     return [r for r in rows if r["health"] != "healthy" and not r["health"].startswith("not checked")]
 
 
+def power_on_stopped(client: Client, drift: list[dict]) -> None:
+    """Nodes of the drifted services that stopped as a whole (every controller off, a host
+    restarted, a container node's container exited) are powered on before the steps run
+    again: their agents start their Pods, and clustered services rejoin. A machine that is
+    gone is left to `overcloud replace`, which the error names."""
+    for name in sorted({r["node"] for r in drift}):
+        try:
+            server = client.get(f"/v1/servers/{name}")
+        except NotFound:
+            continue
+        if server["status"] not in ("SHUTOFF", "ERROR"):
+            continue
+        try:
+            client.post(f"/v1/servers/{name}/action", json={"action": "power-on"})
+        except UndercloudError as exc:
+            note(f"node {name} is {server['status']} and was not powered on: {exc.message}")
+            continue
+        note(f"repaired: node {name} was {server['status']}: powered on")
+
+
 def report_repairs(client: Client, stack: str) -> None:
     """What the steps' runs repaired (the stack output Repairs), one line each."""
     said = 0
@@ -197,7 +217,8 @@ def finish(client: Client, stack: str) -> None:
 @click.option("--example", type=click.Choice(["minimal", "ha"]),
               help="A shipped example: minimal (a controller with every control-plane service and a "
                    "compute node; the default when neither --roles nor -e is given) or ha (three "
-                   "controllers behind haproxy, a database node and a compute node).")
+                   "controllers behind haproxy with a Galera MariaDB cluster, a messaging node and a "
+                   "compute node).")
 @click.option("--roles", type=click.Path(dir_okay=False), help="Your roles_data.yaml (TripleO format).")
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
@@ -308,6 +329,8 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
             note(f"stack {stack}: {len(drift)} service(s) not healthy: "
                  + "; ".join(f"{r['service']} on {r['node']} ({r['health']})" for r in drift)
                  + ("; every step runs again to repair them" if unchanged else ""))
+        if drift:
+            power_on_stopped(client, drift)
         if not unchanged:
             drained = scale_in(client, stack, body, library, yes)
         note(f"stack {stack}: updating ({status} before{', no change to the stack' if unchanged else ''})")

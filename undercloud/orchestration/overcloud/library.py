@@ -15,6 +15,8 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
                 description: Image service, endpoint: image}]
     endpoints: {image: {port: 9292, path: ""}}          # EndpointMap.image = http://VIP:9292
     haproxy: [{name: glance_api, port: 9292, backend_port: 19292, check: GET /healthcheck}]
+                                    # also mode: tcp, check_port (the check's, else backend_port),
+                                    # backup: true (one server at a time: the others are backups)
 
 From them the plan derives the resource registry, the images to build, the secrets, the
 databases MariaDB makes, what keystone registers, the endpoint map and haproxy's
@@ -97,7 +99,8 @@ class _Reader:
                     if required:
                         self.bad((key, i), f"{f} is required")
                         ok = False
-                elif not self.typed(item[f], (key, i, f), want, "a number" if want is int else "a string"):
+                elif not self.typed(item[f], (key, i, f), want,
+                                    {int: "a number", bool: "true or false"}.get(want, "a string")):
                     ok = False
             for f in item:
                 if f not in fields:
@@ -184,7 +187,8 @@ def read_service(service_type: str, path: Path) -> Service:
         if ("type" in k) != ("endpoint" in k):
             r.bad(("keystone", i), "a catalog entry needs both type and endpoint (a user alone needs neither)")
     svc.haproxy = r.entries(rd, "haproxy", {"name": (str, True), "port": (int, True), "backend_port": (int, True),
-                                            "check": (str, False), "mode": (str, False)})
+                                            "check": (str, False), "mode": (str, False),
+                                            "check_port": (int, False), "backup": (bool, False)})
     for i, f in enumerate(svc.haproxy):
         if f.get("mode", "http") not in ("http", "tcp"):
             r.bad(("haproxy", i, "mode"), "expected http or tcp")

@@ -131,6 +131,7 @@ def service_data(enabled: list[Service]) -> dict:
             keystone.append(entry)
     haproxy = [{"name": f["name"], "port": f["port"], "backend_port": f["backend_port"],
                 "mode": f.get("mode", "http"), "check": f.get("check", ""),
+                "check_port": f.get("check_port", f["backend_port"]), "backup": f.get("backup", False),
                 "servers": {"get_attr": ["ServiceNodes", "value", s.name]}}
                for s in enabled for f in s.haproxy]
     return {"databases": sorted(databases, key=lambda d: d["name"]),
