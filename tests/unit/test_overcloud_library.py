@@ -94,6 +94,10 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     (("service_name: foo_api", "service_name: {get_param: RoleName}"), "outputs.role_data.value.service_name",
      "no intrinsic functions"),
     (("backend_port: 19999,", "backend: 19999,"), "outputs.role_data.value.haproxy.0", "backend_port is required"),
+    (("backend_port: 19999,", "backend_port: 19999, backup: yes please,"), "outputs.role_data.value.haproxy.0.backup",
+     "expected true or false, not"),
+    (("backend_port: 19999,", "backend_port: 19999, check_port: '9200',"),
+     "outputs.role_data.value.haproxy.0.check_port", "expected a number"),
     (("type: widget, description: Widgets, endpoint: widget}", "type: widget}"),
      "outputs.role_data.value.keystone.0", "needs both type and endpoint"),
     (("endpoints: {widget: {port: 9999, path: /v1}}", "endpoints: {widget: {port: 99999}}"),
@@ -156,6 +160,7 @@ def test_a_service_of_your_own_is_wired_by_its_declarations_alone(tmp_path):
         ["foo", "keystone", "placement"]
     frontends = rendered["resources"]["ServiceData"]["properties"]["value"]["haproxy"]
     assert {"name": "foo_api", "port": 9999, "backend_port": 19999, "mode": "http", "check": "GET /",
+            "check_port": 19999, "backup": False,
             "servers": {"get_attr": ["ServiceNodes", "value", "foo_api"]}} in frontends
     for f in plan.dir.rglob("*"):
         if f.is_file() and f.name != "secrets.yaml":
