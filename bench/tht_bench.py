@@ -3,11 +3,18 @@ overcloud with four environments): validate and preview here, and with --heat th
 real Heat in the same run (../shared/tools/heat_tht.py in the oracle's venv), with ratios.
 
     python bench/tht_bench.py [--runs 3] [--heat ~/.cache/heat-oracle/bin/python]
+                              [--commands 5 [--baseline HEAD]] [--no-create]
 
 Prints the best of --runs for each phase and the peak memory of this process (validate and
 preview run in it; Heat's figure is its own process's). Then one stack create and delete of
 that overcloud with the deployed servers' ctlplane addresses of tests/data/tht-portmap.yaml, on
 a store in a temporary home (real Heat 27 cannot create it: its yaql lacks `format`).
+
+--commands N times what a user waits for: the commands `undercloud template validate` and
+`undercloud stack preview` (a new process each: imports included; both run in the CLI
+process, no service), N runs each after a warm-up, their median and peak memory, beside the
+same commands of a baseline run interleaved with them (this checkout with
+undercloud/orchestration/template/ as git commit --baseline has it; nothing in git changes).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +55,54 @@ def best(fn, runs: int) -> tuple[float, object]:
     return min(times), out
 
 
+def baseline_tree(ref: str, into: Path) -> Path:
+    """A copy of this checkout's package with undercloud/orchestration/template/ as `ref` has it."""
+    shutil.copytree(ROOT / "undercloud", into / "undercloud", ignore=shutil.ignore_patterns("__pycache__"))
+    sub = "undercloud/orchestration/template"
+    shutil.rmtree(into / sub)
+    tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, sub], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
+    return into
+
+
+def run_command(root: Path, args: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak MB of `python -m undercloud ARGS` with the package under root."""
+    env = dict(os.environ, PYTHONPATH=str(root))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # the warm-up writes .pyc files, as an installed package has
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-m", "undercloud", *args], env=env,
+                             stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)  # this child's own CPU time and peak memory
+        wall = time.perf_counter() - t
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(args[:2])} under {root} failed: {err.read().decode().strip()[-300:]}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def commands(runs: int, ref: str) -> None:
+    tail = ["-t", "overcloud.yaml"] + [x for e in ENVS for x in ("-e", e)]
+    cmds = {"validate": ["template", "validate", *tail], "preview": ["stack", "preview", *tail]}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this": ROOT, "baseline": baseline_tree(ref, Path(tmp))}
+        for name, args in cmds.items():
+            runs_of: dict[str, list[tuple[float, float, float]]] = {t: [] for t in trees}
+            for root in trees.values():  # warm-up: .pyc files, page cache
+                run_command(root, args)
+            for _ in range(runs):  # interleaved: both see the same load of the machine
+                for t, root in trees.items():
+                    runs_of[t].append(run_command(root, args))
+            fig = {t: [statistics.median(r[i] for r in rs) for i in range(2)] + [max(r[2] for r in rs)]
+                   for t, rs in runs_of.items()}
+            goal = "; goal 0.5 s" if name == "validate" else ""
+            print(f"command {name} (median of {runs}{goal}): {fig['this'][0]:.2f} s, cpu {fig['this'][1]:.2f} s, "
+                  f"peak {fig['this'][2]:.0f} MB; baseline ({ref}): {fig['baseline'][0]:.2f} s, "
+                  f"cpu {fig['baseline'][1]:.2f} s, peak {fig['baseline'][2]:.0f} MB; ratio "
+                  f"{fig['this'][0] / fig['baseline'][0]:.2f} (cpu {fig['this'][1] / fig['baseline'][1]:.2f})")
+
+
 def create_and_delete() -> tuple[float, float, str]:
     with tempfile.TemporaryDirectory() as home:
         ctx = Context(Home(Path(home)))
@@ -65,13 +122,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--heat", help="python of a venv with openstack-heat: compare with real Heat")
+    ap.add_argument("--commands", type=int, default=0, metavar="N",
+                    help="time the validate and preview commands N times each beside --baseline")
+    ap.add_argument("--baseline", default="HEAD", help="git commit of orchestration/template/ to compare with")
+    ap.add_argument("--no-create", action="store_true", help="skip the stack create and delete")
     args = ap.parse_args()
     os.chdir(CORPUS / TREE)
+    if args.commands:
+        commands(args.commands, args.baseline)
     validate_s, tmpl = best(lambda: load(Bundle.from_paths("overcloud.yaml", env_paths=ENVS)), args.runs)
     preview_s, rows = best(lambda: preview(tmpl), args.runs)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"undercloud: validate {validate_s:.2f} s (goal 0.5), preview {preview_s:.2f} s (goal 0.3), "
           f"{len(rows)} resources in the tree, peak {rss_mb:.0f} MB")
+    if args.no_create:
+        return
     create_s, delete_s, status = create_and_delete()
     print(f"undercloud: stack create {create_s:.2f} s ({status}), delete {delete_s:.2f} s (goal 15 s for both), "
           f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

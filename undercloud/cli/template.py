@@ -38,11 +38,16 @@ def template_options(f: Callable) -> Callable:
 
 def load_local(template: str, environments: tuple[str, ...], parameters: tuple[str, ...]) -> Any:
     """Read and validate a template tree in this process (no service needed)."""
+    import gc
+
     from undercloud.orchestration.template import Bundle, load
 
     params = parse_parameters(parameters)
     bundle = Bundle.from_paths(template, list(environments))
-    return load(bundle, params, stack_name="preview", partial=True)
+    gc.freeze()  # a command's data lives until it exits: no collection (the last one at exit included) walks it
+    tmpl = load(bundle, params, stack_name="preview", partial=True)
+    gc.freeze()
+    return tmpl
 
 
 def report_problems(exc: Exception, fmt: str) -> None:

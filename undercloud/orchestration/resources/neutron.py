@@ -11,9 +11,15 @@ from typing import Any
 
 from undercloud.errors import UndercloudError
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
-from undercloud.store import networks as ipam
 
 CTLPLANE = "ctlplane"  # a port on it needs no Net in the stack: the undercloud's own (Port._ctlplane)
+
+
+def _ipam():
+    # imported when a resource runs: validating a template needs no store (SQLAlchemy costs 0.25 s)
+    from undercloud.store import networks
+
+    return networks
 
 
 class _Neutron(Plugin):
@@ -76,20 +82,20 @@ class Net(_Neutron):
     def create(self) -> None:
         if self.physical_id:  # an interrupted earlier call made it
             return
-        self._record(self._call(ipam.create_network, self.properties.get("name") or "", self._kept()))
+        self._record(self._call(_ipam().create_network, self.properties.get("name") or "", self._kept()))
 
     def update(self, old_properties: dict) -> None:
-        self._record(self._call(ipam.update_network, self.physical_id, self.properties.get("name") or "",
+        self._record(self._call(_ipam().update_network, self.physical_id, self.properties.get("name") or "",
                                 self._kept()))
 
     def attributes(self) -> dict:
         if self.physical_id:  # subnets made since
-            self._record(self._call(ipam.find_network, self.physical_id))
+            self._record(self._call(_ipam().find_network, self.physical_id))
         return super().attributes()
 
     def delete(self) -> None:
         if self.physical_id:
-            self._call(ipam.delete_network, self.physical_id)
+            self._call(_ipam().delete_network, self.physical_id)
 
 
 class Subnet(_Neutron):
@@ -134,7 +140,7 @@ class Subnet(_Neutron):
             raise ResourceFailure("network: a subnet needs its network")
         if not p.get("cidr"):
             raise ResourceFailure("cidr: required here (subnet pools are not supported)")
-        sub = self._call(ipam.create_subnet, str(network), p.get("name") or "", p["cidr"],
+        sub = self._call(_ipam().create_subnet, str(network), p.get("name") or "", p["cidr"],
                          int(p.get("ip_version") or 4), p.get("gateway_ip"), p.get("allocation_pools"),
                          {"dns_nameservers": [], "host_routes": [], **self._kept()})
         self.physical_id = sub["id"]
@@ -142,13 +148,13 @@ class Subnet(_Neutron):
 
     def update(self, old_properties: dict) -> None:
         p = self.properties
-        self.data["shown"] = self._call(ipam.update_subnet, self.physical_id, p.get("name") or "",
+        self.data["shown"] = self._call(_ipam().update_subnet, self.physical_id, p.get("name") or "",
                                         p.get("gateway_ip"), p.get("allocation_pools"),
                                         {"dns_nameservers": [], "host_routes": [], **self._kept()})
 
     def delete(self) -> None:
         if self.physical_id:
-            self._call(ipam.delete_subnet, self.physical_id)
+            self._call(_ipam().delete_subnet, self.physical_id)
 
 
 FIXED_IP = {
@@ -204,8 +210,8 @@ class Port(_Neutron):
         self.physical_id = port["id"]
 
         def extra(s):
-            return {"network": ipam.find_network(s, port["network_id"]),
-                    "subnets": ipam.subnets_of(s, [f["subnet_id"] for f in port["fixed_ips"]])}
+            return {"network": _ipam().find_network(s, port["network_id"]),
+                    "subnets": _ipam().subnets_of(s, [f["subnet_id"] for f in port["fixed_ips"]])}
 
         more = self._call(extra)
         host = port.get("dns_name") or ""
@@ -221,8 +227,8 @@ class Port(_Neutron):
         if not network:
             raise ResourceFailure("network: a port needs its network")
         if network == CTLPLANE:
-            self._call(ipam.ensure_network, *self._ctlplane())
-        self._record(self._call(ipam.create_port, str(network), p.get("name") or "", self._fixed_ips(),
+            self._call(_ipam().ensure_network, *self._ctlplane())
+        self._record(self._call(_ipam().create_port, str(network), p.get("name") or "", self._fixed_ips(),
                                 p.get("mac_address"), self._kept()))
 
     def _ctlplane(self) -> tuple:
@@ -240,9 +246,9 @@ class Port(_Neutron):
                 {"tags": [f"{prefix}.0/24"], "undercloud": True})
 
     def update(self, old_properties: dict) -> None:
-        self._record(self._call(ipam.update_port, self.physical_id, self.properties.get("name") or "",
+        self._record(self._call(_ipam().update_port, self.physical_id, self.properties.get("name") or "",
                                 self._fixed_ips(), self._kept()))
 
     def delete(self) -> None:
         if self.physical_id:
-            self._call(ipam.delete_port, self.physical_id)
+            self._call(_ipam().delete_port, self.physical_id)

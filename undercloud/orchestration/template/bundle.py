@@ -171,19 +171,27 @@ def show(key: str) -> str:
     return _show(key)
 
 
-def _references(doc: Any, path: tuple = ()) -> Iterator[tuple[str, str, tuple]]:
-    """(kind, name, path) of every `get_file: name` and template-file `type: name` in a doc."""
-    if isinstance(doc, Mapping):
-        for k, v in doc.items():
-            if k == "get_file" and isinstance(v, str) and len(doc) == 1:
-                yield "get_file", v, path + (k,)
+def _references(doc: Any) -> list[tuple[str, str, tuple]]:
+    """(kind, name, path) of every `get_file: name` and template-file `type: name` in a doc.
+    A walk that makes a path only for what it finds (THT: 60,000 nodes, 133 found)."""
+    found: list[tuple[str, str, tuple]] = []
+    path: list = []
+
+    def walk(node: Any) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for k, v in items:
+            path.append(k)
+            if k == "get_file" and isinstance(v, str) and len(node) == 1:
+                found.append(("get_file", v, tuple(path)))
             elif k == "type" and is_template_ref(v):
-                yield "type", v, path + (k,)
-            else:
-                yield from _references(v, path + (k,))
-    elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from _references(v, path + (i,))
+                found.append(("type", v, tuple(path)))
+            elif isinstance(v, dict | list):
+                walk(v)
+            path.pop()
+
+    if isinstance(doc, dict | list):
+        walk(doc)
+    return found
 
 
 def _registry_files(doc: Any) -> Iterator[tuple[str, tuple]]:

@@ -47,6 +47,7 @@ class Registry:
 
     types: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
+    _globs: list[str] | None = field(default=None, repr=False, compare=False)  # keys ending in *
 
     def child(self, resource_name: str, remove: tuple[str, Any] | None) -> Registry:
         """The registry a nested stack sees (Heat's get_child_environment)."""
@@ -82,10 +83,14 @@ class Registry:
         # a nested stack inherits (see child)
         if isinstance(own, Mapping) and isinstance(own.get(rtype), str | FileRef):
             out.append(("", own[rtype], False))
-        for key in sorted(self.types):
-            glob = key.endswith("*")
-            if key == rtype or (glob and rtype.startswith(key[:-1]) and self.types[key] != rtype):
-                out.append((key, self.types[key], glob))
+        types = self.types
+        if self._globs is None:  # a registry holds hundreds of types (THT: 350), asked per resource
+            self._globs = [k for k in types if k.endswith("*")]
+        keys = {k for k in self._globs if rtype.startswith(k[:-1]) and types[k] != rtype}
+        if rtype in types:
+            keys.add(rtype)
+        for key in sorted(keys):
+            out.append((key, types[key], key.endswith("*")))
         return out
 
     def _find(self, rtype: str, resource_name: str | None, builtin: frozenset[str],

@@ -261,7 +261,153 @@ def _build(loader: _Loader, node: yaml.Node, b: _Build, depth: int = 0) -> Any:
     return out
 
 
+_TYPED = frozenset(("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+                    "tag:yaml.org,2002:null"))
+_PLAIN_IMPLICIT = (True, False)
+_PLAIN_VALUES: dict[str, Any] = {}  # plain scalar -> its value
+_COLL = (Map, Seq)
+_ScalarEvent, _AliasEvent = yaml.ScalarEvent, yaml.AliasEvent
+_MapStart, _MapEnd = yaml.MappingStartEvent, yaml.MappingEndEvent
+_SeqStart, _SeqEnd = yaml.SequenceStartEvent, yaml.SequenceEndEvent
+
+
+class _Slow(Exception):
+    """Something `_Events` leaves to the node reader (tags, merge keys, errors...)."""
+
+
+class _Events:
+    """Map/Seq straight from libyaml's events, for plain data with anchors and aliases: no
+    node objects and no Python calls per node from libyaml's composer (TripleO's overcloud:
+    its YAML read in half the time). Anything else raises _Slow and the node reader (`_build`)
+    reads the text again, so documents, lines, limits and errors stay the node reader's."""
+
+    __slots__ = ("loader", "get", "b", "anchors")
+
+    def __init__(self, loader: _Loader) -> None:
+        self.loader = loader
+        self.get = loader.get_event
+        self.b = loader.uc_build
+        self.anchors: dict[str, tuple[Any, int]] = {}  # anchor -> (object, its line)
+
+    def document(self) -> Any:
+        get = self.get
+        get()  # stream start
+        if get().__class__ is yaml.StreamEndEvent:
+            return None
+        out = self.value(get(), 0)
+        get()  # document end
+        if get().__class__ is not yaml.StreamEndEvent:
+            raise _Slow  # several documents: the node reader's error
+        return out
+
+    def plain(self, ev: Any) -> Any:
+        value = ev.value
+        out = _PLAIN_VALUES.get(value, _Slow)  # keys and words repeat a lot
+        if out is not _Slow:
+            return out
+        tag = self.loader.resolve(_SCALAR, value, _PLAIN_IMPLICIT)
+        if tag in _PLAIN:
+            out = value
+        elif tag in _TYPED:
+            out = _scalar(self.loader, yaml.ScalarNode(tag, value, ev.start_mark, ev.end_mark))
+        else:
+            raise _Slow  # merge key, `=`
+        if len(value) <= 40 and len(_PLAIN_VALUES) < 50000:
+            _PLAIN_VALUES[value] = out  # strings, numbers, booleans, null: immutable
+        return out
+
+    def value(self, ev: Any, depth: int) -> Any:
+        c = ev.__class__
+        if c is _AliasEvent:
+            if ev.anchor not in self.anchors:
+                raise _Slow  # undefined, or inside its own anchor
+            return self.anchors[ev.anchor][0]
+        if ev.tag is not None:
+            raise _Slow
+        if c is _ScalarEvent:
+            out = self.plain(ev) if ev.implicit[0] else ev.value
+        elif depth >= self.b.max_depth:
+            raise _Slow
+        else:
+            get, sizes, anchors = self.get, self.b.sizes, self.anchors
+            size, inner = 1, depth + 1
+            if c is _MapStart:
+                out = m = Map()
+                m.line = ev.start_mark.line + 1
+                lines = m.lines
+                while True:
+                    kev = get()
+                    if kev.__class__ is not _ScalarEvent or kev.anchor is not None or kev.tag is not None:
+                        if kev.__class__ is _MapEnd:
+                            break
+                        raise _Slow
+                    key = self.plain(kev) if kev.implicit[0] else kev.value
+                    vev = get()
+                    if vev.__class__ is _ScalarEvent and vev.anchor is None and vev.tag is None:
+                        m[key] = self.plain(vev) if vev.implicit[0] else vev.value
+                        size += 2
+                    else:
+                        v = m[key] = self.value(vev, inner)
+                        if v.__class__ in _COLL:
+                            n = sizes[id(v)]
+                            if vev.__class__ is _AliasEvent:
+                                self.b.alias(n, kev.start_mark)
+                            size += 1 + n
+                        else:
+                            size += 2
+                    lines[key] = kev.start_mark.line + 1
+            elif c is _SeqStart:
+                out = sq = Seq()
+                sq.line = ev.start_mark.line + 1
+                lines = sq.lines
+                while True:
+                    iev = get()
+                    ic = iev.__class__
+                    if ic is _ScalarEvent and iev.anchor is None and iev.tag is None:
+                        sq.append(self.plain(iev) if iev.implicit[0] else iev.value)
+                        size += 1
+                        lines.append(iev.start_mark.line + 1)
+                        continue
+                    if ic is _SeqEnd:
+                        break
+                    v = self.value(iev, inner)
+                    sq.append(v)
+                    if ic is _AliasEvent:  # an alias is at its anchor's line, as its node
+                        lines.append(anchors[iev.anchor][1])
+                    else:
+                        lines.append(iev.start_mark.line + 1)
+                    if v.__class__ in _COLL:
+                        n = sizes[id(v)]
+                        if ic is _AliasEvent:
+                            self.b.alias(n, iev.start_mark)
+                        size += n
+                    else:
+                        size += 1
+            else:
+                raise _Slow
+            sizes[id(out)] = size
+        if ev.anchor is not None:
+            if ev.anchor in self.anchors:
+                raise _Slow  # duplicate anchor
+            self.anchors[ev.anchor] = (out, ev.start_mark.line + 1)
+        return out
+
+
+def _load_events(text: str) -> Any:
+    loader = _Loader(text)
+    loader.uc_build = _Build()
+    try:
+        return _Events(loader).document()
+    finally:
+        loader.dispose()
+
+
 def _load(text: str) -> Any:
+    if _Base is not yaml.SafeLoader:
+        try:
+            return _load_events(text)
+        except (_Slow, yaml.YAMLError, RecursionError):
+            pass  # the node reader decides: the same document, or its own error
     try:
         return _load_with(_Loader, text)
     except (yaml.scanner.ScannerError, yaml.parser.ParserError):
