@@ -118,7 +118,8 @@ def power_on_stopped(client: Client, drift: list[dict]) -> None:
     """Nodes of the drifted services that stopped as a whole (every controller off, a host
     restarted, a container node's container exited) are powered on before the steps run
     again: their agents start their Pods, and clustered services rejoin. A machine that is
-    gone is left to `overcloud replace`, which the error names."""
+    gone is refused here, naming `overcloud replace`, before the stack changes (its agent
+    would never answer: the steps would wait for it until the stack's timeout)."""
     for name in sorted({r["node"] for r in drift}):
         try:
             server = client.get(f"/v1/servers/{name}")
@@ -129,6 +130,9 @@ def power_on_stopped(client: Client, drift: list[dict]) -> None:
         try:
             client.post(f"/v1/servers/{name}/action", json={"action": "power-on"})
         except UndercloudError as exc:
+            if "machine is gone" in exc.message:
+                raise UndercloudError(f"node {name}: the machine is gone; `undercloud overcloud replace {name}` "
+                                      f"makes it again", "deploy") from None
             note(f"node {name} is {server['status']} and was not powered on: {exc.message}")
             continue
         note(f"repaired: node {name} was {server['status']}: powered on")
