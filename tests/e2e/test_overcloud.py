@@ -11,11 +11,15 @@ ComputeCount 2: a new instance lands on the new hypervisor and reaches one on th
 replaced and keeps its data; a broken service fails at its step naming node, service,
 check and log tail, and a fixed re-deploy recovers; delete leaves no container, volume,
 network or instance behind.
-ha: three controllers behind haproxy, a database node and a compute node; a new keystone
-image rolled out node by node while `openstack token issue` runs in a loop (no call fails),
-`overcloud rollback` to the previous images, a broken image stopped and rolled back on the
-first node by itself; keystone stopped on one controller, tokens are still issued through haproxy; haproxy stopped on the
-controller holding the virtual IP, keepalived moves the VIP and tokens are still issued.
+ha: three controllers behind haproxy (their MariaDBs one Galera cluster), a messaging node
+and a compute node; a new keystone image rolled out node by node while `openstack token
+issue` runs in a loop (no call fails), `overcloud rollback` to the previous images, a broken
+image stopped and rolled back on the first node by itself; keystone stopped on one
+controller, tokens are still issued through haproxy; haproxy stopped on the controller
+holding the virtual IP, keepalived moves the VIP and tokens are still issued; that
+controller lost as a whole during writes (no project lost), replaced (its empty MariaDB
+copies the cluster's data); two of three MariaDBs lost (writes refused, the cluster whole
+again when they return); every controller powered off, then `undercloud deploy`.
 """
 
 from __future__ import annotations
