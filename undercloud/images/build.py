@@ -195,6 +195,7 @@ class Builder:
             self.say(f"{stage}: debootstrap {rootfs.SUITE} minbase from {rootfs.MIRROR}")
             return rootfs.make_debootstrap(key, self.log)
         tmp = rootfs.layer_dir(key).parent / f"{key}.tmp-{os.getpid()}"
+        rootfs.clear_abandoned(tmp.parent, key)
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             with rootfs.overlay(lowers, tmp / "upper", tmp / "work") as merged:
@@ -334,6 +335,7 @@ class Builder:
             manifest = out / "manifest.json"
             shutil.rmtree(out, ignore_errors=True)
             tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+            rootfs.clear_abandoned(out.parent, self.key)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             try:

@@ -157,6 +157,28 @@ def make_debootstrap(key: str, log: Callable[[str], None]) -> Path:
     return dest
 
 
+def clear_abandoned(parent: Path, key: str) -> None:
+    """Remove `<key>.tmp-<pid>` left in `parent` by a build whose process is gone (killed:
+    its cleanup never ran), overlay mounts under it first. Best effort: a build never fails
+    for what another left behind."""
+    prefix = f"{key}.tmp-"
+    try:
+        entries = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.name[len(prefix):].isdigit()]
+    except OSError:
+        return
+    for tmp in entries:
+        if os.path.exists(f"/proc/{tmp.name[len(prefix):]}"):
+            continue  # its build still runs
+        try:
+            points = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                      if len(line.split()) > 1 and (line.split()[1] + "/").startswith(f"{tmp}/")]
+        except OSError:
+            points = []
+        for point in sorted(points, key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 class Mounts:
     """Mounts made for one build, undone in reverse order whatever happens."""
 
