@@ -234,8 +234,8 @@ def test_glance_keeps_images_on_its_claim():
     assert claims == {"images": "glance-images"}
     assert conf["file"]["filesystem_store_datadir"].rstrip("/") == mounts["images"]
     assert conf["DEFAULT"]["bind_port"] == "19292" and rd["haproxy"][0]["backend_port"] == 19292
-    # the database through haproxy (VIP:3306), which sends to one MariaDB at a time
-    assert conf["database"]["connection"] == "mysql+pymysql://glance:gdb@10.0.0.250/glance"
+    # one MariaDB: directly (a Galera cluster: through haproxy at VIP:3306)
+    assert conf["database"]["connection"] == "mysql+pymysql://glance:gdb@10.0.0.9:13306/glance"
     assert conf["keystone_authtoken"]["memcached_servers"] == "10.0.0.2:11211,10.0.0.3:11211"
     assert json.loads(files["uc-glance.json"]) == {"bootstrap_node": "10.0.0.3", "port": 19292}
 
@@ -244,8 +244,8 @@ def test_nova_services_share_broker_and_databases_and_wait_for_the_bootstrap_api
     confs = {n: ini(render(n)[0]["nova.conf"]) for n in TEMPLATES[1:]}
     for name, conf in confs.items():
         assert conf["DEFAULT"]["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672,openstack:rp@10.0.0.8:5672/"
-        assert conf["database"]["connection"] == "mysql+pymysql://nova:ndb@10.0.0.250/nova", name
-        assert conf["api_database"]["connection"] == "mysql+pymysql://nova_api:nadb@10.0.0.250/nova_api", name
+        assert conf["database"]["connection"] == "mysql+pymysql://nova:ndb@10.0.0.9:13306/nova", name
+        assert conf["api_database"]["connection"] == "mysql+pymysql://nova_api:nadb@10.0.0.9:13306/nova_api", name
         assert "host" not in conf["DEFAULT"], "nova's host stays the node's hostname"
         boot = json.loads(render(name)[0]["uc-nova.json"])
         assert boot["api_url"] == "http://10.0.0.2:18774/"

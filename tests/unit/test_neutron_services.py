@@ -86,7 +86,7 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     assert rd["endpoints"] == {"network": {"port": 9696}} and rd["haproxy"][0]["port"] == 9696
     assert d["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672/", "one broker: they are not clustered"
     assert d["service_plugins"] == "" and d["core_plugin"] == "ml2"
-    assert conf["database"]["connection"] == "mysql+pymysql://neutron:qdb@10.0.0.250/neutron"  # haproxy's VIP:3306
+    assert conf["database"]["connection"] == "mysql+pymysql://neutron:qdb@10.0.0.9:13306/neutron"  # one MariaDB: directly
     assert conf["keystone_authtoken"]["password"] == "qp"
     assert conf["nova"]["username"] == "nova" and conf["nova"]["password"] == "np"
     assert conf["experimental"]["linuxbridge"] == "true"
