@@ -339,6 +339,8 @@ esac
 
 
 def test_podman_mode_plays_host_network_pods_with_the_nodes_hostname_and_execs_probes_inside(tmp_path):
+    """Also: podman is not handed the livenessProbe (it would make it a health check with
+    a 1 s timeout and restart the service itself); the agent keeps it for its watchdog."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "podman").write_text(FAKE_PODMAN)
@@ -347,16 +349,22 @@ def test_podman_mode_plays_host_network_pods_with_the_nodes_hostname_and_execs_p
     env = {"UNDERCLOUD_AGENT_STATE": str(tmp_path / "state"), "PATH": f"{bin_dir}:/usr/bin:/bin",
            "FAKE_PODMAN_LOG": str(log)}
     pod = compute_pod(probe={"exec": {"command": ["virsh", "version"]}, "periodSeconds": 1})
+    alive = {"httpGet": {"port": 9200, "path": "/alive"}}
+    pod["spec"]["containers"][1]["livenessProbe"] = alive
     r = hooks.run(deployment({"kind": "List", "items": [pod]}, {"kube_mode": "podman", "ready_timeout": 10}),
                   None, 60, env)
     assert r["deploy_status_code"] == 0, r
     played = [json.loads(d) for d in (tmp_path / "podman.log.played").read_text().split("\n---\n")]
     assert played[-1]["spec"]["hostname"] == socket.gethostname()
+    assert [c["name"] for c in played[-1]["spec"]["containers"]] == ["libvirt", "compute"]
+    assert not any("livenessProbe" in c for c in played[-1]["spec"]["containers"])
+    kept = json.loads((tmp_path / "state" / "kube" / "nova-compute.json").read_text())
+    assert kept["spec"]["containers"][1]["livenessProbe"] == alive
     execs = [line for line in log.read_text().splitlines() if line.startswith("exec ")]
     assert execs == ["exec nova-compute-compute virsh version"] * 2
     # A Pod that names its hostname keeps it; one without hostNetwork gets none.
-    assert kube.with_node_hostname({"spec": {"hostNetwork": True, "hostname": "x"}})["spec"]["hostname"] == "x"
-    assert "hostname" not in kube.with_node_hostname({"spec": {}})["spec"]
+    assert kube.as_played({"spec": {"hostNetwork": True, "hostname": "x"}})["spec"]["hostname"] == "x"
+    assert "hostname" not in kube.as_played({"spec": {}})["spec"]
 
 
 def test_exec_probes_default_to_every_2_s(libpod):

@@ -7,8 +7,7 @@ spec.volumes[] hostPath (files, directories, devices such as /dev/net/tun), empt
 configMap, persistentVolumeClaim (claimName: a named volume per node, kept when the Pod is
 replaced, shared by every container of the node that mounts the same claim); hostNetwork
 (the node's network and, as Kubernetes gives it, the node's hostname). livenessProbe is
-acted on by the agent's watchdog (podman's health-check timers need systemd, which these
-nodes do not run).
+acted on by the agent's watchdog only: podman is not handed it (see as_played).
 Exec probes run inside their container, as Kubernetes runs them (podman: `podman exec`;
 netns: the libpod exec API), except in process mode, where the container is a process here.
 
@@ -289,14 +288,20 @@ def prefetch(spec_file: Path) -> int:
     return 0
 
 
-def with_node_hostname(pod: dict) -> dict:
-    """podman mode: `kube play` names a hostNetwork Pod's host after the Pod (podman 4.3);
-    Kubernetes gives it the node's hostname, which services register under (nova-compute,
-    the neutron agents), so the played Pod says spec.hostname = this node's unless set."""
-    spec = pod.get("spec") or {}
-    if not spec.get("hostNetwork") or spec.get("hostname"):
-        return pod
-    return dict(pod, spec=dict(spec, hostname=socket.gethostname()))
+def as_played(pod: dict) -> dict:
+    """The Pod as podman mode hands it to `kube play`:
+    - without livenessProbe: podman would run it as its own health check (systemd timers on
+      VMs and bare metal: an exec per check with a 1 s timeout, which an emulated VM misses
+      while busy) and restart the service on failure; the pod's exit policy then stopped the
+      whole Pod. The agent's watchdog acts on livenessProbe, once, over HTTP from the node;
+    - with spec.hostname = this node's for a hostNetwork Pod: podman 4.3 names the host
+      after the Pod; Kubernetes gives it the node's hostname, which services register under
+      (nova-compute, the neutron agents)."""
+    spec = dict(pod.get("spec") or {})
+    spec["containers"] = [{k: v for k, v in c.items() if k != "livenessProbe"} for c in spec.get("containers") or []]
+    if spec.get("hostNetwork") and not spec.get("hostname"):
+        spec["hostname"] = socket.gethostname()
+    return dict(pod, spec=spec)
 
 
 def play_podman(name: str, pod: dict, spec_file: Path) -> tuple[int, str, str]:
@@ -852,7 +857,7 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
         docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
                 for n in _configmap_names(pod) if n in configmaps]
         play_file = state_dir() / f"{name}.play.yaml"
-        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, with_node_hostname(pod)]))
+        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, as_played(pod)]))
         code, out, err = play_podman(name, pod, play_file)
         if code != 0:
             return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}
