@@ -11,7 +11,7 @@ ComputeCount 2: a new instance lands on the new hypervisor and reaches one on th
 replaced and keeps its data; a broken service fails at its step naming node, service,
 check and log tail, and a fixed re-deploy recovers; delete leaves no container, volume,
 network or instance behind.
-ha: three controllers behind haproxy (their MariaDBs one Galera cluster), a messaging node
+ha: three controllers behind haproxy (their MariaDBs one Galera cluster, their RabbitMQs one cluster)
 and a compute node; a new keystone image rolled out node by node while `openstack token
 issue` runs in a loop (no call fails), `overcloud rollback` to the previous images, a broken
 image stopped and rolled back on the first node by itself; keystone stopped on one
@@ -170,6 +170,29 @@ def galera_synced(instance: str, nodes: list[str], limit: float = 300) -> float:
         time.sleep(2)
     raise AssertionError(f"Galera not Synced on {nodes} within {limit:.0f} s: "
                          f"{ {n: (g.get('wsrep_cluster_size'), g.get('wsrep_cluster_status')) for n, g in states.items()} }")
+
+
+def rabbit_cluster(instance: str, nodes: list[str], limit: float = 300) -> float:
+    """Seconds until every node's RabbitMQ counts all of them running in its cluster."""
+    start = time.monotonic()
+    want = sorted(f"rabbit@{a}" for a in node_addresses(nodes).values())
+    seen: dict = {}
+    while time.monotonic() - start < limit:
+        for n in nodes:
+            r = subprocess.run(["podman", "exec", f"{instance}-{n}-rabbitmq-rabbitmq", "rabbitmqctl", "cluster_status",
+                                "--formatter", "json"], capture_output=True, text=True, timeout=120)
+            try:
+                seen[n] = sorted(json.loads(r.stdout).get("running_nodes") or []) if r.returncode == 0 else []
+            except ValueError:
+                seen[n] = []
+        if all(v == want for v in seen.values()):
+            return time.monotonic() - start
+        time.sleep(3)
+    raise AssertionError(f"RabbitMQ not one cluster of {want} within {limit:.0f} s: {seen}")
+
+
+def node_addresses(nodes: list[str]) -> dict[str, str]:
+    return {x["node"]: x["address"] for x in status_rows() if x["node"] in nodes}
 
 
 def status_rows() -> list[dict]:
@@ -650,13 +673,13 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     need_overcloud_tools()
     r = deploy("--example", "ha")
     assert r.returncode == 0, r.stderr[-3000:]
-    for role in ("Controller", "Messaging", "Compute"):
+    for role in ("Controller", "Compute"):
         assert f"step 2 on {role}: healthy on every node" in r.stderr
     clouds = str(uc_home.path / "overcloud" / "overcloud" / "clouds.yaml")
     status = json.loads(run_cli("overcloud", "status", "-f", "json").stdout)
     nodes = {x["node"] for x in status}
     assert nodes == {"overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2",
-                     "overcloud-messaging-0", "overcloud-novacompute-0"}
+                     "overcloud-novacompute-0"}
     assert all(x["health"] == "healthy" for x in status), [x for x in status if x["health"] != "healthy"]
     assert openstack(clouds, "token", "issue", "-f", "value", "-c", "id").returncode == 0
     services = ok_json(clouds, "compute", "service", "list")
@@ -664,8 +687,14 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
         "overcloud-controller-0", "overcloud-controller-1", "overcloud-controller-2"]
     assert all(s["State"] == "up" for s in services), services
     controllers = sorted(n for n in nodes if "controller" in n)
-    # The controllers' MariaDBs are one Galera cluster, every node Synced.
+    # The controllers' MariaDBs are one Galera cluster, every node Synced; their RabbitMQs
+    # one cluster, and the services' queues quorum queues (a replica on each).
     assert galera_synced(uc_home.instance, controllers, limit=30) >= 0
+    assert rabbit_cluster(uc_home.instance, controllers, limit=60) >= 0
+    queues = subprocess.run(["podman", "exec", f"{uc_home.instance}-{controllers[0]}-rabbitmq-rabbitmq", "rabbitmqctl",
+                             "list_queues", "name", "type", "--formatter", "json"], capture_output=True, text=True)
+    types = {q["name"]: q["type"] for q in json.loads(queues.stdout)}
+    assert types.get("conductor") == "quorum" and types.get("scheduler") == "quorum", types
 
     # Day 2: a new keystone image rolled out node by node while a loop asks for tokens
     # through haproxy: not one call fails; nothing else restarts.
@@ -866,7 +895,8 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     # The replaced node's empty MariaDB joined the cluster (a full copy from another node):
     # every project written before and during the loss is still there.
     print(f"{lost}'s new MariaDB Synced in the cluster after "
-          f"{galera_synced(uc_home.instance, controllers):.1f} s more")
+          f"{galera_synced(uc_home.instance, controllers):.1f} s more; its new RabbitMQ in the cluster "
+          f"after {rabbit_cluster(uc_home.instance, controllers):.1f} s more")
     listed = {p["Name"] for p in ok_json(clouds, "project", "list")}
     assert created <= listed, sorted(created - listed)
 
@@ -912,12 +942,17 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     for node in controllers:
         assert f"repaired: node {node} was SHUTOFF: powered on" in again.stderr
     print(f"every controller powered off, then `undercloud deploy`: healthy in {time.monotonic() - start:.1f} s; "
-          f"Galera Synced {galera_synced(uc_home.instance, controllers):.1f} s later")
+          f"Galera Synced {galera_synced(uc_home.instance, controllers):.1f} s later; RabbitMQ one cluster "
+          f"{rabbit_cluster(uc_home.instance, controllers):.1f} s later")
     assert all(x["health"] == "healthy" for x in status_rows())
     listed = {p["Name"] for p in ok_json(clouds, "project", "list")}
     assert before_split | {"ha-after-split"} <= listed
+    # Nova's RPC over the RabbitMQ cluster works again: a new instance boots.
+    print(f"an instance booted after the whole-cluster stop in {boot(clouds, 'vm2')['seconds_to_active']:.1f} s")
 
-    assert any(v.endswith(f"-{controllers[0]}-mysql-data") for v in host_objects(uc_home.instance)["volumes"])
+    volumes = host_objects(uc_home.instance)["volumes"]
+    assert any(v.endswith(f"-{controllers[0]}-mysql-data") for v in volumes)
+    assert any(v.endswith(f"-{controllers[0]}-rabbitmq-data") for v in volumes)
     gone = run_cli("overcloud", "delete", "--yes", timeout=900)
     assert gone.returncode == 0, gone.stderr
     assert host_objects(uc_home.instance) == {"containers": [], "volumes": [], "networks": []}

@@ -84,7 +84,8 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     assert d["bind_port"] == "19696" == str(rd["haproxy"][0]["backend_port"])
     assert pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] == 19696
     assert rd["endpoints"] == {"network": {"port": 9696}} and rd["haproxy"][0]["port"] == 9696
-    assert d["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672/", "one broker: they are not clustered"
+    assert d["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672,openstack:rp@10.0.0.8:5672/"  # every broker
+    assert conf["oslo_messaging_rabbit"]["rabbit_quorum_queue"] == "true"  # a cluster: quorum queues
     assert d["service_plugins"] == "" and d["core_plugin"] == "ml2"
     assert conf["database"]["connection"] == "mysql+pymysql://neutron:qdb@10.0.0.9:13306/neutron"  # one MariaDB: directly
     assert conf["keystone_authtoken"]["password"] == "qp"
@@ -99,11 +100,16 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     assert ini(other["neutron.conf"])["experimental"]["linuxbridge"] == "false"
 
 
-def test_agents_meet_the_server_on_one_broker_and_probe_as_neutron():
+def test_agents_meet_the_server_on_every_broker_and_probe_as_neutron():
     for name, binary in AGENTS.items():
         files, pod, _ = render(name)
         conf = ini(files["neutron.conf"])
-        assert conf["DEFAULT"]["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672/", name
+        assert conf["DEFAULT"]["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672,openstack:rp@10.0.0.8:5672/", name
+        assert conf["oslo_messaging_rabbit"]["rabbit_quorum_queue"] == "true", name
+        # one broker: classic queues, as a lone broker always had
+        one = ini(render(name, {"ServiceNodes": {**NODES, "rabbitmq": ["10.0.0.9"]}})[0]["neutron.conf"])
+        assert one["DEFAULT"]["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672/", name
+        assert one["oslo_messaging_rabbit"]["rabbit_quorum_queue"] == "false", name
         assert conf["agent"]["root_helper"] == "", name
         probe = json.loads(files["uc-neutron.json"])["probe"]
         assert probe == {"auth_url": ENDPOINTS["keystone"], "username": "neutron", "password": "qp",

@@ -61,7 +61,7 @@ def test_shipped_roles():
     assert lib.service_names("Controller")[:6] == ["haproxy", "mysql", "rabbitmq", "memcached", "keystone",
                                                    "placement"]
     ha = oc.load_roles(oc.roles_file_for("ha", None))
-    assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Messaging", 1), ("Compute", 1)]
+    assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Compute", 1)]
     ha_lib = op.resolve(ha, op.environments_for("ha", []))
     assert ha_lib.service_names("Compute") == ["nova_libvirt", "nova_compute", "neutron_linuxbridge_agent"]
     assert "nova_compute" not in ha_lib.service_names("Controller")
@@ -81,7 +81,7 @@ def loaded(plan, parameters=None):
 
 
 @pytest.mark.parametrize("example, roles, nodes", [("minimal", ["Controller", "Compute"], 2),
-                                                    ("ha", ["Controller", "Messaging", "Compute"], 5)])
+                                                    ("ha", ["Controller", "Compute"], 4)])
 def test_rendered_plan_validates_with_steps_in_order(tmp_path, example, roles, nodes):
     plan = plan_for(tmp_path, example)
     tmpl = loaded(plan)

@@ -221,8 +221,8 @@ def finish(client: Client, stack: str) -> None:
 @click.option("--example", type=click.Choice(["minimal", "ha"]),
               help="A shipped example: minimal (a controller with every control-plane service and a "
                    "compute node; the default when neither --roles nor -e is given) or ha (three "
-                   "controllers behind haproxy with a Galera MariaDB cluster, a messaging node and a "
-                   "compute node).")
+                   "controllers behind haproxy, their MariaDBs a Galera cluster and their RabbitMQs a "
+                   "cluster, and a compute node).")
 @click.option("--roles", type=click.Path(dir_okay=False), help="Your roles_data.yaml (TripleO format).")
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
