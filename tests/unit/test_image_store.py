@@ -256,3 +256,11 @@ def test_help_teaches_every_image_command():
     for sub in ("", "list", "show", "upload", "delete", "download", "build"):
         r = run_cli("image", *([sub] if sub else []), "--help")
         assert r.returncode == 0 and "Usage:" in r.stdout, sub
+
+
+def test_not_found_names_what_was_asked_on_one_line(images):
+    """Found by the API fuzzer: a hypervisor_type with a newline made a two-line error."""
+    with pytest.raises(NotFound) as caught:
+        images.get("guest", hypervisor_type="vm\nfake")
+    assert str(caught.value).endswith("no image with id or name 'guest' and hypervisor_type 'vm\\nfake'")
+    assert "\n" not in str(caught.value)

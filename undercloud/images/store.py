@@ -179,7 +179,7 @@ class ImageStore:
         found = self.list(name=ref, hypervisor_type=hypervisor_type)
         if not found:
             raise NotFound(f"no image with id or name {ref!r}"
-                           + (f" and hypervisor_type {hypervisor_type}" if hypervisor_type else ""), "image")
+                           + (f" and hypervisor_type {hypervisor_type!r}" if hypervisor_type else ""), "image")
         if len(found) > 1:
             choices = ", ".join(f"{r['id']} ({r['disk_format']}, {r['hypervisor_type'] or '-'})" for r in found)
             raise Conflict(f"{len(found)} images are named {ref!r}; give an id: {choices}", "image")
