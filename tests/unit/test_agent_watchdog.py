@@ -185,6 +185,38 @@ def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatc
     assert len(probed) == 3
 
 
+def test_a_hang_is_found_within_one_spacing_and_the_threshold_times_the_period(node, monkeypatch):
+    """Costly passing checks are spaced out, but never beyond MAX_SPACING, and a failing
+    check comes again after the period: a hung keystone on a busy controller is restarted
+    in well under a minute, not three spacings."""
+    clock = [1000.0]
+    monkeypatch.setattr(watchdog.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(watchdog, "LIST_SHARE", 20)
+    monkeypatch.setattr(watchdog, "PERIOD", 3.0)
+    monkeypatch.setattr(watchdog, "MAX_SPACING", 15.0)
+    probed = []
+
+    def probe(spec, run_exec=None):
+        probed.append(clock[0])
+        if node.probe_ok:
+            clock[0] += 2.0  # a busy service: 20 x 2 s would space the checks 40 s apart
+        return node.probe_ok, "" if node.probe_ok else "timed out"
+
+    monkeypatch.setattr(kube, "probe", probe)
+    dog = watchdog.Watchdog(lambda m: None)
+    dog.round()  # no cost known before it: the next check is a period away
+    clock[0] = probed[0] + 5.0
+    dog.round()  # the cost known now: the next check 20 x 2 s away, capped at 15 s
+    node.probe_ok = False  # hangs
+    did = []
+    while not did and clock[0] < 1100:
+        clock[0] += 1.0
+        did = dog.round()
+    assert did and "failed 3 times in a row" in did[0]
+    assert probed[2] - probed[1] == pytest.approx(17.0)  # 2 s the check, then 15 s: the cap
+    assert [b - a for a, b in zip(probed[2:], probed[3:])] == [3.0, 3.0]  # failures: the period
+
+
 def test_a_starting_container_is_checked_every_round_until_it_first_passes(node, monkeypatch):
     """So a hang soon after a (re)start counts from the first pass, not after the initial delay."""
     monkeypatch.setattr(watchdog, "PERIOD", 100.0)

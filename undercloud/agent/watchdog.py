@@ -37,6 +37,7 @@ FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
 INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
 PERIOD = 3.0  # seconds between checks of one container, unless its probe says periodSeconds
 REPORT_EVERY = 60.0
+MAX_SPACING = 15.0  # seconds: passing checks never spaced wider, however much they cost
 LIST_SHARE = 20  # list the containers again after 20 times what a listing cost: <= 5 % of the time
 
 
@@ -160,13 +161,17 @@ class Watchdog:
             started = time.monotonic()
             ok, said = kube.probe(spec, run_exec=run_exec)
             # Checks cost the service a request each: on an emulated VM a WSGI app's answer
-            # takes a fair share of a CPU. They come again after the period, or LIST_SHARE
-            # times what all the passing checks of the last round cost, if that is longer.
+            # takes a fair share of a CPU. A passing check comes again after the period, or
+            # LIST_SHARE times what all the passing checks of the last round cost if that is
+            # longer (at most MAX_SPACING: a hang must still be found soon); a failing one
+            # after the period, so a hang costs one spacing plus threshold x period.
             # Until its first pass since a start, every round: a hang soon after a restart
             # counts only from a pass the watchdog saw (else after the initial delay).
-            if ok or t["passed"]:
-                t["due"] = time.monotonic() + max(float(spec.get("periodSeconds") or PERIOD),
-                                                  LIST_SHARE * self.probe_cost)
+            period = float(spec.get("periodSeconds") or PERIOD)
+            if ok:
+                t["due"] = time.monotonic() + max(period, min(LIST_SHARE * self.probe_cost, MAX_SPACING))
+            elif t["passed"]:
+                t["due"] = time.monotonic() + period  # a failure is confirmed (or not) soon
             if ok:
                 self.probing += time.monotonic() - started
                 t.update(passed=True, fails=0, last_pass=time.time())
