@@ -268,3 +268,16 @@ def test_rpc_services_probe_their_service_record(name):
     assert pod["spec"]["containers"][0]["readinessProbe"] == {
         "exec": {"command": ["/usr/local/bin/uc-nova-check", name]}}
     assert json.loads(files["config.json"])["command"] == ["/usr/local/bin/uc-nova-start", name.split("-")[1]]
+
+
+def test_keystone_caches_in_every_memcached_and_only_when_there_is_one():
+    given = {"VirtualIP": "10.0.0.250", "AdminPassword": "ap", "KeystoneDbPassword": "kdb",
+             "EndpointMap": {"keystone": "http://10.0.0.250:5000/v3"},
+             **{f"Keystone{kind}Key{i}": "k" * 44 for kind in ("Fernet", "Credential") for i in (0, 1)}}
+    files, _, _ = service_support.render("keystone", {"ServiceNodes": NODES, **given}, "localhost/undercloud/service-x:1")
+    cache = ini(files["keystone.conf"])["cache"]
+    assert (cache["enabled"], cache["backend"]) == ("true", "oslo_cache.memcache_pool")
+    assert cache["memcache_servers"] == "10.0.0.2:11211,10.0.0.3:11211"
+    alone = {**NODES, "memcached": []}  # a role set without memcached (the plan gives every service a list)
+    files, _, _ = service_support.render("keystone", {"ServiceNodes": alone, **given}, "localhost/undercloud/service-x:1")
+    assert ini(files["keystone.conf"])["cache"]["enabled"] == "false"

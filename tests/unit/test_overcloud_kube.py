@@ -367,14 +367,15 @@ def test_podman_mode_plays_host_network_pods_with_the_nodes_hostname_and_execs_p
     assert "hostname" not in kube.as_played({"spec": {}})["spec"]
 
 
-def test_exec_probes_default_to_every_2_s(libpod):
+def test_exec_probes_default_to_2_s_then_back_off(libpod):
     """Each exec probe is a process in the container (and a lingering conmon through the
-    podman API): without periodSeconds they run every 2 s, not every 0.5 s."""
+    podman API): without periodSeconds they run after 2 s, then 1.5 times as long after
+    each failure (up to EXEC_SPACING_MAX), not every 0.5 s."""
     libpod.exec_results = [(1, "not yet")] * 20
-    got = kube.wait_ready(compute_pod(probe={"exec": {"command": ["false"]}}), 3,
+    got = kube.wait_ready(compute_pod(probe={"exec": {"command": ["false"]}}), 5.5,
                           run_exec=lambda c: kube.netns_exec("nova-compute", c))
-    assert got[2] == "did not pass within 3 s; it said: not yet"
-    assert len(libpod.execs) == 2  # at 0 and 2 s
+    assert got[2] == "did not pass within 5.5 s; it said: not yet"
+    assert len(libpod.execs) == 3  # at 0, 2 and 5 s
 
 
 def test_netns_empty_dir_is_one_volume_of_the_pod_shared_by_its_containers_and_emptied_at_each_play(libpod):
@@ -405,7 +406,20 @@ def test_image_overrides_change_only_the_pods_that_use_those_images(monkeypatch)
     r = kube.hook_kube(deployment(cfg, {"kube_mode": "process", "image_overrides": {"svc-keystone:1": "svc-keystone:2",
                                                                                      "svc-other:1": "svc-other:2"}}))
     assert r["deploy_status_code"] == 0, r
-    assert played == [{"keystone": "svc-keystone:2"}, {"memcached": "svc-memcached:1"}]
+    assert sorted(played, key=str) == [{"keystone": "svc-keystone:2"}, {"memcached": "svc-memcached:1"}]
     bad = kube.hook_kube(deployment(cfg, {"kube_mode": "process", "image_overrides": {"svc-keystone:1": 3}}))
     assert bad["deploy_status_code"] == 2 and "options.image_overrides: a map of image -> image" in bad["deploy_stderr"]
     assert len(played) == 2  # nothing played
+
+
+def test_waiting_looks_for_a_dead_container_every_two_seconds_not_every_round(monkeypatch):
+    """Each look inspects the Pod's containers through the podman API the agents of every
+    container node share: not a few calls a second per waiting Pod."""
+    clock = [0.0]
+    monkeypatch.setattr(kube.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(kube.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(kube, "probe", lambda spec, run_exec=None: (False, "not yet"))
+    looks = []
+    pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"httpGet": {"port": 1}}}]}}
+    assert kube.wait_ready(pod, 10, dead=lambda: looks.append(clock[0])) is not None
+    assert looks == [0.0, 2.0, 4.0, 6.0, 8.0]

@@ -76,7 +76,7 @@ def test_a_node_with_its_data_rejoins_without_waiting(script):
 def test_configuration_names_the_node_and_lists_every_peer(script):
     Path(script.CONF).write_text("listeners.tcp.default = 5672\n")
     script.configure("rabbit@10.0.0.3", NODES)
-    assert Path(script.ENV_CONF).read_text() == "NODENAME=rabbit@10.0.0.3\nUSE_LONGNAME=true\n"
+    assert Path(script.ENV_CONF).read_text() == "NODENAME=rabbit@10.0.0.3\nUSE_LONGNAME=true\n" + script.ERL_ARGS
     conf = dict(line.split(" = ", 1) for line in Path(script.CONF).read_text().splitlines() if " = " in line)
     assert conf["listeners.tcp.default"] == "5672"  # what the template gave is kept
     assert conf["cluster_formation.peer_discovery_backend"] == "classic_config"
@@ -89,7 +89,7 @@ def test_configuration_names_the_node_and_lists_every_peer(script):
 def test_one_broker_is_rabbit_at_localhost_without_cluster_settings(script):
     Path(script.CONF).write_text("listeners.tcp.default = 5672\n")
     script.configure("rabbit@localhost", ["10.0.0.2"])
-    assert Path(script.ENV_CONF).read_text() == "NODENAME=rabbit@localhost\n"
+    assert Path(script.ENV_CONF).read_text() == "NODENAME=rabbit@localhost\n" + script.ERL_ARGS
     assert Path(script.CONF).read_text() == "listeners.tcp.default = 5672\n"
 
 

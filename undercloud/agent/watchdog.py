@@ -8,7 +8,9 @@ played and found ready (kube/<pod>.sha256 and kube/<pod>.json):
 - a container seen not running in two rounds in a row is started (one round is left to the
   restart policy, which brings an exited process back within a second);
 - a container whose liveness check (`kube.liveness_probe`) fails `failureThreshold` times
-  in a row (3) is killed and started again. Failures count once the check passed since the
+  in a row (3; each given timeoutSeconds, else 5 s, where a readiness check has 2: a
+  service answering slowly on a saturated node is busy, not hung) is killed and started
+  again. Failures count once the check passed since the
   container's start (checked every round until then; a pass seen before the listing showed
   the start counts when it came a whole second after it), or `initialDelaySeconds` (120)
   after it: a slow start is not a hang.
@@ -37,6 +39,7 @@ FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
 INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
 PERIOD = 3.0  # seconds between checks of one container, unless its probe says periodSeconds
 REPORT_EVERY = 60.0
+LIVENESS_TIMEOUT = 5.0  # seconds, unless the probe says timeoutSeconds: a busy service is not a hung one
 MAX_SPACING = 15.0  # seconds: passing checks never spaced wider, however much they cost
 LIST_SHARE = 20  # list the containers again after 20 times what a listing cost: <= 5 % of the time
 
@@ -159,19 +162,18 @@ class Watchdog:
                 continue
             run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
             started = time.monotonic()
-            ok, said = kube.probe(spec, run_exec=run_exec)
+            ok, said = kube.probe(spec, timeout=LIVENESS_TIMEOUT, run_exec=run_exec)
             # Checks cost the service a request each: on an emulated VM a WSGI app's answer
-            # takes a fair share of a CPU. A passing check comes again after the period, or
-            # LIST_SHARE times what all the passing checks of the last round cost if that is
-            # longer (at most MAX_SPACING: a hang must still be found soon); a failing one
-            # after the period, so a hang costs one spacing plus threshold x period.
+            # takes a fair share of a CPU. They come again after the period, or LIST_SHARE
+            # times what all the passing checks of the last round cost if that is longer, but
+            # at most MAX_SPACING apart: a hang is found within threshold spacings. Failures
+            # are spaced alike: a service saturated for a while (keystone while a deploy
+            # starts twenty services) answers late, and must not be restarted for it.
             # Until its first pass since a start, every round: a hang soon after a restart
             # counts only from a pass the watchdog saw (else after the initial delay).
-            period = float(spec.get("periodSeconds") or PERIOD)
-            if ok:
-                t["due"] = time.monotonic() + max(period, min(LIST_SHARE * self.probe_cost, MAX_SPACING))
-            elif t["passed"]:
-                t["due"] = time.monotonic() + period  # a failure is confirmed (or not) soon
+            if ok or t["passed"]:
+                t["due"] = time.monotonic() + max(float(spec.get("periodSeconds") or PERIOD),
+                                                  min(LIST_SHARE * self.probe_cost, MAX_SPACING))
             if ok:
                 self.probing += time.monotonic() - started
                 t.update(passed=True, fails=0, last_pass=time.time())
