@@ -406,7 +406,7 @@ def test_image_overrides_change_only_the_pods_that_use_those_images(monkeypatch)
     r = kube.hook_kube(deployment(cfg, {"kube_mode": "process", "image_overrides": {"svc-keystone:1": "svc-keystone:2",
                                                                                      "svc-other:1": "svc-other:2"}}))
     assert r["deploy_status_code"] == 0, r
-    assert sorted(played, key=str) == [{"keystone": "svc-keystone:2"}, {"memcached": "svc-memcached:1"}]
+    assert played == [{"keystone": "svc-keystone:2"}, {"memcached": "svc-memcached:1"}]
     bad = kube.hook_kube(deployment(cfg, {"kube_mode": "process", "image_overrides": {"svc-keystone:1": 3}}))
     assert bad["deploy_status_code"] == 2 and "options.image_overrides: a map of image -> image" in bad["deploy_stderr"]
     assert len(played) == 2  # nothing played

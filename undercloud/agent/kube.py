@@ -424,9 +424,10 @@ def wait_ready(pod: dict, timeout: float, dead=lambda: None, run_exec=None) -> t
     ends the wait early (a broken configuration fails in seconds, not at the timeout).
     `run_exec(container)` gives the runner of that container's exec probes (None: here).
     A probe runs every periodSeconds when it says, else every 0.5 s. An exec probe without
-    periodSeconds runs after 2 s, then 1.5 times as long after each failure up to 8 s: each
-    is a process in the container, through the podman API a conmon that lingers 5 min, and
-    a slow one waits for something else (nova-conductor for the databases, on every node)."""
+    periodSeconds runs after 2 s, then 1.5 times as long after each failure, up to 8 s: each
+    try is a process in the container (through the podman API, a conmon that lingers 5 min),
+    and one that keeps failing mostly waits for another service (nova-conductor, on every
+    node, for the bootstrap node's database sync)."""
     pending = {c["name"]: c["readinessProbe"] for c in pod["spec"]["containers"] if c.get("readinessProbe")}
     said: dict[str, str] = {}
     due = dict.fromkeys(pending, 0.0)

@@ -40,7 +40,7 @@ INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
 PERIOD = 3.0  # seconds between checks of one container, unless its probe says periodSeconds
 REPORT_EVERY = 60.0
 LIVENESS_TIMEOUT = 5.0  # seconds, unless the probe says timeoutSeconds: a busy service is not a hung one
-MAX_SPACING = 15.0  # seconds: passing checks never spaced wider, however much they cost
+MAX_SPACING = 15.0  # seconds: checks never spaced wider, however much the passing ones cost
 LIST_SHARE = 20  # list the containers again after 20 times what a listing cost: <= 5 % of the time
 
 
