@@ -1,11 +1,12 @@
 """Engine benchmark: create, no-op update, 1-resource update and delete of a stack of
 20,000 OS::Heat::Value / TestResource resources spread over 1,000 nested stacks.
 
-Runs the engine in this process on a fresh SQLite store (WAL), as the service does.
+Runs the engine in this process on a fresh SQLite store (WAL), as the service does, or on
+PostgreSQL (`--db postgresql`: a throwaway local server; or `--db URL`).
 Prints each phase's time, the events it wrote and the process's peak memory.
 Goals from the issue: create < 10 s, 1-resource update < 2 s, < 500 MB (Heat: ~10 min).
 
-    python bench/engine_bench.py [--stacks 1000] [--per-stack 20]
+    python bench/engine_bench.py [--stacks 1000] [--per-stack 20] [--db sqlite|postgresql|URL]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_store
 from sqlalchemy import func, select
 
 from undercloud.orchestration.engine import StackService
@@ -65,11 +67,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stacks", type=int, default=1000)
     ap.add_argument("--per-stack", type=int, default=20)
+    ap.add_argument("--db", default="sqlite", help=bench_store.HELP)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp, \
+            bench_store.store_url(args.db, Path(tmp)) as url:
         root = Path(tmp)
         top = write_templates(root, args.stacks, args.per_stack)
-        store = Store(f"sqlite:///{root / 'bench.db'}").create_schema()
+        store = Store(url, root / "store.key").create_schema()
+        print(f"store: {store.display_url}")
         svc = StackService(store)
         bundle = Bundle.from_paths(str(top)).to_json()
         total = args.stacks * (args.per_stack + 1)

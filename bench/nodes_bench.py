@@ -1,7 +1,7 @@
 """Nodes at scale: enrol N fake nodes, take them all to available, schedule M servers
 concurrently, and time one power-sync pass. Prints figures; never pass/fail.
 
-    python3 bench/nodes_bench.py [--nodes 10000] [--requests 1000] [--threads 32]
+    python3 bench/nodes_bench.py [--nodes 10000] [--requests 1000] [--threads 32] [--db sqlite|postgresql|URL]
 
 Goal (issue 4): 10,000 nodes on one undercloud process with a power-sync pass under 5 s
 (Ironic guides 300 nodes per conductor). Uses the real service code and SQLite store
@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import bench_store  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from undercloud.errors import Conflict  # noqa: E402
@@ -68,11 +69,15 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=10000)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=32)
+    ap.add_argument("--db", default="sqlite", help=bench_store.HELP)
     args = ap.parse_args()
-    n, m = args.nodes, args.requests
+    tmp = Path(tempfile.mkdtemp(prefix="nodes-bench-"))
+    with bench_store.store_url(args.db, tmp) as url:
+        run(args, Store(url, tmp / "store.key").create_schema())
 
-    tmp = tempfile.mkdtemp(prefix="nodes-bench-")
-    store = Store(f"sqlite:///{tmp}/bench.db").create_schema()
+
+def run(args, store: Store) -> None:
+    n, m = args.nodes, args.requests
     svc = NodeService(store)
     rows = []
 

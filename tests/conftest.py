@@ -13,6 +13,42 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SHARED = (REPO.parent / "shared").resolve()  # as the engine names files: a symlinked ../shared too
 CORPUS = SHARED / "corpus" / "heat-templates"
+# The store the tests use: "sqlite" (a file per test), or "postgresql" (a database per test on a
+# server this run starts: tests/pg_support.py). scripts/test runs the store-heavy suites on both.
+TEST_STORE = os.environ.get("UNDERCLOUD_TEST_STORE", "sqlite")
+if TEST_STORE not in ("sqlite", "postgresql"):
+    raise pytest.UsageError(f"UNDERCLOUD_TEST_STORE={TEST_STORE!r}: sqlite or postgresql")
+
+
+def own_store_url(sqlite_file: Path) -> str:
+    """The test's own store: the SQLite file given, or the test's PostgreSQL database."""
+    return os.environ["UNDERCLOUD_DB"] if TEST_STORE == "postgresql" else f"sqlite:///{sqlite_file}"
+
+
+@pytest.fixture(scope="session")
+def _pg_server():
+    from tests import pg_support
+
+    reason = pg_support.why_not()
+    if reason:
+        pytest.fail(f"UNDERCLOUD_TEST_STORE=postgresql, but {reason}", pytrace=False)
+    server = pg_support.Server(Path("/tmp"))  # a directory the postgres user can reach
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _test_store(request, monkeypatch):
+    """With UNDERCLOUD_TEST_STORE=postgresql every test gets a new, empty database as its
+    UNDERCLOUD_DB (homes, services and own_store_url() use it); dropped after the test."""
+    if TEST_STORE != "postgresql":
+        yield
+        return
+    server = request.getfixturevalue("_pg_server")
+    url = server.new_database()
+    monkeypatch.setenv("UNDERCLOUD_DB", url)
+    yield
+    server.drop_database(url)
 
 
 @pytest.fixture
@@ -23,7 +59,8 @@ def uc_home(tmp_path, monkeypatch):
 
     home = tmp_path / "uc"
     monkeypatch.setenv("UNDERCLOUD_HOME", str(home))
-    monkeypatch.delenv("UNDERCLOUD_DB", raising=False)
+    if TEST_STORE == "sqlite":
+        monkeypatch.delenv("UNDERCLOUD_DB", raising=False)
     yield Home(home)
     daemon.stop(Home(home))
 

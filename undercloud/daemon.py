@@ -130,12 +130,23 @@ def start(home: Home, db_url: str | None = None) -> tuple[dict, bool]:
         return _wait_health(home, proc, proc.pid), True
 
 
+def _why(home: Home) -> str:
+    """The one-line reason a service that failed at start gave (its CLI's `error: ...`)."""
+    try:
+        with open(home.file("service.log"), "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            last = f.read().decode(errors="replace").strip().splitlines()[-1:]
+    except OSError:
+        return ""
+    return f": {last[0].removeprefix('error: ')}" if last and last[0].startswith("error: ") else ""
+
+
 def _wait_health(home: Home, proc: subprocess.Popen | None, pid_: int) -> dict:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise ServiceUnavailable(
-                f"the undercloud service exited at start (code {proc.returncode}); "
+                f"the undercloud service exited at start (code {proc.returncode}){_why(home)}; "
                 f"see {home.file('service.log')}"
             )
         if proc is None and not serving(home):

@@ -10,6 +10,7 @@ import time
 import pytest
 from sqlalchemy import select
 
+from tests.conftest import own_store_url
 from undercloud.errors import Conflict, InvalidInput, NotFound
 from undercloud.orchestration.engine import StackService
 from undercloud.orchestration.template import Bundle, TemplateError
@@ -20,7 +21,7 @@ from undercloud.store.stacks import Stack, StackResource
 class Eng:
     def __init__(self, tmp_path):
         self.dir = tmp_path
-        self.store = Store(f"sqlite:///{tmp_path / 'engine.db'}").create_schema()
+        self.store = Store(own_store_url(tmp_path / "engine.db")).create_schema()
         self.svc = StackService(self.store)
 
     def write(self, name: str, text: str) -> str:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.conftest import own_store_url
 from undercloud.errors import Conflict, InvalidInput, NotFound
 from undercloud.provisioning import states
 from undercloud.provisioning.drivers import fake
@@ -32,7 +33,7 @@ def env(*nodes) -> str:
 @pytest.fixture
 def svc(tmp_path):
     fake.reset()  # the fake machines live in this process: start each test with none
-    s = NodeService(Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema(), workers=4)
+    s = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema(), workers=4)
     yield s
     s.close()
 

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 
+from tests.conftest import own_store_url
 from undercloud.provisioning import nodes as nodes_mod
 from undercloud.provisioning import states
 from undercloud.provisioning.nodes import NodeService, default_workers, patient, store_busy
@@ -59,7 +60,7 @@ def test_patient_waits_out_a_busy_store_and_nothing_else(monkeypatch):
 
 
 def test_a_busy_store_during_node_work_does_not_fail_the_node(tmp_path, monkeypatch):
-    svc = NodeService(Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema())
+    svc = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema())
     svc.import_nodes(inventory(3))
     real = svc.record
     failures = {"n": 0}
@@ -79,8 +80,9 @@ def test_a_busy_store_during_node_work_does_not_fail_the_node(tmp_path, monkeypa
 
 
 def test_more_work_than_connections_queues_and_completes(tmp_path, monkeypatch):
-    monkeypatch.setitem(db.POOL, "sqlite", (1, 2))  # three connections for 40 callers and the workers
-    store = Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema()
+    for kind in db.POOL:  # three connections for 40 callers and the workers
+        monkeypatch.setitem(db.POOL, kind, (1, 2))
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
     assert store.capacity == 3
     svc = NodeService(store)
     assert svc.workers == default_workers(store) == 2

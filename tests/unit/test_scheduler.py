@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.conftest import own_store_url
 from undercloud.errors import Conflict, InvalidInput
 from undercloud.provisioning.drivers import fake
 from undercloud.provisioning.nodes import NodeService
@@ -19,7 +20,7 @@ from undercloud.store import Store
 @pytest.fixture
 def store(tmp_path):
     fake.reset()
-    return Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema()
+    return Store(own_store_url(tmp_path / "uc.db")).create_schema()
 
 
 def enrol(store: Store, specs: list[dict]) -> NodeService:

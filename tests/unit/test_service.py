@@ -1,8 +1,11 @@
 """The service lifecycle through the real CLI: start, status, auto-start, stop."""
 
 import json
+import os
+import socket
 
 from tests.conftest import run_cli
+from undercloud.store.db import driver_url
 
 
 def test_status_when_not_running_exits_3(uc_home):
@@ -22,6 +25,8 @@ def test_start_status_stop(uc_home):
     r = run_cli("service", "status", "-f", "json")
     status = json.loads(r.stdout)
     assert status["pid"] == info["pid"] and status["status"] == "running"
+    # the store as given (a plain postgresql:// URL when the run tests PostgreSQL)
+    assert status["store"] == os.environ.get("UNDERCLOUD_DB", f"sqlite:///{uc_home.path / 'undercloud.db'}")
 
     r = run_cli("service", "start")
     assert "already running" in r.stderr
@@ -52,3 +57,22 @@ def test_help_on_every_level():
     for args in (["--help"], ["service", "--help"], ["service", "start", "--help"], ["serve", "--help"]):
         r = run_cli(*args)
         assert r.returncode == 0 and "Usage:" in r.stdout
+
+
+def test_a_postgresql_url_as_users_write_it_means_psycopg():
+    assert driver_url("postgresql://uc@db.example:5433/uc").drivername == "postgresql+psycopg"
+    assert driver_url("postgres://uc@db/uc").drivername == "postgresql+psycopg"
+    assert driver_url("postgresql+psycopg2://uc@db/uc").drivername == "postgresql+psycopg2"  # named: kept
+    assert driver_url("sqlite:////tmp/uc.db").drivername == "sqlite"
+
+
+def test_an_unreachable_postgresql_is_one_line_without_the_password(uc_home):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run_cli("service", "start", "--db", f"postgresql://uc:hunter2-secret@127.0.0.1:{port}/uc")
+    assert r.returncode == 1
+    line, = r.stderr.strip().splitlines()
+    assert f"cannot open store postgresql://uc:***@127.0.0.1:{port}/uc: connection failed" in line, line
+    assert "hunter2" not in r.stderr + (uc_home.path / "service.log").read_text()
+    assert run_cli("service", "status").returncode == 3

@@ -13,7 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import insert, select, text
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TEST_STORE, own_store_url
 from undercloud.errors import UndercloudError
 from undercloud.store import Store, migrate
 from undercloud.store.db import Base
@@ -22,6 +22,7 @@ from undercloud.store.stacks import Stack
 
 LEGACY = (REPO / "tests/fixtures/store-before-alembic.sql").read_text()
 SECRET = "pw-at-rest-51"
+sqlite_only = pytest.mark.skipif(TEST_STORE != "sqlite", reason="a SQLite store's file (the run tests PostgreSQL)")
 
 
 def legacy_store(path) -> None:
@@ -39,7 +40,7 @@ def legacy_store(path) -> None:
 
 
 def test_the_migrations_make_exactly_the_models_schema(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'new.db'}").create_schema()
+    store = Store(own_store_url(tmp_path / "new.db"), tmp_path / "store.key").create_schema()
     with store.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
@@ -47,6 +48,7 @@ def test_the_migrations_make_exactly_the_models_schema(tmp_path):
         assert migrate.current(conn) == migrate.head()
 
 
+@sqlite_only
 def test_a_legacy_store_is_stamped_upgraded_and_can_go_back(tmp_path):
     db = tmp_path / "old.db"
     legacy_store(db)
@@ -70,6 +72,7 @@ def test_a_legacy_store_is_stamped_upgraded_and_can_go_back(tmp_path):
         assert s.get(Node, "n1").driver_info["password"] == SECRET
 
 
+@sqlite_only
 def test_a_new_store_and_its_key_are_private(tmp_path):
     Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema()
     for name in ("uc.db", "store.key"):
@@ -77,24 +80,24 @@ def test_a_new_store_and_its_key_are_private(tmp_path):
 
 
 def test_a_wrong_or_broken_key_is_one_line(tmp_path):
-    url = f"sqlite:///{tmp_path / 'uc.db'}"
-    Store(url).create_schema()
+    url = own_store_url(tmp_path / "uc.db")
     key = tmp_path / "store.key"
+    Store(url, key).create_schema()
     good = key.read_bytes()
     from cryptography.fernet import Fernet
 
     key.write_bytes(Fernet.generate_key())
     with pytest.raises(UndercloudError, match=r"cannot decrypt the store with key file .*store.key"):
-        Store(url).create_schema()
+        Store(url, key).create_schema()
     key.write_text("not a key")
     with pytest.raises(UndercloudError, match="not a store key"):
-        Store(url)
+        Store(url, key)
     key.write_bytes(good)
-    Store(url).create_schema()
+    Store(url, key).create_schema()
 
 
 def test_encrypted_columns_keep_json_semantics(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema()
+    store = Store(own_store_url(tmp_path / "uc.db"), tmp_path / "store.key").create_schema()
     values = [{"a": [1, 2.5, None, True]}, [], "text \u00e9\ud800", 0, None]
     with store.engine.begin() as conn:
         for i, v in enumerate(values):
@@ -108,12 +111,12 @@ def test_encrypted_columns_keep_json_semantics(tmp_path):
 
 
 def test_two_processes_worth_of_opens_at_once_make_one_schema(tmp_path):
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+    url, key = own_store_url(tmp_path / "race.db"), tmp_path / "store.key"
     errors = []
 
     def open_():
         try:
-            Store(url).create_schema()
+            Store(url, key).create_schema()
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
@@ -123,12 +126,12 @@ def test_two_processes_worth_of_opens_at_once_make_one_schema(tmp_path):
     for t in threads:
         t.join()
     assert errors == []
-    with Store(url).engine.connect() as conn:
+    with Store(url, key).engine.connect() as conn:
         assert migrate.current(conn) == migrate.head()
 
 
 def test_root_stack_names_are_unique_but_nested_ones_need_not_be(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'uc.db'}").create_schema()
+    store = Store(own_store_url(tmp_path / "uc.db"), tmp_path / "store.key").create_schema()
     row = dict(path="", action="CREATE", status="COMPLETE", status_reason="", parameters={}, description="",
                created_at=0)
     with store.engine.begin() as conn:

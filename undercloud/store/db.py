@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 from sqlalchemy import JSON, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
 from undercloud.config import private_file
@@ -47,6 +48,19 @@ def _import_models() -> None:
     import undercloud.store.models  # noqa: F401
 
 
+# A URL as users write it names the database, not the driver: ours for each database.
+DRIVERS = {"postgresql": "psycopg", "postgres": "psycopg"}
+
+
+def driver_url(url: str) -> URL:
+    """The URL with our driver where it names none (`postgresql://` means psycopg 3 here, not
+    SQLAlchemy's default psycopg2, which is not installed)."""
+    u = make_url(url)
+    if u.drivername in DRIVERS:
+        u = u.set(drivername=f"postgresql+{DRIVERS[u.drivername]}")
+    return u
+
+
 def default_key_file(url: str) -> Path | None:
     """A SQLite file's key lives beside it (the home's store.key); other stores name theirs."""
     env = os.environ.get("UNDERCLOUD_STORE_KEY")
@@ -65,7 +79,8 @@ class Store:
         self.url = url
         kwargs: dict = {"hide_parameters": True}  # errors and logs never carry the values
         try:
-            backend = make_url(url).get_backend_name()
+            parsed = driver_url(url)
+            backend = parsed.get_backend_name()
         except Exception as exc:  # noqa: BLE001 - a URL SQLAlchemy cannot parse
             raise UndercloudError(f"cannot open store: {exc}") from None
         self.is_sqlite = backend == "sqlite"
@@ -84,7 +99,7 @@ class Store:
         else:
             self.capacity = 1
         try:
-            self.engine = create_engine(url, **kwargs)
+            self.engine = create_engine(parsed, **kwargs)
         except Exception as exc:  # bad URL, missing driver
             raise UndercloudError(f"cannot open store {self.display(url)!r}: {exc}") from None
         if self.is_sqlite:
@@ -101,7 +116,11 @@ class Store:
         from undercloud.store import migrate
 
         _import_models()
-        migrate.upgrade(self)
+        try:
+            migrate.upgrade(self)
+        except OperationalError as exc:  # no server, no such database, refused login
+            reason = str(exc.orig or exc).strip().splitlines()[0]
+            raise UndercloudError(f"cannot open store {self.display_url}: {reason}") from None
         return self
 
     @contextmanager
@@ -126,5 +145,5 @@ class Store:
 
     @property
     def display_url(self) -> str:
-        """The URL without a password, for status output."""
-        return self.engine.url.render_as_string(hide_password=True)
+        """The URL as given, without its password, for status output and errors."""
+        return self.display(self.url)

@@ -8,6 +8,8 @@ stamped with the first revision (the schema as it was then) and upgraded from th
 On SQLite the whole upgrade is one `BEGIN IMMEDIATE` transaction (SQLite's DDL is
 transactional, but the driver would commit it statement by statement): a crash mid-way
 leaves the store as it was, and a second process opening the store waits for the first.
+PostgreSQL's DDL is transactional too; there a transaction-scoped advisory lock makes the
+second process wait.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from alembic.config import Config  # noqa: E402
 from alembic.migration import MigrationContext  # noqa: E402
 from alembic.runtime.environment import EnvironmentContext  # noqa: E402
 from alembic.script import ScriptDirectory  # noqa: E402
-from sqlalchemy import inspect, select  # noqa: E402
+from sqlalchemy import func, inspect, select  # noqa: E402
 
 from undercloud.errors import UndercloudError  # noqa: E402
 
 log = logging.getLogger("undercloud.store")
 HERE = Path(__file__).resolve().parent / "migrations"
 BASELINE = "0001"  # the schema create_all made before Alembic
+MIGRATION_LOCK = 0x756E646572  # PostgreSQL advisory lock key of the schema upgrade ("under")
 
 
 @cache
@@ -65,6 +68,8 @@ def _transaction(store):
                 raise
         else:
             with conn.begin():
+                if conn.dialect.name == "postgresql":  # held to the commit: one upgrader at a time
+                    conn.execute(select(func.pg_advisory_xact_lock(MIGRATION_LOCK)))
                 yield conn
 
 

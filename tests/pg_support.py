@@ -1,0 +1,86 @@
+"""A throwaway PostgreSQL server for a test run (UNDERCLOUD_TEST_STORE=postgresql).
+
+Debian's server binaries, a cluster of its own in a temporary directory, listening on
+127.0.0.1 only, owned by the `postgres` user (the server refuses to run as root), trusting
+local connections, without fsync (a test store is thrown away). Each test gets a new database.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+BIN_GLOB = "/usr/lib/postgresql/*/bin"
+_names = itertools.count()
+
+
+def bin_dir() -> Path | None:
+    found = sorted(glob.glob(BIN_GLOB), key=lambda p: int(Path(p).parent.name))
+    return Path(found[-1]) if found and Path(found[-1], "pg_ctl").exists() else None
+
+
+def why_not() -> str | None:
+    """Why this machine cannot run the server, or None."""
+    if bin_dir() is None:
+        return "PostgreSQL's server is not installed (Debian package postgresql)"
+    if os.geteuid() != 0:
+        return "starting a PostgreSQL server as the postgres user needs root"
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return "the psycopg driver is not installed"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, root: Path):
+        self.root = Path(tempfile.mkdtemp(prefix="pg-", dir=root))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        shutil.chown(self.root, "postgres", "postgres")
+        self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
+                          "-E", "UTF8", "--no-sync")
+        options = (f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c synchronous_commit=off"
+                   " -c full_page_writes=off -c max_connections=400")
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
+                          "-o", options, "start")
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_postgres(self, tool: str, *args: str) -> None:
+        r = subprocess.run(["runuser", "-u", "postgres", "--", str(bin_dir() / tool), *args],
+                           capture_output=True, text=True, timeout=120, cwd="/")
+        if r.returncode:
+            raise RuntimeError(f"{tool}: {r.stderr.strip() or r.stdout.strip()}")
+
+    def _admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
+                             autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new_database(self) -> str:
+        name = f"t{os.getpid()}_{next(_names)}"
+        self._admin(f"CREATE DATABASE {name}")
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def drop_database(self, url: str) -> None:
+        self._admin(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+
+    def stop(self) -> None:
+        try:
+            self._as_postgres("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
