@@ -119,6 +119,7 @@ def start(home: Home, db_url: str | None = None) -> tuple[dict, bool]:
             h = _wait_health(home, None, running)
             return h, False
         log = os.fdopen(private_file(home.file("service.log")), "ab")
+        since = log.seek(0, os.SEEK_END)  # what this start writes comes after
         env = dict(os.environ, UNDERCLOUD_HOME=str(home.path))
         if db_url:
             env["UNDERCLOUD_DB"] = db_url
@@ -127,26 +128,27 @@ def start(home: Home, db_url: str | None = None) -> tuple[dict, bool]:
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
         )
         log.close()
-        return _wait_health(home, proc, proc.pid), True
+        return _wait_health(home, proc, proc.pid, since), True
 
 
-def _why(home: Home) -> str:
-    """The one-line reason a service that failed at start gave (its CLI's `error: ...`)."""
+def _why(home: Home, since: int) -> str:
+    """The one-line reason a service that failed at start gave (its CLI's `error: ...`), from
+    what it wrote to the log after `since`."""
     try:
         with open(home.file("service.log"), "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            f.seek(max(since, f.seek(0, os.SEEK_END) - 4096))
             last = f.read().decode(errors="replace").strip().splitlines()[-1:]
     except OSError:
         return ""
     return f": {last[0].removeprefix('error: ')}" if last and last[0].startswith("error: ") else ""
 
 
-def _wait_health(home: Home, proc: subprocess.Popen | None, pid_: int) -> dict:
+def _wait_health(home: Home, proc: subprocess.Popen | None, pid_: int, since: int = 0) -> dict:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise ServiceUnavailable(
-                f"the undercloud service exited at start (code {proc.returncode}){_why(home)}; "
+                f"the undercloud service exited at start (code {proc.returncode}){_why(home, since)}; "
                 f"see {home.file('service.log')}"
             )
         if proc is None and not serving(home):

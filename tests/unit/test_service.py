@@ -76,3 +76,17 @@ def test_an_unreachable_postgresql_is_one_line_without_the_password(uc_home):
     assert f"cannot open store postgresql://uc:***@127.0.0.1:{port}/uc: connection failed" in line, line
     assert "hunter2" not in r.stderr + (uc_home.path / "service.log").read_text()
     assert run_cli("service", "status").returncode == 3
+
+
+def test_a_failed_start_is_explained_only_by_what_it_wrote(uc_home):
+    from undercloud import daemon
+
+    log = uc_home.ensure().file("service.log")
+    log.write_text("error: the reason of an earlier start\n")
+    since = log.stat().st_size
+    with log.open("a") as f:
+        f.write("Traceback (most recent call last):\nValueError: x\n")
+    assert daemon._why(uc_home, since) == ""  # this start gave no one-line reason
+    with log.open("a") as f:
+        f.write("error: cannot open store sqlite:///x: disk I/O error\n")
+    assert daemon._why(uc_home, since) == ": cannot open store sqlite:///x: disk I/O error"
