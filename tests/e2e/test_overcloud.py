@@ -31,8 +31,10 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import need, need_root, run_cli
 
@@ -292,6 +294,28 @@ def test_identity_catalog_and_placement(cloud):
             assert (kind, iface, endpoints[name]) in got, (kind, iface)
     # placement, authenticated by keystonemiddleware: the compute node registered itself.
     assert [p["name"] for p in ok_json(clouds, "resource", "provider", "list")] == ["overcloud-novacompute-0"]
+
+
+def test_the_overcloud_is_a_cloud_the_undercloud_knows(cloud):
+    """`undercloud cloud add` with the overcloud's own clouds.yaml: its real Keystone accepts
+    the entry, the catalog names its Nova, Glance and Neutron; a wrong password is refused."""
+    endpoints = dict(line.split() for line in cloud["deploy"].stdout.splitlines())
+    r = run_cli("cloud", "add", "host", "--clouds-yaml", cloud["clouds"], "--cloud", "overcloud", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout)["endpoints"]
+    assert {k: (v or "").rstrip("/") for k, v in found.items()} == {
+        k: endpoints[k].rstrip("/") for k in ("compute", "image", "network")}
+    password = yaml.safe_load(Path(cloud["clouds"]).read_text())["clouds"]["overcloud"]["auth"]["password"]
+    shown = run_cli("cloud", "list").stdout + run_cli("cloud", "show", "host", "--check", "-f", "json").stdout
+    assert "host" in shown and password not in shown
+    doc = yaml.safe_load(Path(cloud["clouds"]).read_text())
+    doc["clouds"]["overcloud"]["auth"]["password"] = "not-the-password"
+    wrong = cloud["work"] / "wrong-clouds.yaml"
+    wrong.write_text(yaml.safe_dump(doc))
+    r = run_cli("cloud", "add", "wrong", "--clouds-yaml", str(wrong), "--cloud", "overcloud")
+    assert r.returncode == 1 and "authentication refused (HTTP 401)" in r.stderr, r.stderr
+    assert [c["name"] for c in json.loads(run_cli("cloud", "list", "-f", "json").stdout)] == ["host"]
+    assert run_cli("cloud", "remove", "host").returncode == 0
 
 
 def test_every_service_is_healthy_behind_the_vip(cloud):

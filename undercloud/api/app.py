@@ -37,6 +37,7 @@ ROUTERS: list[str] = [
     "undercloud.api.agent",
     "undercloud.api.agent_admin",
     "undercloud.api.nodes",
+    "undercloud.api.clouds",
     "undercloud.api.deploy",
     "undercloud.api.servers",
     "undercloud.api.stacks",

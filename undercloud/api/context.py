@@ -60,6 +60,13 @@ class Context:
         return NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
 
     @cached_property
+    def clouds(self):
+        """OpenStack clouds known by name (QuintupleO's targets)."""
+        from undercloud.provisioning.clouds import Clouds
+
+        return Clouds(self.store)
+
+    @cached_property
     def servers(self):
         """Servers (container / VM / bare metal), flavors and hypervisor hosts."""
         from undercloud.api.servers import make_service

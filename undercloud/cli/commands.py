@@ -11,6 +11,8 @@ import click
 # name -> (module, attribute holding the click group/command, first paragraph of its help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "agent": ("undercloud.cli.agent", "agent", "Agents on servers: list them, or issue a configuration for one."),
+    "cloud": ("undercloud.cli.cloud", "cloud",
+              "OpenStack clouds the undercloud can deploy onto, known by name (QuintupleO)."),
     "deploy": ("undercloud.cli.deploy", "deploy",
                "Deploy the overcloud, or bring it to what the roles and environments now say."),
     "flavor": ("undercloud.cli.flavor", "flavor",

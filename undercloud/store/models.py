@@ -6,6 +6,7 @@ Each domain keeps its tables in its own module of this package (`store/stacks.py
 
 from undercloud.store import (  # noqa: F401
     agent,
+    clouds,
     images,
     meta,
     networks,
