@@ -57,6 +57,13 @@ class Server:
         self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
                           "-o", options, "start")
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        # Stopped with this process however it ends (a killed test run too), not left running.
+        subprocess.Popen(
+            ["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; "
+             f"runuser -u postgres -- {bin_dir() / 'pg_ctl'} -D {self.data} -m immediate -w stop; "
+             f"rm -rf {self.root}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, cwd="/")
 
     def _as_postgres(self, tool: str, *args: str) -> None:
         r = subprocess.run(["runuser", "-u", "postgres", "--", str(bin_dir() / tool), *args],

@@ -313,7 +313,9 @@ def test_the_overcloud_is_a_cloud_the_undercloud_knows(cloud):
     wrong = cloud["work"] / "wrong-clouds.yaml"
     wrong.write_text(yaml.safe_dump(doc))
     r = run_cli("cloud", "add", "wrong", "--clouds-yaml", str(wrong), "--cloud", "overcloud")
-    assert r.returncode == 1 and "authentication refused (HTTP 401)" in r.stderr, r.stderr
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (f"error: cloud wrong: cannot authenticate at {endpoints['keystone']}: "
+                                                 "authentication refused (HTTP 401)")
     assert [c["name"] for c in json.loads(run_cli("cloud", "list", "-f", "json").stdout)] == ["host"]
     assert run_cli("cloud", "remove", "host").returncode == 0
 

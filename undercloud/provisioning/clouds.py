@@ -47,6 +47,8 @@ def _reason(exc: Exception) -> str:
     if m:
         return m.group(1).strip()
     status = getattr(exc, "status_code", None) or getattr(exc, "http_status", None)
+    m = re.search(r"\(HTTP (\d{3})\)", text)  # openstacksdk's wrapping keeps it only in the text
+    status = status or (int(m.group(1)) if m else None)
     if status in (401, 403):
         return f"authentication refused (HTTP {status})"
     if "timed out" in text.lower():
@@ -59,14 +61,14 @@ def connect(name: str, config: dict):
     import openstack  # heavy (~0.5 s): only when a cloud is used
 
     if not isinstance(config.get("auth"), dict) or not config["auth"].get("auth_url"):
-        raise InvalidInput(f"cloud {name}: its entry has no auth.auth_url", "cloud")
+        raise InvalidInput(f"cloud {name}: its entry has no auth.auth_url")
     try:
         conn = openstack.connect(load_yaml_config=False, load_envvars=False, api_timeout=API_TIMEOUT,
                                  **{k: v for k, v in config.items() if k != "api_timeout"})
         conn.authorize()
     except Exception as exc:  # noqa: BLE001 - openstacksdk and keystoneauth raise many kinds
         raise CloudError(f"cloud {name}: cannot authenticate at {config['auth']['auth_url']}: "
-                         f"{_reason(exc)}", "cloud") from None
+                         f"{_reason(exc)}") from None
     return conn
 
 
@@ -87,14 +89,14 @@ class Clouds:
     def add(self, name: str, config: dict, source: str = "") -> dict:
         check_name(name, "cloud")
         if not isinstance(config, dict):
-            raise InvalidInput(f"cloud {name}: its entry is not a map", "cloud")
+            raise InvalidInput(f"cloud {name}: its entry is not a map")
         with self.store.session() as s:
             if s.get(Cloud, name) is not None:
                 raise Conflict(f"a cloud named {name!r} exists (`undercloud cloud remove {name}` first)", "name")
         found = endpoints(connect(name, config))
         if not found["compute"]:
             raise CloudError(f"cloud {name}: its catalog has no compute service (Nova) for this "
-                             f"region and interface", "cloud")
+                             f"region and interface")
         with self.store.session() as s:
             if s.get(Cloud, name) is not None:  # added meanwhile
                 raise Conflict(f"a cloud named {name!r} exists", "name")
