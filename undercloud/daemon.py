@@ -163,6 +163,22 @@ def _wait_health(home: Home, proc: subprocess.Popen | None, pid_: int, since: in
     )
 
 
+def _exited(p: int) -> bool:
+    """Whether process `p` has ended. When this process started it (tests, benchmarks, any
+    long-lived caller of start()), it is reaped here: an unreaped child stays a zombie, which
+    signal 0 still finds."""
+    try:
+        if os.waitpid(p, os.WNOHANG)[0] == p:
+            return True
+    except ChildProcessError:  # not our child
+        pass
+    try:
+        os.kill(p, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def stop(home: Home, timeout: float = 30.0) -> int | None:
     """Stop the service; returns the pid it had, or None when none was running."""
     p = pid(home)
@@ -171,13 +187,12 @@ def stop(home: Home, timeout: float = 30.0) -> int | None:
     os.kill(p, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(p, 0)
-        except ProcessLookupError:
+        if _exited(p):
             break
         time.sleep(0.05)
     else:
         os.kill(p, signal.SIGKILL)
+        _exited(p)
     home.file("service.pid").unlink(missing_ok=True)
     return p
 

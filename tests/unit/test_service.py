@@ -90,3 +90,17 @@ def test_a_failed_start_is_explained_only_by_what_it_wrote(uc_home):
     with log.open("a") as f:
         f.write("error: cannot open store sqlite:///x: disk I/O error\n")
     assert daemon._why(uc_home, since) == ": cannot open store sqlite:///x: disk I/O error"
+
+
+def test_stop_reaps_a_service_this_process_started(uc_home):
+    # A long-lived caller (tests, benchmarks) is the service's parent: stop() must reap it, not
+    # wait its whole timeout on a zombie and then SIGKILL it.
+    from pathlib import Path
+
+    from undercloud import daemon
+
+    health, started = daemon.start(uc_home)
+    assert started
+    pid = daemon.stop(uc_home, timeout=120)
+    assert pid == health["pid"]
+    assert not Path(f"/proc/{pid}").exists()  # gone, not a zombie
