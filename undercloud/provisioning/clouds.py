@@ -3,7 +3,7 @@
 A cloud is its clouds.yaml entry (as `openstack --os-cloud` reads it), checked when it is
 added: openstacksdk authenticates with it and its catalog must offer compute. Only then is
 it stored (encrypted at rest, store/clouds.py). What is shown never holds a secret: every
-value under a key that names a password, secret or token is masked.
+value under a key that names a password, secret, token or key is masked.
 """
 
 from __future__ import annotations
