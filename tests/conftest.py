@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,13 @@ def run_cli(*args: str, input: str | None = None, env: dict | None = None, timeo
         [sys.executable, "-m", "undercloud", *args], capture_output=True, text=True,
         input=input, env={**os.environ, **(env or {})}, timeout=timeout,
     )
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def need(tool: str) -> None:

@@ -11,10 +11,11 @@ import glob
 import itertools
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from tests.conftest import free_port
 
 BIN_GLOB = "/usr/lib/postgresql/*/bin"
 _names = itertools.count()
@@ -38,17 +39,11 @@ def why_not() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     def __init__(self, root: Path):
         self.root = Path(tempfile.mkdtemp(prefix="pg-", dir=root))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         shutil.chown(self.root, "postgres", "postgres")
         self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
                           "-E", "UTF8", "--no-sync")

@@ -3,23 +3,17 @@ stopped and started again on the same port and store, and agent settings in a tm
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
 
 import uvicorn
 
+from tests.conftest import free_port  # noqa: F401 - the agent tests take it from here
 from undercloud.agent.settings import Settings
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
 from undercloud.config import Home
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveService:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import http.server
 import json
-import socket
 import threading
 
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.conftest import free_port, run_cli
 from undercloud.provisioning.clouds import masked
 
 PASSWORD = "cloud-secret-5150"
@@ -78,12 +77,6 @@ def clouds_yaml(path, auth_url: str, password: str = PASSWORD, name: str = "host
     return str(path)
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def one_error(r) -> str:
     assert r.returncode == 1, r.stdout
     assert "Traceback" not in r.stderr
@@ -126,7 +119,7 @@ def test_refused_unreachable_or_without_compute_stores_nothing(uc_home, tmp_path
     assert line == f"error: cloud host: cannot authenticate at {keystone}: authentication refused (HTTP 401)"
     assert "wrong-pw" not in r.stderr
 
-    port = closed_port()
+    port = free_port()
     r = run_cli("cloud", "add", "host", "--clouds-yaml",
                 clouds_yaml(tmp_path / "closed.yaml", f"http://127.0.0.1:{port}/v3"))
     assert one_error(r) == f"error: cloud host: cannot authenticate at http://127.0.0.1:{port}/v3: Connection refused"

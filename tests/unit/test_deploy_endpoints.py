@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 
 import pytest
 
+from tests.conftest import free_port
 from undercloud.orchestration.overcloud.deploy import _endpoint_answer, wait_for_endpoints
 
 
@@ -33,12 +33,6 @@ def api():
     server.shutdown()
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_an_api_that_answers_401_or_300_counts_as_up(api):
     url, state = api
     for code in (200, 300, 401, 404):
@@ -58,7 +52,7 @@ def test_waits_for_a_backend_haproxy_has_not_taken_back_yet(api):
 def test_names_what_does_not_answer_after_the_timeout(api):
     url, state = api
     state["down"] = 10**6
-    failing = wait_for_endpoints({"glance": url, "nova": f"http://127.0.0.1:{closed_port()}/v2.1",
+    failing = wait_for_endpoints({"glance": url, "nova": f"http://127.0.0.1:{free_port()}/v2.1",
                                   "keystone": url.replace("127.0.0.1", "localhost")}, timeout=1.5)
     assert failing["glance"] == "HTTP 503"
     assert "refused" in failing["nova"].lower()

@@ -2,9 +2,8 @@
 
 import json
 import os
-import socket
 
-from tests.conftest import run_cli
+from tests.conftest import free_port, run_cli
 from undercloud.store.db import driver_url
 
 
@@ -67,9 +66,7 @@ def test_a_postgresql_url_as_users_write_it_means_psycopg():
 
 
 def test_an_unreachable_postgresql_is_one_line_without_the_password(uc_home):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     r = run_cli("service", "start", "--db", f"postgresql://uc:hunter2-secret@127.0.0.1:{port}/uc")
     assert r.returncode == 1
     line, = r.stderr.strip().splitlines()
