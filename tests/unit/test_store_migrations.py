@@ -144,3 +144,30 @@ def test_root_stack_names_are_unique_but_nested_ones_need_not_be(tmp_path):
 
     with pytest.raises(IntegrityError), store.engine.begin() as conn:
         conn.execute(insert(Stack.__table__).values(id="r2", name="a", root_id="r2", **row))
+
+
+def test_a_key_check_another_opener_writes_meanwhile_is_read_not_refused(tmp_path):
+    # Two openers of a new store both find no key-check value; the second to write it must
+    # read the first's (and so check its key), not fail on the unique key.
+    from sqlalchemy import delete, event
+
+    from undercloud.store.meta import KEY_CHECK, StoreMeta
+
+    url, key = own_store_url(tmp_path / "uc.db"), tmp_path / "store.key"
+    first = Store(url, key).create_schema()
+    with first.engine.begin() as conn:
+        conn.execute(delete(StoreMeta.__table__))  # as just after the migrations, before the check
+    second = Store(url, key)
+    wrote = []
+
+    def first_writes_it(_session):  # lands between the second's read and its write
+        if not wrote:
+            wrote.append(True)
+            with first.session() as s:
+                s.add(StoreMeta(key=KEY_CHECK, value={"undercloud": True}))
+
+    event.listen(second.sessions, "before_commit", first_writes_it)
+    migrate._check_key(second)
+    assert wrote
+    with second.session() as s:
+        assert s.get(StoreMeta, KEY_CHECK).value == {"undercloud": True}

@@ -26,6 +26,7 @@ from alembic.migration import MigrationContext  # noqa: E402
 from alembic.runtime.environment import EnvironmentContext  # noqa: E402
 from alembic.script import ScriptDirectory  # noqa: E402
 from sqlalchemy import func, inspect, select  # noqa: E402
+from sqlalchemy.exc import IntegrityError  # noqa: E402
 
 from undercloud.errors import UndercloudError  # noqa: E402
 
@@ -127,10 +128,13 @@ def _check_key(store) -> None:
     """The store's key-check value decrypts with this key (it is written once, at creation)."""
     from undercloud.store.meta import KEY_CHECK, StoreMeta
 
-    with store.session() as s:
-        try:
-            value = s.scalar(select(StoreMeta.value).where(StoreMeta.key == KEY_CHECK))
-        except UndercloudError as exc:
-            raise UndercloudError(f"store {store.display_url}: {exc.message}") from None
-        if value is None:
-            s.add(StoreMeta(key=KEY_CHECK, value={"undercloud": True}))
+    try:
+        with store.session() as s:
+            try:
+                value = s.scalar(select(StoreMeta.value).where(StoreMeta.key == KEY_CHECK))
+            except UndercloudError as exc:
+                raise UndercloudError(f"store {store.display_url}: {exc.message}") from None
+            if value is None:
+                s.add(StoreMeta(key=KEY_CHECK, value={"undercloud": True}))
+    except IntegrityError:  # another opener of the new store wrote it first: ours must read it
+        _check_key(store)
