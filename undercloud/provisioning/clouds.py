@@ -108,24 +108,25 @@ class Clouds:
         with self.store.session() as s:
             return [self._view(c.name, c.config, c.source) for c in s.scalars(select(Cloud).order_by(Cloud.name))]
 
-    def config(self, name: str) -> dict:
-        """The stored entry, secrets included: for the code that talks to the cloud."""
+    def _row(self, name: str) -> Cloud:
         with self.store.session() as s:
             c = s.get(Cloud, name)
             if c is None:
                 known = ", ".join(s.scalars(select(Cloud.name).order_by(Cloud.name))) or "none"
                 raise NotFound(f"no cloud {name!r} (clouds: {known}; `undercloud cloud add`)", "cloud")
-            return c.config
+            return c
+
+    def config(self, name: str) -> dict:
+        """The stored entry, secrets included: for the code that talks to the cloud."""
+        return self._row(name).config
 
     def get(self, name: str, check: bool = False) -> dict:
         """The cloud as shown (secrets masked); with `check`, authenticated again now and its
         endpoints listed."""
-        config = self.config(name)
-        with self.store.session() as s:
-            source = s.get(Cloud, name).source
-        out = self._view(name, config, source)
+        c = self._row(name)
+        out = self._view(name, c.config, c.source)
         if check:
-            out["endpoints"] = endpoints(connect(name, config))
+            out["endpoints"] = endpoints(connect(name, c.config))
         return out
 
     def remove(self, name: str) -> dict:
