@@ -5,6 +5,8 @@
     python bench/server_bench.py --home $UNDERCLOUD_HOME --types baremetal   # after lab up + node import --provide
     python bench/server_bench.py --types vm,baremetal --lab   # a one-node lab made (and removed) for it
     python bench/server_bench.py --fake 1000         # control-plane cost only: fake machines
+    python bench/server_bench.py --home $UNDERCLOUD_HOME --types openstack:host --counts 1,3 \
+        --cloud-flavor m1.small --cloud-network lab   # servers of a cloud of `undercloud cloud add`
 
 For each type and count: a stack of one OS::Heat::ResourceGroup of `count` servers
 (flavor = the type's default flavor, image `overcloud-full`) is created through the API;
@@ -38,6 +40,7 @@ heat_template_version: wallaby
 parameters:
   count: {type: number}
   flavor: {type: string}
+  networks: {type: json, default: []}
 resources:
   group:
     type: OS::Heat::ResourceGroup
@@ -49,6 +52,7 @@ resources:
           name: bench%index%
           image: overcloud-full
           flavor: {get_param: flavor}
+          networks: {get_param: networks}
 """
 FLAVORS = {"container": "container", "vm": "vm", "baremetal": "baremetal"}
 IMAGE_TYPES = {"container": "oci", "vm": "qcow2", "baremetal": "qcow2"}
@@ -59,13 +63,17 @@ def cli(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+def image_type(ht: str) -> str:
+    return "vm" if ht.startswith("openstack:") else ht  # another cloud's servers run the VM image
+
+
 def why_not(client, ht: str) -> str | None:
     from undercloud.errors import UndercloudError
 
     images = [i for i in client.get("/v1/images", params={"name": "overcloud-full"})
-              if i.get("hypervisor_type") == ht]
+              if i.get("hypervisor_type") == image_type(ht)]
     if not images:
-        r = cli("image", "build", "overcloud-full", "--type", IMAGE_TYPES[ht])
+        r = cli("image", "build", "overcloud-full", "--type", IMAGE_TYPES[image_type(ht)])
         if r.returncode != 0:
             return f"no {ht} overcloud-full image and building it failed: {r.stderr.strip().splitlines()[-1:]}"
     if ht == "baremetal":
@@ -98,10 +106,15 @@ def lab_node(home: Path) -> None:
         raise SystemExit(f"--lab: node import failed: {r.stderr.strip()}")
 
 
-def run_one(client, ht: str, count: int, template: Path, timeout: float) -> dict:
-    name = f"bench-{ht}-{count}"
+def run_one(client, ht: str, count: int, template: Path, timeout: float, args) -> dict:
+    import json
+
+    name = f"bench-{ht.replace(':', '-')}-{count}"
+    flavor, networks = FLAVORS.get(ht), []
+    if ht.startswith("openstack:"):
+        flavor, networks = f"{ht}/{args.cloud_flavor}", [{"network": args.cloud_network}]
     bundle_cmd = ["stack", "create", name, "-t", str(template), "--parameter", f"count={count}",
-                  "--parameter", f"flavor={FLAVORS[ht]}"]
+                  "--parameter", f"flavor={flavor}", "--parameter", f"networks={json.dumps(networks)}"]
     t0 = time.monotonic()
     r = cli(*bundle_cmd)
     if r.returncode != 0:
@@ -191,6 +204,8 @@ def main() -> int:
     ap.add_argument("--home", help="UNDERCLOUD_HOME to use (default: a new temporary one)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before giving up")
     ap.add_argument("--fake", type=int, metavar="N", help="only the in-process run of N fake servers")
+    ap.add_argument("--cloud-flavor", default="m1.small", help="openstack:<cloud>: a flavor of that cloud")
+    ap.add_argument("--cloud-network", default="lab", help="openstack:<cloud>: a network of that cloud")
     ap.add_argument("--lab", action="store_true",
                     help="baremetal: bring up a one-node virtual lab in this home first (taken down at the end)")
     args = ap.parse_args()
@@ -219,12 +234,12 @@ def main() -> int:
                 print(f"{ht}: skipped: {reason}")
                 continue
             counts = [int(c) for c in args.counts.split(",")]
-            if ht != "container":
+            if ht in ("vm", "baremetal"):
                 counts = [1]  # software-emulated VMs are slow: one is the figure that matters
             for count in counts:
-                row = run_one(client, ht, count, template, args.timeout)
+                row = run_one(client, ht, count, template, args.timeout, args)
                 rows.append(row)
-                print(f"{ht:9} x{count:<3} stack COMPLETE {row['stack_complete_s']:6.2f} s | "
+                print(f"{ht:14} x{count:<3} stack COMPLETE {row['stack_complete_s']:6.2f} s | "
                       f"first agent {row['first_checked_in_s']:6.2f} s | all agents {row['all_checked_in_s']:6.2f} s "
                       f"| {row['per_server_s']:5.2f} s/server | delete {row['delete_s']:5.2f} s", flush=True)
     finally:

@@ -236,3 +236,44 @@ def test_vm_config_drive_layout_is_what_firstboot_reads(tmp_path):
     path.write_text(json.dumps(agent))
     s = Settings.load(path)
     assert (s.url, s.server_id, s.token) == ("http://192.168.24.1:9", "sid", "tok")
+
+
+def _firstboot_from(tmp_path, monkeypatch, files: dict[str, bytes]) -> Path:
+    """Run firstboot on a config drive holding `files` (a directory stands for the mount)."""
+    import contextlib
+
+    media = tmp_path / "media"
+    for name, data in files.items():
+        (media / name).parent.mkdir(parents=True, exist_ok=True)
+        (media / name).write_bytes(data)
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    monkeypatch.setattr(deploy, "find_config_drive", lambda: "/dev/sr9")
+    monkeypatch.setattr(deploy, "Mounted", lambda device: contextlib.nullcontext(media))
+    monkeypatch.setattr(deploy.subprocess, "run", lambda *a, **k: None)  # `hostname`
+    assert deploy.firstboot(root) == 0
+    return root
+
+
+def test_firstboot_takes_the_agent_configuration_from_user_data_of_another_nova(tmp_path, monkeypatch):
+    """An openstack server's config drive is written by that cloud's Nova: no vendor data of
+    ours; the agent configuration is the user data, with the server's own user data inside."""
+    agent = {"server_id": "sid", "token": "tok", "url": "http://10.1.2.1:9", "hostname": "inner-0",
+             "user_data": "#!/bin/sh\necho hi\n"}
+    root = _firstboot_from(tmp_path, monkeypatch, {
+        "openstack/latest/meta_data.json": json.dumps({"uuid": "nova-id", "hostname": "inner-0.novalocal"}).encode(),
+        "openstack/latest/vendor_data2.json": json.dumps({"nova": {}}).encode(),
+        "openstack/latest/user_data": json.dumps({"undercloud": agent}).encode()})
+    written = json.loads((root / "etc/undercloud-agent/config.json").read_text())
+    assert written == agent
+    assert oct((root / "etc/undercloud-agent/config.json").stat().st_mode & 0o777) == "0o600"
+    assert (root / "var/lib/undercloud-agent/user_data").read_bytes() == b"#!/bin/sh\necho hi\n"
+    assert (root / "etc/hostname").read_text() == "inner-0\n"
+
+
+def test_firstboot_keeps_user_data_that_is_not_ours_and_writes_no_agent_configuration(tmp_path, monkeypatch):
+    for data in (b"#cloud-config\n{}", b'{"other": 1}', b"\xff\xfe", b'["undercloud"]'):
+        root = _firstboot_from(tmp_path / str(len(data)) / data.hex()[:8], monkeypatch,
+                               {"openstack/latest/user_data": data})
+        assert not (root / "etc/undercloud-agent/config.json").exists()
+        assert (root / "var/lib/undercloud-agent/user_data").read_bytes() == data

@@ -282,6 +282,27 @@ def test_bad_requests_are_refused_before_anything_is_written(uc):
     assert uc.fake.calls == []
 
 
+def test_qualified_hypervisor_types_and_cloud_flavors_are_checked_before_anything_is_written(uc):
+    """`openstack:<cloud>/<flavor>` names a cloud's flavor; a cloud this undercloud does not
+    know, a type that takes no target and one that needs one: one line each, nothing made."""
+    uc.image("overcloud-full", "vm", "qcow2")
+    uc.servers.env.clouds = uc.ctx.clouds
+    base = dict(name="n0", image="overcloud-full", first_boot={}, networks=[{"network": "lab"}])
+    with pytest.raises(UndercloudError) as e:
+        uc.servers.create(id="a", flavor="openstack:nope/m1.small", **base)
+    assert e.value.message == ("cannot realise openstack:nope servers here: no cloud 'nope' "
+                               "(clouds: none; `undercloud cloud add`)")
+    with pytest.raises(NotFound) as e:
+        uc.servers.create(id="a", flavor="container:x/m1", **base)  # not a remote type: an own flavor name
+    assert e.value.message.startswith("no flavor 'container:x/m1' (flavors: ")
+    with pytest.raises(UndercloudError, match="'container:x': container takes nothing after it"):
+        uc.servers.realiser("container:x")
+    with pytest.raises(UndercloudError, match="'openstack': openstack servers name their cloud: openstack:<cloud>"):
+        uc.servers.realiser("openstack")
+    with uc.ctx.store.session() as s:
+        assert s.scalars(select(Server)).all() == []
+
+
 def test_a_full_host_says_so(uc):
     uc.image("overcloud-full", "container", "oci")
     (host,) = [h for h in uc.servers.hosts() if h["hypervisor_type"] == "container"]

@@ -11,6 +11,8 @@ a CD, a bare-metal node as a partition the ramdisk wrote at the end of its disk.
     openstack/latest/network_data.json   links (MACs) and networks (static addresses)
     openstack/latest/user_data           the server's user_data (kept, not run)
     openstack/latest/vendor_data2.json   {"undercloud": agent configuration: url, server_id, token, ...}
+A server of another OpenStack cloud (`openstack:<cloud>`) has the agent configuration as its
+user_data instead, `{"undercloud": {...}}`, since that cloud's Nova writes its own vendor data.
 `firstboot` sets the hostname, the static addresses and writes the agent's configuration,
 before the agent starts (an ExecStartPre of its unit).
 
@@ -196,14 +198,25 @@ def firstboot(root: Path = Path("/")) -> int:
         network = read_json(base / "network_data.json", {}) or {}
         vendor = read_json(base / "vendor_data2.json", {}) or {}
         user_data = (base / "user_data").read_bytes() if (base / "user_data").exists() else None
-    hostname = meta.get("hostname") or meta.get("name")
+    agent = vendor.get("undercloud")
+    if not isinstance(agent, dict) and user_data is not None:
+        # A real Nova passes no vendor data of ours: the agent configuration comes as the
+        # server's user data, {"undercloud": {...}}, with the server's own user data inside.
+        try:
+            agent = json.loads(user_data).get("undercloud")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            agent = None
+        if isinstance(agent, dict):
+            own = agent.get("user_data")
+            user_data = own.encode() if isinstance(own, str) and own else None
+    # The undercloud's name for it first: another Nova's hostname has its domain (.novalocal).
+    hostname = (agent.get("hostname") if isinstance(agent, dict) else None) or meta.get("hostname") or meta.get("name")
     if hostname:
         (root / "etc" / "hostname").write_text(hostname + "\n")
         hosts = root / "etc" / "hosts"
         lines = [x for x in (hosts.read_text().splitlines() if hosts.exists() else []) if "# undercloud" not in x]
         hosts.write_text("\n".join([*lines, f"127.0.1.1 {hostname} # undercloud"]) + "\n")
         subprocess.run(["hostname", hostname], capture_output=True)
-    agent = vendor.get("undercloud")
     if isinstance(agent, dict) and agent.get("server_id"):
         path = root / AGENT_CONFIG.relative_to("/")
         path.parent.mkdir(parents=True, exist_ok=True)

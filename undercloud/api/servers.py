@@ -78,7 +78,7 @@ def make_service(ctx: Context):
     from undercloud.provisioning.servers.service import ServersService
 
     env = Env(home=ctx.home, api_port=ctx.home.api_port(), listen=ctx.listeners.listen,
-              nodes=ctx.nodes, scheduler=ctx.scheduler, images=ctx.images)
+              nodes=ctx.nodes, scheduler=ctx.scheduler, images=ctx.images, clouds=ctx.clouds)
     return ServersService(ctx.store, env)
 
 

@@ -22,8 +22,9 @@ class DeployFailed(UndercloudError):
 def node_targets(hypervisor: str) -> list:
     from undercloud.images import catalog
     from undercloud.orchestration.overcloud.deploy import NODE_IMAGE_TYPES
+    from undercloud.orchestration.overcloud.plan import node_kind
 
-    targets = catalog.targets("overcloud-full", NODE_IMAGE_TYPES[hypervisor])
+    targets = catalog.targets("overcloud-full", NODE_IMAGE_TYPES[node_kind(hypervisor)])
     if hypervisor == "baremetal":
         targets += catalog.targets("deploy-ramdisk")
     return targets
@@ -58,15 +59,34 @@ def build_images(client: Client, hypervisor: str, library, current: dict | None 
     return od.image_parameters(library, records, hypervisor), records
 
 
-def virtual_ip_parameters(client: Client, stack: str, hypervisor: str) -> dict:
+def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:
     """PublicVirtualIP (an address the nodes' network keeps for VIPs, the same at every
     deploy of the stack; keepalived holds it on the haproxy nodes) and keepalived's
-    virtual_router_id. An environment may set both."""
+    virtual_router_id. An environment may set both. Where the nodes have a port on the lab
+    bridge without an address (container nodes), Neutron's flat provider network
+    `datacentre` is bridged to it: the overcloud's instances can then be on the lab network.
+    Servers of another cloud: none of these (the first haproxy node's address serves)."""
     from undercloud.orchestration.overcloud import addresses
+    from undercloud.orchestration.overcloud.plan import node_cloud
 
+    if node_cloud(hypervisor):
+        return {}
     net = client.get(f"/v1/hypervisors/{hypervisor}/network")
     vip = addresses.choose_virtual_ip(client.home.path, stack, net.get("virtual_ips") or [])
-    return {"PublicVirtualIP": vip, "KeepalivedVirtualRouterId": addresses.virtual_router_id(client.home.instance, vip)}
+    params = {"PublicVirtualIP": vip,
+              "KeepalivedVirtualRouterId": addresses.virtual_router_id(client.home.instance, vip)}
+    if net.get("provider_interface"):
+        params["NeutronPhysicalInterfaceMappings"] = [f"datacentre:{net['provider_interface']}"]
+    return params
+
+
+def check_hypervisor(_ctx, _param, value: str) -> str:
+    from undercloud.orchestration.overcloud.plan import HYPERVISOR_FLAVORS, node_cloud
+
+    if value in HYPERVISOR_FLAVORS or node_cloud(value):
+        return value
+    raise click.BadParameter(f"{value!r}: one of {', '.join(HYPERVISOR_FLAVORS)}, or openstack:<cloud> "
+                             f"(a cloud of `undercloud cloud list`)")
 
 
 def resources(client: Client, stack: str) -> list[dict]:
@@ -227,8 +247,11 @@ def finish(client: Client, stack: str) -> None:
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
                    "mapping a service to OS::Heat::None...); repeat to merge several, in order.")
-@click.option("--hypervisor", type=click.Choice(["container", "vm", "baremetal"]), default="container",
-              show_default=True, help="How nodes are realised (the flavor of every role).")
+@click.option("--hypervisor", default="container", show_default=True, callback=check_hypervisor,
+              metavar="container|vm|baremetal|openstack:CLOUD",
+              help="How nodes are realised (the flavor of every role). openstack:CLOUD: servers of "
+                   "that cloud (`undercloud cloud add`), on its network OvercloudNetwork, with its "
+                   "flavor Overcloud<Role>Flavor (default m1.small), both set in an environment.")
 @click.option("--stack", default="overcloud", show_default=True, help="The stack's name.")
 @click.option("--timeout", type=float, default=60, show_default=True, metavar="MINUTES",
               help="Fail what is still in progress after this long.")
@@ -260,6 +283,9 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
       undercloud deploy --roles my_roles.yaml -e counts.yaml   # e.g. {ComputeCount: 2}
       undercloud deploy -e one-compute.yaml --yes   # scale in, deleting the removed node's instances
       openstack --os-cloud overcloud server list   # with OS_CLIENT_CONFIG_FILE=<path shown>
+      undercloud deploy --hypervisor openstack:host --stack inner -e inner.yaml
+          # nodes are servers of cloud `host`; inner.yaml: {parameter_defaults:
+          #   {OvercloudNetwork: lab, OvercloudControllerFlavor: m1.small, ...}}
     """
     from undercloud.orchestration.overcloud import deployed
     from undercloud.orchestration.overcloud import plan as op
@@ -279,6 +305,11 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         if not e.is_file():
             raise UndercloudError("environment file not found", str(e))
     library = op.resolve(role_list, op.environments_for(example, env_paths))
+    if op.node_cloud(hypervisor):
+        try:
+            client.get(f"/v1/clouds/{op.node_cloud(hypervisor)}")  # known here, before any work
+        except NotFound as exc:
+            raise UndercloudError(exc.message, f"--hypervisor {hypervisor}") from None
     note(f"images: building what is missing for {hypervisor} nodes")
     current_set = deployed.load(home, stack).get("current")
     images, records = build_images(client, hypervisor, library, current_set)
@@ -287,7 +318,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     images.update(deployed.override_parameters(images, overrides, list(overrides)))
     if "ServiceImageSources" in images:
         images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
-    images.update(virtual_ip_parameters(client, stack, hypervisor))
+    images.update(network_parameters(client, stack, hypervisor))
     plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
     secrets = load_secrets(home, stack)

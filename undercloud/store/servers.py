@@ -42,7 +42,7 @@ class Server(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     name: Mapped[str] = mapped_column(String(255), index=True)
-    hypervisor_type: Mapped[str] = mapped_column(String(32))
+    hypervisor_type: Mapped[str] = mapped_column(String(300))  # container, vm, baremetal, openstack:<cloud>
     flavor: Mapped[dict] = mapped_column()  # the flavor as it was at create (Nova keeps a copy too)
     image_id: Mapped[str] = mapped_column(String(36))
     image_name: Mapped[str] = mapped_column(String(255))

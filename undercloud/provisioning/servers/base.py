@@ -66,6 +66,7 @@ class Env:
     nodes: Any = None              # provisioning.nodes.NodeService (bare metal)
     scheduler: Any = None          # provisioning.scheduler.Scheduler (bare metal)
     images: Any = None             # images.store.ImageStore (image content by checksum)
+    clouds: Any = None             # provisioning.clouds.Clouds (openstack servers)
 
 
 @dataclass
@@ -106,9 +107,20 @@ class Realiser:
     can_rebuild: ClassVar[bool] = False           # rebuild in place (else an image change replaces)
     uses_nodes: ClassVar[bool] = False            # True: placed on a scheduled node, not a host
     build_timeout: ClassVar[float] = 300.0        # seconds from create to ACTIVE
+    remote: ClassVar[bool] = False                # True: another cloud places it (no host here)
+    image_hypervisor_type: ClassVar[str] = ""     # the images it runs, when not its own type's
 
     def __init__(self, env: Env):
-        self.env = env
+        self.env = env  # remote realisers also take the target: openstack:<cloud> -> (env, cloud)
+
+    def flavor(self, name: str) -> dict:
+        """A flavor of the place servers go (remote realisers: the cloud's own)."""
+        raise RealiserError(f"{self.hypervisor_type} servers use the undercloud's flavors")
+
+    def check_networks(self, networks: list | None) -> list[dict]:
+        """The requested networks, checked against the cloud's (remote realisers only: the
+        servers service checks the lab network of the others)."""
+        raise RealiserError(f"{self.hypervisor_type} servers join the lab network")
 
     def available(self) -> str | None:
         """None when this host can realise servers of this type, else the reason."""

@@ -14,6 +14,9 @@
   going with the containers). Address and port are derived from the home: they stay the
   same across restarts, which is what the agents hold. Containers can reach nothing else
   on the host: the address is on their own bridge only.
+- A second port, `provider`, on the same bridge and without an address (the podman network
+  `<instance>-provider`, IPAM none): an overcloud's Neutron bridges its flat provider
+  network to it, so instances it boots are on the lab network and reach the undercloud.
 - Addresses: the first free one of the subnet, never the gateway nor the ones kept for
   virtual IPs (`base.virtual_ips`: .250-.253, which `network_info()` offers to deploy).
 - cpu/memory limits from the flavor (`--cpus`, `--memory`); where this host's cgroups
@@ -61,6 +64,7 @@ FIRST_BOOT = ("ud=/etc/undercloud-agent/user-data; done=/var/lib/undercloud-agen
 NETWORKS_DIR = Path("/etc/containers/networks")  # netavark network configs (root podman)
 HOST_SOCKET = Path("/run/podman/podman.sock")      # the host's podman API, when its service runs
 LIMIT_ERRORS = ("cgroup", "cpu", "memory", "quota")
+PROVIDER_INTERFACE = "provider"  # each node's address-less port on the lab bridge
 
 
 def _label(spec: Spec) -> str:
@@ -78,6 +82,9 @@ class ContainerRealiser(Realiser):
         self.instance = env.home.instance
         self.network = f"{self.instance}-lab"
         self.bridge = f"{self.instance}-br"  # at most 15 characters (IFNAMSIZ)
+        # A second port of every node on the same bridge, without an address: what an
+        # overcloud's Neutron bridges its flat provider network to (PROVIDER_INTERFACE).
+        self.provider = f"{self.instance}-provider"
         self._lock = threading.Lock()
         self._creating = 0  # creates in flight: the network must not be removed under them
         self._net_info: dict | None = None
@@ -110,7 +117,8 @@ class ContainerRealiser(Realiser):
 
         Once known in this process only the bridge address is re-asserted (one `ip` call):
         netavark removes the bridge with the last container and makes it afresh."""
-        if self._net_info is not None and (NETWORKS_DIR / f"{self.network}.json").exists():
+        if self._net_info is not None and all((NETWORKS_DIR / f"{n}.json").exists()
+                                              for n in (self.network, self.provider)):
             self._bridge_address(self._net_info)
             return self._net_info
         net = self._inspect_network()
@@ -129,10 +137,16 @@ class ContainerRealiser(Realiser):
                     raise RealiserError(f"podman network create {self.network}: {last}")
             else:
                 raise RealiserError(f"no free /24 subnet for {self.network}: {last}")
-            self._name_bridge()
+            self._name_bridge(self.network)
             net = self._inspect_network()
             if net is None:
                 raise RealiserError(f"podman network {self.network} vanished after create")
+        if hp.podman("network", "exists", self.provider, check=False).returncode != 0:
+            proc = hp.podman("network", "create", "--internal", "--disable-dns", "--ipam-driver", "none",
+                             "--label", f"undercloud.instance={self.instance}", self.provider, check=False)
+            if proc.returncode != 0 and hp.podman("network", "exists", self.provider, check=False).returncode:
+                raise RealiserError(f"podman network create {self.provider}: {proc.stderr.strip()}")
+            self._name_bridge(self.provider)
         subnet = net["subnets"][0]
         # Internal networks have no gateway in their config: the undercloud takes the first address.
         gateway = subnet.get("gateway") or str(next(ipaddress.ip_network(subnet["subnet"]).hosts()))
@@ -152,9 +166,9 @@ class ContainerRealiser(Realiser):
         data = json.loads(proc.stdout)
         return data[0] if data else None
 
-    def _name_bridge(self) -> None:
+    def _name_bridge(self, network: str) -> None:
         """Give the network our bridge name (podman 4.3's CLI cannot): netavark reads it here."""
-        path = NETWORKS_DIR / f"{self.network}.json"
+        path = NETWORKS_DIR / f"{network}.json"
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
@@ -181,7 +195,7 @@ class ContainerRealiser(Realiser):
     def network_info(self) -> dict:
         with self._lock:
             info = self._network()
-        return {**info, "virtual_ips": virtual_ips(info["subnet"])}
+        return {**info, "virtual_ips": virtual_ips(info["subnet"]), "provider_interface": PROVIDER_INTERFACE}
 
     def startup(self) -> None:
         with self._lock:
@@ -198,9 +212,10 @@ class ContainerRealiser(Realiser):
                 return []
             removed = []
             self._net_info = None
-            if self._inspect_network() is not None:
-                hp.podman("network", "rm", "-f", self.network, check=False)
-                removed.append(self.network)
+            for network in (self.network, self.provider):
+                if hp.podman("network", "exists", network, check=False).returncode == 0:
+                    hp.podman("network", "rm", "-f", network, check=False)
+                    removed.append(network)
             if run(["ip", "link", "show", self.bridge], check=False).returncode == 0:
                 run(["ip", "link", "del", self.bridge], check=False)
                 removed.append(self.bridge)
@@ -243,11 +258,13 @@ class ContainerRealiser(Realiser):
         args = ["run", "-d", "--name", name, "--hostname", spec.name,
                 "--label", f"undercloud.instance={self.instance}", "--label", _label(spec),
                 "--label", f"undercloud.server_name={spec.name}",
-                "--network", self.network, "--stop-signal", "SIGINT", "--stop-timeout", "5",
+                "--network", f"{self.network}:ip={spec.state['ip']}",
+                "--network", f"{self.provider}:interface_name={PROVIDER_INTERFACE}",
+                "--stop-signal", "SIGINT", "--stop-timeout", "5",
                 "-v", f"{spec.state['first_boot']}:{CONFIG_DIR}:ro",
                 "-e", f"UNDERCLOUD_AGENT_CONFIG={CONFIG_DIR}/config.json",
                 "-e", f"UNDERCLOUD_NODE_NETNS=container:{name}"]
-        args += ["--ip", spec.state["ip"], "--label", f"undercloud.ip={spec.state['ip']}"]
+        args += ["--label", f"undercloud.ip={spec.state['ip']}"]
         if limits:
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
         for vol in spec.volumes:

@@ -85,16 +85,40 @@ class ServersService:
 
     # ---- realisers -----------------------------------------------------------------
     def realiser(self, ht: str) -> Realiser:
+        """The realiser of hypervisor type `ht`: `container`, or qualified: `openstack:<cloud>`."""
         with self._lock:
             r = self._realisers.get(ht)
             if r is None:
-                cls = base.realisers().get(ht)
+                kind, _, target = ht.partition(":")
+                cls = base.realisers().get(kind)
                 if cls is None:
                     raise UndercloudError(f"servers of hypervisor_type {ht!r} cannot be realised by this "
                                           f"undercloud (realisers: {', '.join(sorted(base.realisers())) or 'none'})",
                                           "flavor")
-                r = self._realisers[ht] = cls(self.env)
+                if bool(target) != cls.remote:  # openstack:<cloud>; container alone
+                    raise UndercloudError(f"hypervisor_type {ht!r}: " + (f"{kind} servers name their cloud: "
+                                          f"{kind}:<cloud>" if cls.remote else f"{kind} takes nothing after it"),
+                                          "flavor")
+                r = self._realisers[ht] = cls(self.env, target) if target else cls(self.env)
         return r
+
+    def _flavor(self, ref: str) -> tuple[dict, str, Realiser]:
+        """(flavor, hypervisor type, realiser) of a flavor reference: a flavor of this
+        undercloud, or `<type>:<target>/<flavor>`, a flavor of a remote realiser's cloud
+        (`openstack:<cloud>/m1.small`)."""
+        kind, sep, rest = ref.partition(":")
+        cls = base.realisers().get(kind) if sep and "/" in rest else None
+        if cls is None or not cls.remote:
+            fl = self.flavors.get(ref)
+            ht = hypervisor_type(fl["properties"])
+            return fl, ht, self.realiser(ht)
+        ht, _, name = ref.partition("/")
+        realiser = self.realiser(ht)
+        self._check_available(ht, realiser)
+        try:
+            return realiser.flavor(name), ht, realiser
+        except base.RealiserError as exc:
+            raise NotFound(str(exc), "flavor") from None
 
     def _check_available(self, ht: str, realiser: Realiser) -> None:
         """`realiser.available()` (e.g. `podman info`, 0.3 s) at most once a minute once it said yes."""
@@ -243,12 +267,16 @@ class ServersService:
         if not name or not NAME.match(name):
             raise InvalidInput(f"{name!r} is not a valid host name (letters, digits, '-', '.'; at most 63)",
                                "name")
-        fl = self.flavors.get(flavor)
-        ht = hypervisor_type(fl["properties"])
-        realiser = self.realiser(ht)
+        fl, ht, realiser = self._flavor(flavor)
         self._check_available(ht, realiser)
-        img = self.choose_image(image, ht, fl["name"], realiser.disk_formats)
-        nets = self.check_networks(networks)
+        img = self.choose_image(image, realiser.image_hypervisor_type or ht, fl["name"], realiser.disk_formats)
+        if realiser.remote:
+            try:
+                nets = realiser.check_networks(networks)
+            except base.RealiserError as exc:
+                raise InvalidInput(str(exc), "networks") from None
+        else:
+            nets = self.check_networks(networks)
         vols = self.check_volumes(volumes)
         node = None
         if realiser.uses_nodes:
@@ -256,7 +284,7 @@ class ServersService:
         with self._lock:
             try:
                 with self.store.session() as s:
-                    host = None if realiser.uses_nodes else self._place(s, fl, ht)
+                    host = None if realiser.uses_nodes or realiser.remote else self._place(s, fl, ht)
                     row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, vcpus=fl["vcpus"], ram=fl["ram"],
                                  disk=fl["disk"], image_id=img["id"],
                                  image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
