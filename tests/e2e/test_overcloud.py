@@ -444,47 +444,50 @@ def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
     ok_json(clouds, "flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10")
     ports_before = {p["ID"] for p in ok_json(clouds, "port", "list")}
 
-    roles, env = work / "inner-roles.yaml", work / "inner.yaml"
-    roles.write_text(INNER_ROLES)
-    env.write_text("parameter_defaults: {OvercloudNetwork: lab, OvercloudControllerFlavor: m1.small}\n")
-    start = time.monotonic()
-    r = deploy("--hypervisor", "openstack:host", "--stack", "inner", "--roles", str(roles), "-e", str(env))
-    seconds = time.monotonic() - start
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert "step 2 on Controller: healthy on every node" in r.stderr, r.stderr[-3000:]
-    node = ok_json(clouds, "server", "show", "inner-controller-0")
-    assert node["status"] == "ACTIVE" and "m1.small" in str(node["flavor"]), node
-    (address,) = node["addresses"]["lab"]
-    assert address.startswith(prefix + ".2")  # the provider network's pool
-    (image,) = [i for i in ok_json(clouds, "image", "list") if i["Name"].startswith("overcloud-full-")]
-    shown = json.loads(run_cli("server", "show", "inner-controller-0", "-f", "json").stdout)
-    assert shown["hypervisor_type"] == "openstack:host" and shown["addresses"] == {"lab": [address]}
-    status = json.loads(run_cli("overcloud", "status", "--stack", "inner", "-f", "json").stdout)
-    assert {(x["service"], x["health"]) for x in status} == {("haproxy", "healthy"), ("memcached", "healthy")}
-    print(f"quintupleo: inner overcloud (1 node, haproxy + memcached) deployed in {seconds:.0f} s")
+    try:
+        roles, env = work / "inner-roles.yaml", work / "inner.yaml"
+        roles.write_text(INNER_ROLES)
+        env.write_text("parameter_defaults: {OvercloudNetwork: lab, OvercloudControllerFlavor: m1.small}\n")
+        start = time.monotonic()
+        r = deploy("--hypervisor", "openstack:host", "--stack", "inner", "--roles", str(roles), "-e", str(env))
+        seconds = time.monotonic() - start
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert "step 2 on Controller: healthy on every node" in r.stderr, r.stderr[-3000:]
+        node = ok_json(clouds, "server", "show", "inner-controller-0")
+        assert node["status"] == "ACTIVE" and "m1.small" in str(node["flavor"]), node
+        (address,) = node["addresses"]["lab"]
+        assert address.startswith(prefix + ".2")  # the provider network's pool
+        (image,) = [i for i in ok_json(clouds, "image", "list") if i["Name"].startswith("overcloud-full-")]
+        shown = json.loads(run_cli("server", "show", "inner-controller-0", "-f", "json").stdout)
+        assert shown["hypervisor_type"] == "openstack:host" and shown["addresses"] == {"lab": [address]}
+        status = json.loads(run_cli("overcloud", "status", "--stack", "inner", "-f", "json").stdout)
+        assert {(x["service"], x["health"]) for x in status} == {("haproxy", "healthy"), ("memcached", "healthy")}
+        print(f"quintupleo: inner overcloud (1 node, haproxy + memcached) deployed in {seconds:.0f} s")
 
-    # Bad references: one line each, nothing made here or there.
-    bad = work / "bad-node.yaml"
-    ports_with_node = {p["ID"] for p in ok_json(clouds, "port", "list")}
-    for flavor, network, words in (
-            ("openstack:nope/m1.small", "lab", "cannot realise openstack:nope servers here: no cloud 'nope' "
-                                               "(clouds: host; `undercloud cloud add`)"),
-            ("openstack:host/m9.huge", "lab", "cloud host has no flavor 'm9.huge' (flavors: m1.small, tiny)"),
-            ("openstack:host/m1.small", "nowhere", "cloud host has no network 'nowhere' (networks: lab, net1)")):
-        bad.write_text("heat_template_version: wallaby\nresources:\n  node:\n    type: OS::Nova::Server\n"
-                       f"    properties: {{flavor: '{flavor}', image: overcloud-full, networks: [{{network: {network}}}]}}\n")
-        r = run_cli("stack", "create", "bad", "-t", str(bad), "--wait")
-        assert r.returncode != 0 and words in r.stderr.strip().splitlines()[-1], r.stderr
-        assert "Traceback" not in r.stderr
-        assert run_cli("stack", "delete", "bad", "--wait").returncode == 0
-    assert "bad" not in run_cli("server", "list").stdout
-    assert sorted(s["Name"] for s in ok_json(clouds, "server", "list")) == ["inner-controller-0", "vm1"]
-    assert {p["ID"] for p in ok_json(clouds, "port", "list")} == ports_with_node
-    r = deploy("--hypervisor", "openstack:nope", "--stack", "inner")
-    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
-        "error: --hypervisor openstack:nope: no cloud 'nope' (clouds: host; `undercloud cloud add`)"), r.stderr
+        # Bad references: one line each, nothing made here or there.
+        bad = work / "bad-node.yaml"
+        ports_with_node = {p["ID"] for p in ok_json(clouds, "port", "list")}
+        for flavor, network, words in (
+                ("openstack:nope/m1.small", "lab", "cannot realise openstack:nope servers here: no cloud 'nope' "
+                                                   "(clouds: host; `undercloud cloud add`)"),
+                ("openstack:host/m9.huge", "lab", "cloud host has no flavor 'm9.huge' (flavors: m1.small, tiny)"),
+                ("openstack:host/m1.small", "nowhere", "cloud host has no network 'nowhere' (networks: lab, net1)")):
+            bad.write_text("heat_template_version: wallaby\nresources:\n  node:\n    type: OS::Nova::Server\n"
+                           f"    properties: {{flavor: '{flavor}', image: overcloud-full, networks: [{{network: {network}}}]}}\n")
+            r = run_cli("stack", "create", "bad", "-t", str(bad), "--wait")
+            assert r.returncode != 0 and words in r.stderr.strip().splitlines()[-1], r.stderr
+            assert "Traceback" not in r.stderr
+            assert run_cli("stack", "delete", "bad", "--wait").returncode == 0
+        assert "bad" not in run_cli("server", "list").stdout
+        assert sorted(s["Name"] for s in ok_json(clouds, "server", "list")) == ["inner-controller-0", "vm1"]
+        assert {p["ID"] for p in ok_json(clouds, "port", "list")} == ports_with_node
+        r = deploy("--hypervisor", "openstack:nope", "--stack", "inner")
+        assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+            "error: --hypervisor openstack:nope: no cloud 'nope' (clouds: host; `undercloud cloud add`)"), r.stderr
 
-    r = run_cli("overcloud", "delete", "--stack", "inner", "--yes", timeout=900)
+    finally:  # the checks after this one run on the same overcloud: leave it as it was
+        r = run_cli("overcloud", "delete", "--stack", "inner", "--yes", timeout=900)
+        run_cli("stack", "delete", "bad", "--wait")
     assert r.returncode == 0, r.stderr
     assert [s["Name"] for s in ok_json(clouds, "server", "list")] == ["vm1"]
     assert {p["ID"] for p in ok_json(clouds, "port", "list")} == ports_before

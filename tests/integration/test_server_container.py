@@ -76,7 +76,7 @@ def leftovers(instance: str) -> dict:
     return {
         "containers": podman("ps", "-a", "-q", "--filter", label).stdout.split(),
         "volumes": podman("volume", "ls", "-q", "--filter", label).stdout.split(),
-        "network": podman("network", "exists", f"{instance}-lab").returncode == 0,
+        "network": podman("network", "ls", "-q", "--filter", label).stdout.split() != [],  # lab and provider
         "bridge": subprocess.run(["ip", "link", "show", f"{instance}-br"], capture_output=True).returncode == 0,
     }
 
@@ -102,7 +102,8 @@ def uc(uc_home):
             podman("rm", "-f", "-t", "0", c)
         for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
             podman("volume", "rm", "-f", v)
-        podman("network", "rm", "-f", f"{instance}-lab")
+        for n in podman("network", "ls", "-q", "--filter", label).stdout.split():  # lab and provider
+            podman("network", "rm", "-f", n)
         subprocess.run(["ip", "link", "del", f"{instance}-br"], capture_output=True)
 
 
@@ -299,7 +300,8 @@ def test_two_undercloud_homes_run_servers_of_the_same_name_side_by_side(uc, tmp_
             podman("rm", "-f", "-t", "0", c)
         for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
             podman("volume", "rm", "-f", v)
-        podman("network", "rm", "-f", f"{other.instance}-lab")
+        for n in podman("network", "ls", "-q", "--filter", label).stdout.split():  # lab and provider
+            podman("network", "rm", "-f", n)
         subprocess.run(["ip", "link", "del", f"{other.instance}-br"], capture_output=True)
 
 

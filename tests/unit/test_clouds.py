@@ -113,6 +113,27 @@ def test_add_list_show_remove_with_secrets_masked_and_encrypted(uc_home, tmp_pat
     assert "no cloud 'lab'" in one_error(run_cli("cloud", "show", "lab"))
 
 
+def test_a_cloud_its_servers_use_cannot_be_removed(tmp_path, keystone):
+    from undercloud.api.context import Context
+    from undercloud.config import Home
+    from undercloud.errors import Conflict
+    from undercloud.store.servers import Server
+
+    ctx = Context(Home(tmp_path / "home"))
+    entry = yaml.safe_load(open(clouds_yaml(tmp_path / "clouds.yaml", keystone)))["clouds"]["host"]
+    ctx.clouds.add("lab", entry)
+    with ctx.store.session() as s:
+        s.add(Server(id="s1", name="inner-0", hypervisor_type="openstack:lab", flavor={}, image_id="i",
+                     image_name="overcloud-full", status="ACTIVE"))
+    with pytest.raises(Conflict) as e:
+        ctx.clouds.remove("lab")
+    assert e.value.message == "cloud lab has 1 server(s) of this undercloud: inner-0 (delete their stacks first)"
+    assert [c["name"] for c in ctx.clouds.list()] == ["lab"]
+    with ctx.store.session() as s:
+        s.delete(s.get(Server, "s1"))
+    assert ctx.clouds.remove("lab")["removed"] is True
+
+
 def test_refused_unreachable_or_without_compute_stores_nothing(uc_home, tmp_path, keystone):
     r = run_cli("cloud", "add", "host", "--clouds-yaml", clouds_yaml(tmp_path / "bad.yaml", keystone, "wrong-pw"))
     line = one_error(r)

@@ -130,10 +130,18 @@ class Clouds:
         return out
 
     def remove(self, name: str) -> dict:
+        from undercloud.store.servers import Server
+
         with self.store.session() as s:
             c = s.get(Cloud, name)
             if c is None:
                 raise NotFound(f"no cloud {name!r}", "cloud")
+            used = s.scalars(select(Server.name).where(Server.hypervisor_type == f"openstack:{name}")
+                             .order_by(Server.name)).all()
+            if used:  # they could no longer be reached to delete them
+                raise Conflict(f"cloud {name} has {len(used)} server(s) of this undercloud: "
+                               f"{', '.join(used[:5])}{', ...' if len(used) > 5 else ''} (delete their stacks first)",
+                               "cloud")
             s.delete(c)
         log.info("cloud %s removed", name)
         return {"name": name, "removed": True}

@@ -48,6 +48,7 @@ from undercloud.provisioning.servers.base import (
 log = logging.getLogger("undercloud.servers.openstack")
 SHA_PROPERTY = "undercloud_sha256"
 SERVER_KEY = "undercloud_server"
+SHUTDOWN_GRACE = 20  # seconds
 _uploads: dict[tuple[str, str], threading.Lock] = {}  # (cloud, sha256) -> one upload at a time
 _uploads_lock = threading.Lock()
 
@@ -171,7 +172,8 @@ class OpenStackRealiser(Realiser):
             t0 = time.monotonic()
             img = self._call(f"upload of {name}", conn.create_image, name, filename=str(spec.image_path),
                              disk_format="qcow2", container_format="bare", wait=True, timeout=1800,
-                             **{SHA_PROPERTY: sha})
+                             # power off: Nova's ACPI grace before it pulls the plug (as the vm realiser)
+                             os_shutdown_timeout=str(SHUTDOWN_GRACE), **{SHA_PROPERTY: sha})
             log.info("cloud %s: uploaded %s as %s in %.1f s", self.cloud, name, img.id, time.monotonic() - t0)
             return img.id
 
