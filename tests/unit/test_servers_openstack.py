@@ -1,0 +1,206 @@
+"""Servers of another OpenStack cloud (provisioning/servers/openstack.py) through the real
+servers service, engine-free, against an in-memory cloud that answers the openstacksdk
+calls the realiser makes. The real proof is the e2e on the overcloud's own Nova
+(tests/e2e/test_overcloud.py: test_quintupleo_...); these pin the realiser's own logic: the
+image uploaded once per content, a resumed create that finds its server, statuses and
+faults, one-line errors, nothing written for a bad request."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import select
+
+from undercloud.api.context import Context
+from undercloud.config import Home
+from undercloud.errors import InvalidInput, NotFound, UndercloudError
+from undercloud.provisioning.servers.base import Env
+from undercloud.provisioning.servers.openstack import OpenStackRealiser, flavor_reference
+from undercloud.provisioning.servers.service import ServersService
+from undercloud.store.clouds import Cloud
+from undercloud.store.servers import Server
+
+
+class FakeCloud:
+    """Nova, Glance and Neutron in memory, as the realiser calls them."""
+
+    def __init__(self):
+        self.flavors = {"m1.small": SimpleNamespace(id="f-1", name="m1.small", vcpus=1, ram=1024, disk=10)}
+        self.nets = {"lab": SimpleNamespace(id="net-1", name="lab")}
+        self.imgs: dict[str, SimpleNamespace] = {}
+        self.srvs: dict[str, SimpleNamespace] = {}
+        self.uploads: list[dict] = []
+        self.fail: dict[str, Exception] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.compute = SimpleNamespace(
+            find_flavor=lambda name, ignore_missing: self.flavors.get(name),
+            flavors=lambda: list(self.flavors.values()),
+            find_server=lambda ref, ignore_missing: self.srvs.get(ref),
+            servers=lambda name: [s for s in list(self.srvs.values()) if s.name == name.strip("^$").replace("\\", "")],
+            create_server=self._create_server, delete_server=self._delete_server,
+            start_server=lambda s: setattr(s, "status", "ACTIVE"), stop_server=lambda s: setattr(s, "status", "SHUTOFF"),
+            wait_for_server=lambda s, status, wait: s,
+            get_server_console_output=lambda s, length: {"output": "login:\n"})
+        self.image = SimpleNamespace(images=lambda name: [i for i in self.imgs.values() if i.name == name])
+        self.network = SimpleNamespace(find_network=lambda ref, ignore_missing: self.nets.get(ref),
+                                       networks=lambda: list(self.nets.values()))
+
+    def _check(self, op: str) -> None:
+        if op in self.fail:
+            raise self.fail[op]
+
+    def create_image(self, name, filename, disk_format, container_format, wait, timeout, **props):
+        self._check("upload")
+        time.sleep(0.2)  # an upload takes a while: a second create meanwhile must wait for it
+        with self._lock:
+            img = SimpleNamespace(id=f"img-{next(self._ids)}", name=name, status="active", properties=props)
+            self.imgs[img.id] = img
+            self.uploads.append({"name": name, "file": filename, "disk_format": disk_format, **props})
+        return img
+
+    def _create_server(self, name, image_id, flavor_id, networks, config_drive, user_data, metadata):
+        self._check("create")
+        with self._lock:
+            srv = SimpleNamespace(id=f"nova-{next(self._ids)}", name=name, status="BUILD", task_state="spawning",
+                                  metadata=metadata, addresses={}, fault=None, image_id=image_id, flavor_id=flavor_id,
+                                  networks=networks, config_drive=config_drive, user_data=user_data)
+            self.srvs[srv.id] = srv
+        return srv
+
+    def _delete_server(self, srv, ignore_missing):
+        self.srvs.pop(srv.id, None)
+
+    def boot(self, srv, address="10.9.0.201"):
+        srv.status, srv.task_state, srv.addresses = "ACTIVE", None, {"lab": [{"addr": address, "version": 4}]}
+
+
+class UC:
+    def __init__(self, tmp_path):
+        self.ctx = Context(Home(tmp_path / "home"))
+        env = Env(home=self.ctx.home, api_port=8, images=self.ctx.images, clouds=self.ctx.clouds)
+        self.cloud = FakeCloud()
+        self.realiser = OpenStackRealiser(env, "lab")
+        self.realiser._conn = self.cloud  # what connect() would make
+        self.servers = ServersService(self.ctx.store, env, realisers={"openstack:lab": self.realiser})
+        with self.ctx.store.session() as s:
+            s.add(Cloud(name="lab", config={"auth": {"auth_url": "http://127.0.0.1:5000/v3", "password": "pw"}},
+                        source="test", created_at=0.0))
+        content = b"qcow2 node image"
+        self.sha = hashlib.sha256(content).hexdigest()
+        self.ctx.images.put_blob([content], self.sha, len(content))
+        self.image = self.ctx.images.register([{"name": "overcloud-full", "disk_format": "qcow2", "sha256": self.sha,
+                                                "properties": {"hypervisor_type": "vm"}}])[0]
+
+    def create(self, id="s1", name="inner-0", flavor="openstack:lab/m1.small", networks=None, **kw):
+        return self.servers.create(id=id, name=name, flavor=flavor, image="overcloud-full",
+                                   first_boot={"token": f"tok-{id}", "user_data": "#!/bin/sh\n"},
+                                   networks=networks if networks is not None else [{"network": "lab"}], **kw)
+
+
+@pytest.fixture
+def uc(tmp_path):
+    return UC(tmp_path)
+
+
+def test_flavor_references_name_a_cloud():
+    assert flavor_reference("openstack:lab/m1.small") == ("openstack:lab", "m1.small")
+    assert flavor_reference("openstack:my.cloud/a/b") == ("openstack:my.cloud", "a/b")
+    assert flavor_reference("m1.small") is None and flavor_reference("container") is None
+
+
+def test_a_server_of_the_cloud_from_create_to_delete(uc):
+    srv = uc.create(metadata={"role": "Controller"})
+    assert (srv["status"], srv["hypervisor_type"], srv["host"]) == ("BUILD", "openstack:lab", None)
+    assert (srv["flavor"], srv["flavor_detail"]["ram"], srv["networks"]) == (
+        "m1.small", 1024, [{"network": "lab", "network_id": "net-1", "fixed_ip": None}])
+    (nova,) = uc.cloud.srvs.values()
+    assert (nova.name, nova.flavor_id, nova.networks, nova.config_drive) == ("inner-0", "f-1", [{"uuid": "net-1"}], True)
+    assert nova.metadata["undercloud_server"] == "s1"
+    agent = json.loads(base64.b64decode(nova.user_data))["undercloud"]
+    assert (agent["server_id"], agent["token"], agent["hostname"], agent["user_data"]) == (
+        "s1", "tok-s1", "inner-0", "#!/bin/sh\n")
+    assert agent["url"] == "http://127.0.0.1:8"  # this host's address on its route to the cloud's auth host
+    (upload,) = uc.cloud.uploads
+    assert upload == {"name": f"overcloud-full-{uc.sha[:12]}", "file": str(uc.ctx.images.blob_path(uc.sha)),
+                      "disk_format": "qcow2", "undercloud_sha256": uc.sha, "os_shutdown_timeout": "20"}
+    assert nova.image_id == next(iter(uc.cloud.imgs))
+    assert uc.servers.refresh("s1")["status"] == "BUILD"
+    uc.cloud.boot(nova)
+    shown = uc.servers.refresh("s1")
+    assert (shown["status"], shown["addresses"], shown["instance_name"]) == ("ACTIVE", {"lab": ["10.9.0.201"]},
+                                                                            f"lab:{nova.id}")
+    assert uc.servers.power("s1", False)["status"] == "SHUTOFF"
+    assert uc.servers.power("s1", True)["status"] == "ACTIVE"
+    assert uc.servers.console("s1") == "login:\n"
+    uc.servers.delete("s1")
+    assert uc.cloud.srvs == {} and not uc.servers.exists("s1")
+    assert len(uc.cloud.imgs) == 1  # the cloud's copy of the image stays: a cache
+
+
+def test_the_image_goes_up_once_for_servers_made_at_once(uc):
+    threads = [threading.Thread(target=uc.create, kwargs={"id": f"s{i}", "name": f"inner-{i}"}) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(uc.cloud.uploads) == 1 and len(uc.cloud.srvs) == 3
+    assert {s.image_id for s in uc.cloud.srvs.values()} == set(uc.cloud.imgs)
+    uc.create(id="s9", name="inner-9")  # and not again later
+    assert len(uc.cloud.uploads) == 1
+
+
+def test_a_resumed_create_finds_the_server_nova_made(uc):
+    """The service died after Nova made the server but before it kept its id: the repeated
+    create finds it by its metadata and makes no second one."""
+    uc.create()
+    (nova,) = uc.cloud.srvs.values()
+    with uc.ctx.store.session() as s:
+        row = s.get(Server, "s1")
+        row.state = {}
+    uc.servers.resume("s1")
+    assert list(uc.cloud.srvs) == [nova.id]
+    with uc.ctx.store.session() as s:
+        assert s.get(Server, "s1").state["server"] == nova.id
+
+
+def test_nova_faults_and_refusals_become_the_servers_fault_in_one_line(uc):
+    uc.create()
+    (nova,) = uc.cloud.srvs.values()
+    nova.status, nova.fault = "ERROR", {"message": "No valid host was found. There are not enough hosts available."}
+    shown = uc.servers.refresh("s1")
+    assert (shown["status"], shown["fault"]) == (
+        "ERROR", f"cloud lab: server {nova.id} in ERROR: No valid host was found. There are not enough hosts available.")
+    uc.cloud.fail["create"] = RuntimeError("HttpException: 403: Quota exceeded for instances:\nRequested 1")
+    with pytest.raises(UndercloudError) as e:
+        uc.create(id="s2", name="inner-2")
+    assert e.value.message == "server inner-2: spawning failed: cloud lab: server create: HttpException: 403: " \
+                              "Quota exceeded for instances: Requested 1"
+    assert uc.servers.get("s2")["fault"].startswith("spawning: cloud lab: server create: HttpException: 403")
+    uc.cloud.srvs[nova.id].status = "DELETED"  # removed outside the undercloud
+    assert uc.servers.refresh("s1")["fault"] == "the machine is gone (removed outside the undercloud?)"
+
+
+def test_bad_references_write_nothing_and_say_what_the_cloud_has(uc):
+    with pytest.raises(NotFound) as e:
+        uc.create(flavor="openstack:lab/m9.huge")
+    assert e.value.message == "cloud lab has no flavor 'm9.huge' (flavors: m1.small)"
+    with pytest.raises(InvalidInput) as e:
+        uc.create(networks=[{"network": "nowhere"}])
+    assert e.value.message == "cloud lab has no network 'nowhere' (networks: lab)"
+    with pytest.raises(InvalidInput) as e:
+        uc.create(networks=[])
+    assert e.value.message.startswith("servers in cloud lab need a network of it")
+    with pytest.raises(InvalidInput) as e:
+        uc.create(networks=[{"network": "lab", "fixed_ip": "10.9.0.999"}])
+    assert e.value.message == "networks[0].fixed_ip: not an IPv4 address: '10.9.0.999'"
+    with uc.ctx.store.session() as s:
+        assert s.scalars(select(Server)).all() == []
+    assert uc.cloud.srvs == {} and uc.cloud.uploads == []
