@@ -92,8 +92,9 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     assert conf["nova"]["username"] == "nova" and conf["nova"]["password"] == "np"
     assert conf["experimental"]["linuxbridge"] == "true"
     assert ml2["ml2"]["mechanism_drivers"] == "linuxbridge,l2population"
-    assert ml2["ml2"]["type_drivers"] == ml2["ml2"]["tenant_network_types"] == "vxlan"
+    assert ml2["ml2"]["type_drivers"] == "vxlan,flat" and ml2["ml2"]["tenant_network_types"] == "vxlan"
     assert ml2["ml2_type_vxlan"]["vni_ranges"] == "1:1000"
+    assert ml2["ml2_type_flat"]["flat_networks"] == "datacentre"  # provider networks (TripleO's physnet name)
     assert json.loads(files["uc-neutron.json"]) == {"bootstrap_node": "10.0.0.3", "api_port": 19696}
     # another mechanism does not switch the experimental linuxbridge driver on
     other = render("neutron-server", {"NeutronMechanismDrivers": ["openvswitch"]})[0]
@@ -127,6 +128,10 @@ def test_linuxbridge_agent_vxlan_l2pop_iptables_privileged():
     assert pod["spec"]["containers"][0]["securityContext"] == {"privileged": True}
     noop = ini(render("neutron-linuxbridge-agent", {"NeutronFirewallDriver": "noop"})[0]["linuxbridge_agent.ini"])
     assert noop["securitygroup"]["enable_security_group"] == "false"
+    # no provider network unless the nodes have the interface; container nodes: their `provider` port
+    assert lb["linux_bridge"]["physical_interface_mappings"] == ""
+    mapped = render("neutron-linuxbridge-agent", {"NeutronPhysicalInterfaceMappings": ["datacentre:provider"]})[0]
+    assert ini(mapped["linuxbridge_agent.ini"])["linux_bridge"]["physical_interface_mappings"] == "datacentre:provider"
 
 
 def test_dhcp_and_metadata_agents_share_the_state_claim():

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import run_cli
 from undercloud.errors import InvalidInput
@@ -101,6 +102,27 @@ def test_rendered_plan_validates_with_steps_in_order(tmp_path, example, roles, n
     assert plan.services_at(oc.load_roles(oc.roles_file_for(example, None))[0], 3) == ["keystone"]
 
 
+def test_nodes_as_servers_of_a_cloud_name_its_flavor_and_network(tmp_path):
+    """--hypervisor openstack:<cloud>: each role's servers get `openstack:<cloud>/<flavor>`
+    (Overcloud<Role>Flavor, a flavor of that cloud) and the network OvercloudNetwork."""
+    roles = oc.load_roles(oc.roles_file_for("minimal", None))
+    lib = op.resolve(roles, op.environments_for("minimal", []))
+    plan = op.render(tmp_path / "home", "overcloud", roles, lib, images_for(lib), "openstack:my.cloud", "minimal", [])
+    tmpl = loaded(plan, {"OvercloudNetwork": "lab"})
+    assert tmpl.parameters["OvercloudControllerFlavor"].value == "m1.small"
+    node = yaml.safe_load(plan.template.read_text())["resources"]["ControllerServers"]["properties"]["resource_def"]
+    assert node["properties"]["flavor"] == {"list_join": ["", ["openstack:my.cloud/",
+                                                               {"get_param": "OvercloudControllerFlavor"}]]}
+    assert node["properties"]["networks"] == [{"network": {"get_param": "OvercloudNetwork"}}]
+    local = yaml.safe_load(plan_for(tmp_path, "minimal").template.read_text())
+    assert "networks" not in local["resources"]["ControllerServers"]["properties"]["resource_def"]["properties"]
+    assert "OvercloudNetwork" not in local["parameters"]
+    assert (op.node_cloud("openstack:my.cloud"), op.node_kind("openstack:my.cloud")) == ("my.cloud", "vm")
+    assert (op.node_cloud("container"), op.node_kind("baremetal")) == (None, "baremetal")
+    with pytest.raises(InvalidInput, match="unknown hypervisor type 'xen'"):
+        op.render(tmp_path / "home", "overcloud", roles, lib, images_for(lib), "xen", "minimal", [])
+
+
 def test_disabling_a_service_with_os_heat_none(tmp_path):
     env = tmp_path / "no-rabbit.yaml"
     env.write_text("resource_registry:\n  OS::TripleO::Services::RabbitMQ: OS::Heat::None\n")
@@ -149,6 +171,8 @@ def test_clouds_yaml_names_the_cloud_after_the_stack():
     (["--stack", "9lives"], "a stack name starts with a letter"),
     (["--example", "huge"], "Invalid value for '--example'"),
     (["--hypervisor", "kvm"], "Invalid value for '--hypervisor'"),
+    (["--hypervisor", "openstack:"], "Invalid value for '--hypervisor'"),
+    (["--hypervisor", "openstack:nope"], "--hypervisor openstack:nope: no cloud 'nope' (clouds: none"),
 ])
 def test_deploy_bad_input_is_one_line_and_creates_nothing(uc_home, tmp_path, args, message):
     (tmp_path / "bad.yaml").write_text("- name: ctl\n")

@@ -9,77 +9,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
 import json
 import threading
-import time
-from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import select
 
+from tests.openstack_support import FakeCloud
 from undercloud.api.context import Context
 from undercloud.config import Home
 from undercloud.errors import InvalidInput, NotFound, UndercloudError
 from undercloud.provisioning.servers.base import Env
-from undercloud.provisioning.servers.openstack import OpenStackRealiser, flavor_reference
+from undercloud.provisioning.servers.openstack import OpenStackRealiser
 from undercloud.provisioning.servers.service import ServersService
 from undercloud.store.clouds import Cloud
 from undercloud.store.servers import Server
-
-
-class FakeCloud:
-    """Nova, Glance and Neutron in memory, as the realiser calls them."""
-
-    def __init__(self):
-        self.flavors = {"m1.small": SimpleNamespace(id="f-1", name="m1.small", vcpus=1, ram=1024, disk=10)}
-        self.nets = {"lab": SimpleNamespace(id="net-1", name="lab")}
-        self.imgs: dict[str, SimpleNamespace] = {}
-        self.srvs: dict[str, SimpleNamespace] = {}
-        self.uploads: list[dict] = []
-        self.fail: dict[str, Exception] = {}
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self.compute = SimpleNamespace(
-            find_flavor=lambda name, ignore_missing: self.flavors.get(name),
-            flavors=lambda: list(self.flavors.values()),
-            find_server=lambda ref, ignore_missing: self.srvs.get(ref),
-            servers=lambda name: [s for s in list(self.srvs.values()) if s.name == name.strip("^$").replace("\\", "")],
-            create_server=self._create_server, delete_server=self._delete_server,
-            start_server=lambda s: setattr(s, "status", "ACTIVE"), stop_server=lambda s: setattr(s, "status", "SHUTOFF"),
-            wait_for_server=lambda s, status, wait: s,
-            get_server_console_output=lambda s, length: {"output": "login:\n"})
-        self.image = SimpleNamespace(images=lambda name: [i for i in self.imgs.values() if i.name == name])
-        self.network = SimpleNamespace(find_network=lambda ref, ignore_missing: self.nets.get(ref),
-                                       networks=lambda: list(self.nets.values()))
-
-    def _check(self, op: str) -> None:
-        if op in self.fail:
-            raise self.fail[op]
-
-    def create_image(self, name, filename, disk_format, container_format, wait, timeout, **props):
-        self._check("upload")
-        time.sleep(0.2)  # an upload takes a while: a second create meanwhile must wait for it
-        with self._lock:
-            img = SimpleNamespace(id=f"img-{next(self._ids)}", name=name, status="active", properties=props)
-            self.imgs[img.id] = img
-            self.uploads.append({"name": name, "file": filename, "disk_format": disk_format, **props})
-        return img
-
-    def _create_server(self, name, image_id, flavor_id, networks, config_drive, user_data, metadata):
-        self._check("create")
-        with self._lock:
-            srv = SimpleNamespace(id=f"nova-{next(self._ids)}", name=name, status="BUILD", task_state="spawning",
-                                  metadata=metadata, addresses={}, fault=None, image_id=image_id, flavor_id=flavor_id,
-                                  networks=networks, config_drive=config_drive, user_data=user_data)
-            self.srvs[srv.id] = srv
-        return srv
-
-    def _delete_server(self, srv, ignore_missing):
-        self.srvs.pop(srv.id, None)
-
-    def boot(self, srv, address="10.9.0.201"):
-        srv.status, srv.task_state, srv.addresses = "ACTIVE", None, {"lab": [{"addr": address, "version": 4}]}
 
 
 class UC:
@@ -88,11 +32,11 @@ class UC:
         env = Env(home=self.ctx.home, api_port=8, images=self.ctx.images, clouds=self.ctx.clouds)
         self.cloud = FakeCloud()
         self.realiser = OpenStackRealiser(env, "lab")
-        self.realiser._conn = self.cloud  # what connect() would make
         self.servers = ServersService(self.ctx.store, env, realisers={"openstack:lab": self.realiser})
+        config = {"auth": {"auth_url": "http://127.0.0.1:5000/v3", "password": "pw"}}
         with self.ctx.store.session() as s:
-            s.add(Cloud(name="lab", config={"auth": {"auth_url": "http://127.0.0.1:5000/v3", "password": "pw"}},
-                        source="test", created_at=0.0))
+            s.add(Cloud(name="lab", config=config, source="test", created_at=0.0))
+        self.realiser._conn, self.realiser._config = self.cloud, config  # what connect() would make
         content = b"qcow2 node image"
         self.sha = hashlib.sha256(content).hexdigest()
         self.ctx.images.put_blob([content], self.sha, len(content))
@@ -108,12 +52,6 @@ class UC:
 @pytest.fixture
 def uc(tmp_path):
     return UC(tmp_path)
-
-
-def test_flavor_references_name_a_cloud():
-    assert flavor_reference("openstack:lab/m1.small") == ("openstack:lab", "m1.small")
-    assert flavor_reference("openstack:my.cloud/a/b") == ("openstack:my.cloud", "a/b")
-    assert flavor_reference("m1.small") is None and flavor_reference("container") is None
 
 
 def test_a_server_of_the_cloud_from_create_to_delete(uc):

@@ -37,3 +37,21 @@ def show_cloud(name: str, check: bool = False, ctx: Context = Depends(get_contex
 @router.delete("/v1/clouds/{name}")
 def remove_cloud(name: str, ctx: Context = Depends(get_context)):
     return ctx.clouds.remove(name)
+
+
+class LabBody(BaseModel):
+    nodes: int = Field(default=2, ge=1, le=100)
+    flavor: str | None = Field(default=None, max_length=255)
+    network: str | None = Field(default=None, max_length=255)
+    image: str | None = Field(default=None, max_length=255)
+
+
+@router.post("/v1/clouds/{name}/lab")
+def cloud_lab_up(name: str, body: LabBody, ctx: Context = Depends(get_context)):
+    """Empty servers in the cloud to enrol as nodes (driver openstack); their instackenv."""
+    return ctx.cloud_lab.up(name, body.nodes, body.flavor, body.network, body.image)
+
+
+@router.delete("/v1/clouds/{name}/lab")
+def cloud_lab_down(name: str, ctx: Context = Depends(get_context)):
+    return {"removed": ctx.cloud_lab.down(name)}

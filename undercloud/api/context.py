@@ -55,8 +55,10 @@ class Context:
 
     @cached_property
     def nodes(self):
+        from undercloud.provisioning.drivers import openstack
         from undercloud.provisioning.nodes import NodeService
 
+        openstack.cloud_config = lambda name: self.clouds.config(name)  # pm_type openstack: its cloud
         return NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
 
     @cached_property
@@ -65,6 +67,13 @@ class Context:
         from undercloud.provisioning.clouds import Clouds
 
         return Clouds(self.store)
+
+    @cached_property
+    def cloud_lab(self):
+        """Empty servers in a cloud to enrol as nodes (`lab up --cloud`)."""
+        from undercloud.provisioning.cloud_lab import CloudLab
+
+        return CloudLab(self.clouds, self.home.instance)
 
     @cached_property
     def servers(self):

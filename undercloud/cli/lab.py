@@ -21,6 +21,8 @@ def lab() -> None:
     undercloud node import $UNDERCLOUD_HOME/lab/instackenv.json
     undercloud node manage --wait NODE...  # the undercloud checks each BMC's credentials
     undercloud lab down                    # removes everything `up` made
+    undercloud lab up --cloud host --nodes 2   # empty servers of a cloud (`cloud add`) as nodes
+    undercloud lab down --cloud host
 
     VMs use software emulation (TCG) unless a short probe boot shows KVM works here
     (UNDERCLOUD_ACCEL=kvm|qemu overrides; `lab status` shows which and why). Everything is
@@ -34,11 +36,26 @@ def lab() -> None:
               help="redfish: one sushy-tools emulator for all; ipmi: a pyghmi BMC per node.")
 @click.option("--memory", type=int, default=512, show_default=True, help="MB of RAM per VM.")
 @click.option("--disk", type=int, default=10, show_default=True, help="GB of (sparse qcow2) disk per VM.")
+@click.option("--cloud", help="Make the nodes empty servers of this cloud (`undercloud cloud add`) instead: "
+                                "driver openstack, power through its Nova.")
+@click.option("--flavor", help="--cloud: a flavor of the cloud (default: its own <instance>-lab, 1 vCPU, 1 GB).")
+@click.option("--network", help="--cloud: a network of the cloud (default: its own <instance>-lab).")
+@click.option("--image", help="--cloud: the boot image (default: its own blank disk <instance>-lab-empty).")
 @formatted()
-def up(count: int, bmc: str, memory: int, disk: int):
-    """Create the lab: N empty VMs (powered off), their BMCs, and an instackenv.json."""
+def up(count: int, bmc: str, memory: int, disk: int, cloud: str | None, flavor: str | None,
+       network: str | None, image: str | None):
+    """Create the lab: N empty VMs (powered off), their BMCs, and an instackenv.json.
+
+    With --cloud: N empty servers of that cloud (ACTIVE, nothing to boot), and what they
+    need where not given (a flavor, a network, a blank image, named after this home's
+    instance); the instackenv.json names each by cloud and server id (pm_type openstack).
+    Run again, it makes only the servers that are missing."""
     from undercloud.lab.lab import Lab
 
+    if cloud:
+        return _cloud_up(cloud, count, flavor, network, image)
+    if flavor or network or image:
+        raise click.UsageError("--flavor, --network and --image go with --cloud")
     status = Lab().up(count, bmc, memory, disk)
     note(f"lab up: {count} node(s) behind {bmc} BMCs; enrol them with:\n"
          f"  undercloud node import {status['instackenv']}")
@@ -55,14 +72,41 @@ def status():
 
 
 @lab.command()
-def down():
-    """Remove everything `lab up` made: BMC processes, domains, disks, bridge, namespace."""
+@click.option("--cloud", help="Remove the lab `lab up --cloud` made in this cloud instead.")
+def down(cloud: str | None):
+    """Remove everything `lab up` made: BMC processes, domains, disks, bridge, namespace
+    (--cloud: the servers, and the flavor, network and image it made there)."""
     from undercloud.lab.lab import Lab
 
-    removed = Lab().down()
+    if cloud:
+        from undercloud.cli.client import Client
+
+        removed = Client(timeout=900).delete(f"/v1/clouds/{cloud}/lab")["removed"]
+    else:
+        removed = Lab().down()
     for item in removed:
         note(f"removed {item}")
     note("lab down" if removed else "no lab to remove")
+
+
+def _cloud_up(cloud: str, count: int, flavor, network, image) -> dict:
+    import json
+
+    from undercloud.cli.client import Client
+    from undercloud.config import Home
+
+    note(f"lab up in cloud {cloud}: {count} server(s); waiting for them to be ACTIVE")
+    out = Client(timeout=900).post(f"/v1/clouds/{cloud}/lab", json={"nodes": count, "flavor": flavor,
+                                                                   "network": network, "image": image})
+    path = Home.current().path / "lab" / f"cloud-{cloud}-instackenv.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out["instackenv"], indent=2) + "\n")
+    for item in out["made"]:
+        note(f"made {item}")
+    note(f"lab up: {len(out['instackenv']['nodes'])} node(s) in cloud {cloud}; enrol them with:\n"
+         f"  undercloud node import {path}")
+    return {"cloud": cloud, "instackenv": str(path),
+            "nodes": [n["name"] + " " + n["server"] for n in out["instackenv"]["nodes"]]}
 
 
 def _flat(status: dict) -> dict:

@@ -40,7 +40,7 @@ def masked(value):
     return value
 
 
-def _reason(exc: Exception) -> str:
+def reason(exc: Exception) -> str:
     """One line from openstacksdk/keystoneauth's error (never the request's body)."""
     text = " ".join(str(exc).split())
     m = re.search(r"\[Errno -?\d+\] ([^'\")]+)", text)
@@ -68,7 +68,7 @@ def connect(name: str, config: dict):
         conn.authorize()
     except Exception as exc:  # noqa: BLE001 - openstacksdk and keystoneauth raise many kinds
         raise CloudError(f"cloud {name}: cannot authenticate at {config['auth']['auth_url']}: "
-                         f"{_reason(exc)}") from None
+                         f"{reason(exc)}") from None
     return conn
 
 

@@ -26,6 +26,7 @@ NODE_FIELDS = {
     "redfish_verify_ca", "ports", "mac", "cpu", "memory", "disk", "arch", "capabilities",
     "root_device", "resource_class", "hypervisor_type",
     "fake_delay", "fake_fail",  # the fake driver's knobs (tests, benchmarks)
+    "cloud", "server",  # pm_type openstack: a server of a cloud of `undercloud cloud add`
 }
 TOP_FIELDS = {"nodes"}
 PORT_FIELDS = {"address", "physical_network", "local_link_connection"}

@@ -17,6 +17,7 @@ DRIVERS = {
     "redfish": "undercloud.provisioning.drivers.redfish",
     "ipmi": "undercloud.provisioning.drivers.ipmi",
     "fake": "undercloud.provisioning.drivers.fake",
+    "openstack": "undercloud.provisioning.drivers.openstack",
 }
 ALIASES = {"pxe_ipmitool": "ipmi", "ipmitool": "ipmi", "fake-hardware": "fake", "idrac-redfish": "redfish"}
 

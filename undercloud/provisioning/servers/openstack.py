@@ -53,12 +53,6 @@ _uploads: dict[tuple[str, str], threading.Lock] = {}  # (cloud, sha256) -> one u
 _uploads_lock = threading.Lock()
 
 
-def flavor_reference(ref: str) -> tuple[str, str] | None:
-    """`openstack:<cloud>/<flavor>` -> (hypervisor type `openstack:<cloud>`, flavor); else None."""
-    m = re.match(r"^(openstack:[^/]+)/(.+)$", ref or "")
-    return (m.group(1), m.group(2)) if m else None
-
-
 def route_source(address: str) -> str:
     """This host's source address towards `address` (the kernel's route choice)."""
     out = subprocess.run(["ip", "-j", "route", "get", address], capture_output=True, text=True, timeout=10)
@@ -78,30 +72,32 @@ class OpenStackRealiser(Realiser):
     def __init__(self, env, cloud: str):
         super().__init__(env)
         self.cloud = cloud
-        self._conn = None
+        self._conn, self._config = None, None
         self._lock = threading.Lock()
 
     # ---- the cloud -----------------------------------------------------------------
     def conn(self):
+        """A connection to the cloud, made again when its entry changed (removed and added anew)."""
         from undercloud.provisioning.clouds import connect
 
+        if self.env.clouds is None:
+            raise RealiserError("no clouds in this undercloud")
+        config = self.env.clouds.config(self.cloud)
         with self._lock:
-            if self._conn is None:
-                if self.env.clouds is None:
-                    raise RealiserError("no clouds in this undercloud")
-                self._conn = connect(self.cloud, self.env.clouds.config(self.cloud))
+            if self._conn is None or config != self._config:
+                self._conn, self._config = connect(self.cloud, config), config
             return self._conn
 
     def _call(self, what: str, fn, *args, **kwargs):
         """An openstacksdk call; its failure as one line naming the cloud and what was done."""
-        from undercloud.provisioning.clouds import _reason
+        from undercloud.provisioning.clouds import reason
 
         try:
             return fn(*args, **kwargs)
         except RealiserError:
             raise
         except Exception as exc:  # noqa: BLE001 - openstacksdk raises many kinds
-            raise RealiserError(f"cloud {self.cloud}: {what}: {_reason(exc)}") from None
+            raise RealiserError(f"cloud {self.cloud}: {what}: {reason(exc)}") from None
 
     def available(self) -> str | None:
         try:

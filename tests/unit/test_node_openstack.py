@@ -1,0 +1,89 @@
+"""The `openstack` node driver (provisioning/drivers/openstack.py) through the node service:
+a Nova server of a known cloud as a node, its power and state Nova's, its inventory the
+flavor's. Against the in-memory cloud of tests/openstack_support.py; the real Nova is in
+tests/e2e/test_overcloud.py (test_quintupleo_...)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import own_store_url
+from tests.openstack_support import FakeCloud
+from tests.unit.test_nodes import act
+from undercloud.errors import InvalidInput
+from undercloud.provisioning.drivers import DriverError
+from undercloud.provisioning.drivers import openstack as driver
+from undercloud.provisioning.nodes import NodeService
+from undercloud.store import Store
+
+CONFIG = {"auth": {"auth_url": "http://127.0.0.1:5000/v3", "password": "pw"}}
+
+
+@pytest.fixture
+def cloud(monkeypatch):
+    c = FakeCloud()
+    c._create_server("bm-0", "img", "f-1", [], False, None, {})
+    monkeypatch.setattr(driver, "cloud_config", lambda name: CONFIG if name == "lab" else
+                        (_ for _ in ()).throw(DriverError(f"no cloud {name!r}")))
+    monkeypatch.setattr(driver, "_connections", {("lab", json.dumps(CONFIG, sort_keys=True)): c})
+    return c
+
+
+@pytest.fixture
+def svc(tmp_path):
+    s = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema(), workers=2)
+    yield s
+    s.close()
+
+
+def enrol(svc, **entry) -> str:
+    node = {"name": "bm-0", "pm_type": "openstack", "cloud": "lab", "server": "bm-0", **entry}
+    return svc.import_nodes(json.dumps({"nodes": [node]}))[0]["uuid"]
+
+
+def test_a_nova_server_managed_inspected_and_powered_as_a_node(svc, cloud):
+    (srv,) = cloud.srvs.values()
+    cloud.boot(srv)
+    enrol(svc)
+    assert svc.get("bm-0")["driver_info"] == {"cloud": "lab", "server": "bm-0"}
+    managed = act(svc, "bm-0", "manage")
+    assert (managed["provision_state"], managed["power_state"]) == ("manageable", "on")
+    inspected = act(svc, "bm-0", "inspect")
+    assert inspected["provision_state"] == "manageable", inspected["last_error"]
+    props = inspected["properties"]
+    assert (props["cpus"], props["memory_mb"], props["local_gb"], props["cpu_arch"]) == (1, 1024, 10, "x86_64")
+    assert inspected["ports"] == ["fa:16:3e:00:00:01"]
+    assert svc.set_power("bm-0", "off")["power_state"] == "off" and srv.status == "SHUTOFF"
+    assert svc.set_power("bm-0", "reboot")["power_state"] == "on"
+    assert svc.set_power("bm-0", "reboot")["power_state"] == "on"
+    assert cloud.actions == [("bm-0", "stop"), ("bm-0", "start"), ("bm-0", "reboot HARD")]
+
+
+def test_what_nova_refuses_or_lacks_is_one_line(svc, cloud):
+    enrol(svc, name="gone", server="no-such-server")
+    failed = act(svc, "gone", "manage")
+    assert failed["provision_state"] == "enroll"
+    assert failed["last_error"].endswith("cloud lab server no-such-server: no such server in the cloud")
+    (srv,) = cloud.srvs.values()
+    enrol(svc)  # bm-0 is BUILD: no power state to report
+    assert act(svc, "bm-0", "manage")["last_error"].endswith("cloud lab server bm-0 is BUILD (spawning)")
+    cloud.boot(srv)
+    assert act(svc, "bm-0", "manage")["provision_state"] == "manageable"
+    cloud.fail["stop"] = RuntimeError("ConflictException: 409: Cannot 'stop' instance while it is in vm_state error")
+    with pytest.raises(DriverError) as e:
+        svc.set_power("bm-0", "off")
+    assert str(e.value) == ("cloud lab server bm-0: stop: ConflictException: 409: Cannot 'stop' instance while "
+                            "it is in vm_state error")
+    with pytest.raises(DriverError, match="boots from its disk only"):
+        svc.set_boot_device("bm-0", "cd")
+
+
+def test_instackenv_entries_name_their_cloud_and_server(svc):
+    with pytest.raises(InvalidInput) as e:
+        svc.import_nodes(json.dumps({"nodes": [{"name": "x", "pm_type": "openstack", "cloud": "lab"}]}))
+    assert "server: required for pm_type openstack" in e.value.message
+    two = [{"name": f"n{i}", "pm_type": "openstack", "cloud": "lab", "server": "same"} for i in range(2)]
+    with pytest.raises(InvalidInput, match="same BMC"):
+        svc.import_nodes(json.dumps({"nodes": two}))
