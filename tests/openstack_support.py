@@ -11,6 +11,11 @@ import time
 from types import SimpleNamespace
 
 
+def _copy(srv):
+    """What openstacksdk hands out: a resource read at that moment, not the server itself."""
+    return None if srv is None else SimpleNamespace(**vars(srv))
+
+
 class FakeCloud:
     """Nova, Glance and Neutron in memory, as the realiser calls them."""
 
@@ -26,16 +31,16 @@ class FakeCloud:
         self.compute = SimpleNamespace(
             find_flavor=lambda name, ignore_missing: self.flavors.get(name),
             flavors=lambda: list(self.flavors.values()),
-            find_server=lambda ref, ignore_missing: self.srvs.get(ref) or next(  # by id, else by name
-                (x for x in list(self.srvs.values()) if x.name == ref), None),
+            find_server=lambda ref, ignore_missing: _copy(self.srvs.get(ref) or next(  # by id, else by name
+                (x for x in list(self.srvs.values()) if x.name == ref), None)),
             servers=lambda name: [s for s in list(self.srvs.values()) if re.search(name, s.name)],  # Nova: a regex
             get_server=self._get_server, wait_for_delete=lambda s, wait: None,
             create_flavor=self._create_flavor, delete_flavor=lambda f: self.flavors.pop(f.name),
             create_server=self._create_server, delete_server=self._delete_server,
             start_server=lambda s: self._act(s, "start", "ACTIVE"), stop_server=lambda s: self._act(s, "stop", "SHUTOFF"),
-            reboot_server=lambda s, kind: self._act(s, f"reboot {kind}", "ACTIVE"),
+            reboot_server=lambda s, kind: self._act(s, f"reboot {kind}", "HARD_REBOOT"),
             get_flavor=lambda ref: next(f for f in self.flavors.values() if f.id == ref),
-            wait_for_server=lambda s, status, wait: s,
+            wait_for_server=self._wait_for_server,
             get_server_console_output=lambda s, length: {"output": "login:\n"})
         self.image = SimpleNamespace(
             images=lambda name: [i for i in self.imgs.values() if i.name == name],
@@ -82,7 +87,7 @@ class FakeCloud:
         srv = self.srvs[ref]
         if srv.status == "BUILD":  # booted by the next look
             self.boot(srv)
-        return srv
+        return _copy(srv)
 
     def _create_server(self, name, image_id, flavor_id, networks, metadata, config_drive=False, user_data=None):
         self._check("create")
@@ -97,7 +102,18 @@ class FakeCloud:
     def _act(self, srv, action: str, status: str) -> None:
         self._check(action.split()[0])
         self.actions.append((srv.name, action))
-        srv.status = status
+        self.srvs[srv.id].status = status  # the caller's copy stays as it was, as openstacksdk's does
+
+    def _wait_for_server(self, srv, status, wait):
+        """openstacksdk's: a copy already in `status` is done without a look; else it reads the
+        server until it is (here: a hard reboot ends at the first look)."""
+        if srv.status == status:
+            return srv
+        srv = self.srvs[srv.id]
+        if srv.status == "HARD_REBOOT":
+            srv.status = "ACTIVE"
+        assert srv.status == status, (srv.status, status)
+        return _copy(srv)
 
     def _delete_server(self, srv, ignore_missing):
         self.srvs.pop(srv.id, None)

@@ -493,7 +493,53 @@ def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
     assert {p["ID"] for p in ok_json(clouds, "port", "list")} == ports_before
     assert [i["ID"] for i in ok_json(clouds, "image", "list") if i["Name"].startswith("overcloud-full-")] \
         == [image["ID"]]  # the cached copy stays
-    assert run_cli("cloud", "remove", "host").returncode == 0
+
+
+def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
+    """`lab up --cloud host` makes an empty server (and the flavor, network and blank image
+    it needs) in the overcloud; enrolled with pm_type openstack it is managed, inspected
+    (its flavor's sizes, its port's MAC) and powered through the real Nova; `lab down
+    --cloud` removes what `lab up` made and nothing else."""
+    clouds = cloud["clouds"]
+    if "host" not in run_cli("cloud", "list").stdout:  # the test before added it, unless run alone
+        assert run_cli("cloud", "add", "host", "--clouds-yaml", clouds, "--cloud", "overcloud").returncode == 0
+    before = {kind: sorted(x["Name"] for x in ok_json(clouds, kind, "list"))
+              for kind in ("server", "flavor", "network", "image")}
+    lab = cloud["home"].instance + "-lab"
+    try:
+        up = run_cli("lab", "up", "--cloud", "host", "--nodes", "1", "-f", "json", timeout=900)
+        assert up.returncode == 0, up.stderr
+        for made in (f"flavor {lab}", f"network {lab}", f"image {lab}-empty", f"server {lab}-0"):
+            assert f"made {made}" in up.stderr
+        instackenv = json.loads(up.stdout)["instackenv"]
+        (entry,) = json.loads(Path(instackenv).read_text())["nodes"]
+        nova = ok_json(clouds, "server", "show", f"{lab}-0")
+        assert (entry["pm_type"], entry["cloud"], entry["server"]) == ("openstack", "host", nova["id"])
+        assert run_cli("node", "import", instackenv).returncode == 0
+        managed = run_cli("node", "manage", "--wait", f"{lab}-0", timeout=300)
+        assert managed.returncode == 0, managed.stderr
+        inspected = run_cli("node", "inspect", "--wait", f"{lab}-0", timeout=300)
+        assert inspected.returncode == 0, inspected.stderr
+        node = json.loads(run_cli("node", "show", f"{lab}-0", "-f", "json").stdout)
+        props = node["properties"]
+        assert (props["cpus"], props["memory_mb"], props["local_gb"], node["power_state"]) == (1, 1024, 10, "on")
+        (port,) = ok_json(clouds, "port", "list", "--server", f"{lab}-0")
+        assert node["ports"] == [port["MAC Address"]]
+        for action, status in (("off", "SHUTOFF"), ("on", "ACTIVE"), ("reboot", "ACTIVE")):
+            r = run_cli("node", "power", action, f"{lab}-0", timeout=400)
+            assert r.returncode == 0, r.stderr
+            assert ok_json(clouds, "server", "show", f"{lab}-0")["status"] == status, action
+        r = run_cli("node", "boot-device", "set", f"{lab}-0", "cd")
+        assert r.returncode != 0 and "boots from its disk only" in r.stderr and "Traceback" not in r.stderr
+        assert run_cli("node", "delete", f"{lab}-0").returncode == 0
+    finally:
+        down = run_cli("lab", "down", "--cloud", "host", timeout=900)
+        assert run_cli("cloud", "remove", "host").returncode == 0
+    assert down.returncode == 0, down.stderr
+    for removed in (f"server {lab}-0", f"flavor {lab}", f"network {lab}", f"image {lab}-empty"):
+        assert f"removed {removed}" in down.stderr
+    assert {kind: sorted(x["Name"] for x in ok_json(clouds, kind, "list"))
+            for kind in ("server", "flavor", "network", "image")} == before
 
 
 def test_a_second_deploy_changes_nothing_and_secrets_stay_hidden(cloud):

@@ -55,10 +55,12 @@ def test_a_nova_server_managed_inspected_and_powered_as_a_node(svc, cloud):
     props = inspected["properties"]
     assert (props["cpus"], props["memory_mb"], props["local_gb"], props["cpu_arch"]) == (1, 1024, 10, "x86_64")
     assert inspected["ports"] == ["fa:16:3e:00:00:01"]
-    assert svc.set_power("bm-0", "off")["power_state"] == "off" and srv.status == "SHUTOFF"
+    provided = act(svc, "bm-0", "provide")  # cleaning: powered off
+    assert (provided["provision_state"], provided["power_state"], srv.status) == ("available", "off", "SHUTOFF")
     assert svc.set_power("bm-0", "reboot")["power_state"] == "on"
     assert svc.set_power("bm-0", "reboot")["power_state"] == "on"
-    assert cloud.actions == [("bm-0", "stop"), ("bm-0", "start"), ("bm-0", "reboot HARD")]
+    assert svc.set_power("bm-0", "off")["power_state"] == "off"
+    assert cloud.actions == [("bm-0", "stop"), ("bm-0", "start"), ("bm-0", "reboot HARD"), ("bm-0", "stop")]
 
 
 def test_what_nova_refuses_or_lacks_is_one_line(svc, cloud):

@@ -89,7 +89,9 @@ class CloudLab:
                     blank.truncate(EMPTY_MB << 20)
                     blank.flush()
                     img = call("image upload", conn.create_image, name, filename=blank.name, disk_format="raw",
-                               container_format="bare", wait=True, timeout=600, **{LAB_KEY: self.instance})
+                               container_format="bare", wait=True, timeout=600,
+                               # nothing runs that could answer ACPI: power off pulls the plug at once
+                               os_shutdown_timeout="0", **{LAB_KEY: self.instance})
                 made.append(f"image {name}")
         have = {s.name for s in self._mine(conn, cloud)}
         for i in range(count):

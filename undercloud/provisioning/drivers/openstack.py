@@ -68,7 +68,7 @@ class OpenStackDriver(Driver):
 
     def get_power(self) -> str:
         _conn, srv = self._server()
-        if srv.status == "ACTIVE":
+        if srv.status in ("ACTIVE", "REBOOT", "HARD_REBOOT"):  # rebooting: on, as a BMC says
             return "on"
         if srv.status == "SHUTOFF":
             return "off"
@@ -78,6 +78,8 @@ class OpenStackDriver(Driver):
         conn, srv = self._server()
         if action == "reboot" and srv.status == "ACTIVE":
             self._call("reboot", conn.compute.reboot_server, srv, "HARD")
+            # read it again: the copy in hand still says ACTIVE, which the wait would take as done
+            srv = self._call("reboot", conn.compute.get_server, srv.id)
         elif action in ("on", "reboot") and srv.status != "ACTIVE":
             self._call("start", conn.compute.start_server, srv)
         elif action == "off" and srv.status != "SHUTOFF":
