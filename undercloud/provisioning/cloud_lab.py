@@ -19,7 +19,7 @@ import time
 
 from undercloud.errors import InvalidInput, UndercloudError
 from undercloud.names import check_name
-from undercloud.provisioning.clouds import connect, reason
+from undercloud.provisioning.clouds import call, connect
 
 log = logging.getLogger("undercloud.cloud_lab")
 LAB_KEY = "undercloud_lab"
@@ -43,13 +43,9 @@ class CloudLab:
         check_name(cloud, "cloud")
         return connect(cloud, self.clouds.config(cloud))
 
-    def _call(self, cloud: str, what: str, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UndercloudError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - openstacksdk raises many kinds
-            raise CloudLabError(f"cloud {cloud}: {what}: {reason(exc)}") from None
+    @staticmethod
+    def _call(cloud: str, what: str, fn, *args, **kwargs):
+        return call(CloudLabError, f"cloud {cloud}", what, fn, *args, **kwargs)
 
     def _mine(self, conn, cloud: str) -> list:
         return [s for s in self._call(cloud, "servers", conn.compute.servers, name=f"^{self.prefix}-")

@@ -56,6 +56,17 @@ def reason(exc: Exception) -> str:
     return text[:200]
 
 
+def call(error: type[Exception], where: str, what: str, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, an openstacksdk call; a failure raised as `error` in one line,
+    `where: what: reason` (ours pass through as they are)."""
+    try:
+        return fn(*args, **kwargs)
+    except (error, UndercloudError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - openstacksdk and keystoneauth raise many kinds
+        raise error(f"{where}: {what}: {reason(exc)}") from None
+
+
 def connect(name: str, config: dict):
     """An authenticated openstacksdk Connection to the cloud `config` describes."""
     import openstack  # heavy (~0.5 s): only when a cloud is used

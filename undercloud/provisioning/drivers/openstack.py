@@ -33,14 +33,9 @@ class OpenStackDriver(Driver):
         return f"cloud {self.info.get('cloud')} server {self.info.get('server')}"
 
     def _call(self, what: str, fn, *args, **kwargs):
-        from undercloud.provisioning.clouds import reason
+        from undercloud.provisioning.clouds import call
 
-        try:
-            return fn(*args, **kwargs)
-        except DriverError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - openstacksdk raises many kinds
-            raise DriverError(f"{self.where}: {what}: {reason(exc)}") from None
+        return call(DriverError, self.where, what, fn, *args, **kwargs)
 
     def _conn(self):
         """One connection per cloud entry for the process (drivers are made per operation)."""

@@ -89,15 +89,9 @@ class OpenStackRealiser(Realiser):
             return self._conn
 
     def _call(self, what: str, fn, *args, **kwargs):
-        """An openstacksdk call; its failure as one line naming the cloud and what was done."""
-        from undercloud.provisioning.clouds import reason
+        from undercloud.provisioning.clouds import call
 
-        try:
-            return fn(*args, **kwargs)
-        except RealiserError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - openstacksdk raises many kinds
-            raise RealiserError(f"cloud {self.cloud}: {what}: {reason(exc)}") from None
+        return call(RealiserError, f"cloud {self.cloud}", what, fn, *args, **kwargs)
 
     def available(self) -> str | None:
         try:
