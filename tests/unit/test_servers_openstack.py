@@ -138,7 +138,7 @@ def test_bad_references_write_nothing_and_say_what_the_cloud_has(uc):
     assert e.value.message.startswith("servers in cloud lab need a network of it")
     with pytest.raises(InvalidInput) as e:
         uc.create(networks=[{"network": "lab", "fixed_ip": "10.9.0.999"}])
-    assert e.value.message == "networks[0].fixed_ip: not an IPv4 address: '10.9.0.999'"
+    assert (e.value.where, e.value.message) == ("networks[0].fixed_ip", "not an IPv4 address: '10.9.0.999'")
     with uc.ctx.store.session() as s:
         assert s.scalars(select(Server)).all() == []
     assert uc.cloud.srvs == {} and uc.cloud.uploads == []

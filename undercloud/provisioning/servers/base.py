@@ -1,6 +1,7 @@
 """The realiser interface: how a server of one hypervisor type becomes a running machine.
 
-One module per hypervisor type in this package (container.py, vm.py, baremetal.py), each
+One module per hypervisor type in this package (container.py, vm.py, baremetal.py,
+openstack.py), each
 with one `Realiser` subclass setting `hypervisor_type`; `realisers()` finds them, so adding
 a type touches one module. The servers service (service.py) owns the server records,
 flavors, image choice, placement and the first-boot data; a realiser only turns a
@@ -48,6 +49,21 @@ def virtual_ips(subnet: str) -> list[str]:
 
     net = ipaddress.ip_network(subnet)
     return [str(net.network_address + n) for n in VIP_HOSTS if n < net.num_addresses - 1]
+
+
+def check_fixed_ip(ip, where: str) -> str | None:
+    """A requested fixed_ip: None when not given, else it must be an IPv4 address."""
+    import ipaddress
+
+    from undercloud.errors import InvalidInput
+
+    if not ip:
+        return None
+    try:
+        ipaddress.IPv4Address(ip)
+    except ValueError:
+        raise InvalidInput(f"not an IPv4 address: {ip!r}", where) from None
+    return ip
 
 
 class RealiserError(Exception):

@@ -23,7 +23,6 @@ networks of that cloud (by name or id). Through openstacksdk only:
 from __future__ import annotations
 
 import base64
-import ipaddress
 import json
 import logging
 import re
@@ -43,6 +42,7 @@ from undercloud.provisioning.servers.base import (
     RealiserError,
     Spec,
     Status,
+    check_fixed_ip,
 )
 
 log = logging.getLogger("undercloud.servers.openstack")
@@ -123,13 +123,8 @@ class OpenStackRealiser(Realiser):
                 have = sorted(x.name for x in self._call("networks", self.conn().network.networks))
                 raise RealiserError(f"cloud {self.cloud} has no network {n['network']!r} "
                                     f"(networks: {', '.join(have) or 'none'})")
-            ip = n.get("fixed_ip")
-            if ip:
-                try:
-                    ipaddress.IPv4Address(ip)
-                except ValueError:
-                    raise RealiserError(f"networks[{i}].fixed_ip: not an IPv4 address: {ip!r}") from None
-            out.append({"network": net.name, "network_id": net.id, "fixed_ip": ip or None})
+            ip = check_fixed_ip(n.get("fixed_ip"), f"networks[{i}].fixed_ip")
+            out.append({"network": net.name, "network_id": net.id, "fixed_ip": ip})
         return out
 
     def agent_url(self, spec: Spec) -> str:

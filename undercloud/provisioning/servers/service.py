@@ -15,7 +15,6 @@ machine read-only (container mount, config-drive ISO, ...).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -237,13 +236,8 @@ class ServersService:
             if net not in (LAB_NETWORK, "lab"):
                 raise InvalidInput(f"unknown network {net!r}: servers join the lab network {LAB_NETWORK!r}",
                                    f"{where}.network")
-            ip = n.get("fixed_ip")
-            if ip:
-                try:
-                    ipaddress.IPv4Address(ip)
-                except ValueError:
-                    raise InvalidInput(f"not an IPv4 address: {ip!r}", f"{where}.fixed_ip") from None
-            out.append({"network": LAB_NETWORK, "fixed_ip": ip or None})
+            ip = base.check_fixed_ip(n.get("fixed_ip"), f"{where}.fixed_ip")
+            out.append({"network": LAB_NETWORK, "fixed_ip": ip})
         if len(out) > 1:
             raise InvalidInput("one network per server (the lab network)", "networks")
         return out or [{"network": LAB_NETWORK, "fixed_ip": None}]
