@@ -8,6 +8,7 @@ import itertools
 import re
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 
@@ -41,7 +42,10 @@ class FakeCloud:
             reboot_server=lambda s, kind: self._act(s, f"reboot {kind}", "HARD_REBOOT"),
             get_flavor=lambda ref: next(f for f in self.flavors.values() if f.id == ref),
             wait_for_server=self._wait_for_server,
-            get_server_console_output=lambda s, length: {"output": "login:\n"})
+            get_server_console_output=lambda s, length: {"output": "login:\n"},
+            rescue_server=self._rescue, unrescue_server=self._unrescue,
+            set_server_metadata=lambda s, **kw: self._metadata(s).update(kw),
+            delete_server_metadata=lambda s, keys: [self._metadata(s).pop(k, None) for k in keys])
         self.image = SimpleNamespace(
             images=lambda name: [i for i in self.imgs.values() if i.name == name],
             find_image=lambda ref, ignore_missing: self.imgs.get(ref) or next(
@@ -51,8 +55,11 @@ class FakeCloud:
                                        networks=lambda: list(self.nets.values()),
                                        create_network=self._create_network, delete_network=self._delete_network,
                                        create_subnet=lambda **kw: self.subnets.append(kw),
-                                       ports=lambda device_id: [SimpleNamespace(mac_address=m) for m in
-                                                                self.srvs[device_id].macs])
+                                       ports=lambda device_id: [
+                                           SimpleNamespace(mac_address=m, fixed_ips=[
+                                               {"ip_address": f"10.9.0.{201 + i}", "subnet_id": "sub-1"}])
+                                           for i, m in enumerate(self.srvs[device_id].macs)],
+                                       get_subnet=lambda ref: SimpleNamespace(id=ref, cidr="10.9.0.0/24"))
         self.actions: list[tuple[str, str]] = []
         self.subnets: list[dict] = []
 
@@ -66,11 +73,31 @@ class FakeCloud:
         with self._lock:
             img = SimpleNamespace(id=f"img-{next(self._ids)}", name=name, status="active", properties=props)
             self.imgs[img.id] = img
-            self.uploads.append({"name": name, "file": filename, "disk_format": disk_format, **props})
+            self.uploads.append({"name": name, "file": filename, "disk_format": disk_format,
+                                 "bytes": Path(filename).read_bytes(), **props})
         return img
 
+    def _metadata(self, srv) -> dict:
+        if self.srvs[srv.id].status == "RESCUE":  # Nova: vm_state rescued takes no metadata
+            raise RuntimeError(f"ConflictException: 409: Cannot 'update_instance_metadata' instance {srv.id} "
+                               "while it is in vm_state rescued")
+        return self.srvs[srv.id].metadata
+
+    def _rescue(self, srv, image):
+        """Nova's stable device rescue: the server boots the image, as a CD, its disk kept."""
+        self._check("rescue")
+        assert self.srvs[srv.id].status in ("ACTIVE", "SHUTOFF"), self.srvs[srv.id].status
+        assert self.imgs[image].properties.get("hw_rescue_device") == "cdrom"
+        self.actions.append((srv.name, f"rescue {image}"))
+        self.srvs[srv.id].status = "RESCUE"
+
+    def _unrescue(self, srv):
+        assert self.srvs[srv.id].status == "RESCUE"
+        self.actions.append((srv.name, "unrescue"))
+        self.srvs[srv.id].status = "ACTIVE"
+
     def _create_flavor(self, name, vcpus, ram, disk):
-        self.flavors[name] = SimpleNamespace(id=f"f-{next(self._ids)}", name=name, vcpus=vcpus, ram=ram, disk=disk)
+        self.flavors[name] = SimpleNamespace(id=f"f-{name}", name=name, vcpus=vcpus, ram=ram, disk=disk)
         return self.flavors[name]
 
     def _create_network(self, name):
@@ -95,7 +122,10 @@ class FakeCloud:
             srv = SimpleNamespace(id=f"nova-{next(self._ids)}", name=name, status="BUILD", task_state="spawning",
                                   metadata=metadata, addresses={}, fault=None, image_id=image_id, flavor_id=flavor_id,
                                   networks=networks, config_drive=config_drive, user_data=user_data,
-                                  flavor={"vcpus": 1, "ram": 1024, "disk": 10}, macs=["fa:16:3e:00:00:01"])
+                                  flavor=next(({"vcpus": f.vcpus, "ram": f.ram, "disk": f.disk}
+                                               for f in self.flavors.values() if f.id == flavor_id),
+                                              {"vcpus": 1, "ram": 1024, "disk": 10}),
+                                  macs=["fa:16:3e:00:00:01"])
             self.srvs[srv.id] = srv
         return srv
 

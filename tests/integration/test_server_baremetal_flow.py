@@ -70,9 +70,9 @@ def world(tmp_path, monkeypatch):
     nodes.close()
 
 
-def wait_state(nodes: NodeService, want: set[str], timeout: float = 10) -> dict:
+def wait_state(nodes: NodeService, want: set[str], timeout: float = 10, name: str = "bm-node") -> dict:
     deadline = time.monotonic() + timeout
-    while (n := nodes.get("bm-node"))["provision_state"] not in want:
+    while (n := nodes.get(name))["provision_state"] not in want:
         assert time.monotonic() < deadline, f"node is {n['provision_state']}, not {want}: {n['last_error']}"
         time.sleep(0.02)
     return n
@@ -252,3 +252,54 @@ def test_without_a_ramdisk_image_inspection_reads_the_bmc(world):
     n = wait_state(nodes, {states.MANAGEABLE, states.INSPECT_FAILED, states.INSPECT_WAIT})
     assert n["provision_state"] == states.MANAGEABLE  # the fake BMC's inventory, as before
     assert fake.machine_state("fake-bm")["media"] is None
+
+
+def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monkeypatch):
+    """pm_type openstack (QuintupleO's virtual power): the ramdisk ISO goes to the cloud's
+    Glance as a rescue image, the server is rescued with it, the ramdisk takes the address
+    of the server's port and calls this host's address on its route there (served from
+    now on, and again at every start); after the call-back the image is gone and the
+    server boots its disk. Inspection reads the flavor: no ramdisk boots for it."""
+    from tests.openstack_support import FakeCloud
+    from undercloud.provisioning.drivers import openstack as os_driver
+
+    realiser, nodes, images = world
+    cloud = FakeCloud()
+    srv = cloud._create_server("bm-0", "img", "f-1", [], {})
+    cloud.boot(srv)
+    config = {"auth": {"auth_url": "http://127.0.0.1:5000/v3"}}
+    monkeypatch.setattr(os_driver, "cloud_config", lambda name: config)
+    monkeypatch.setattr(os_driver, "_connections", {("host", json.dumps(config, sort_keys=True)): cloud})
+    monkeypatch.setattr(os_driver, "route_source", lambda address: "10.9.0.1")
+    listened = []
+    realiser.env.listen = listened.append
+    nodes.delete("bm-node")  # the only node left to claim is the cloud's server
+    nodes.import_nodes(json.dumps({"nodes": [{"name": "os-node", "pm_type": "openstack", "cloud": "host",
+                                              "server": "bm-0"}]}))
+    for verb, state in (("manage", states.MANAGEABLE), ("inspect", states.MANAGEABLE), ("provide", states.AVAILABLE)):
+        nodes.act("os-node", verb)
+        n = wait_state(nodes, {state}, name="os-node")
+    assert n["properties"]["memory_mb"] == 1024 and not realiser.root.exists()  # the flavor's; no ramdisk
+    spec = spec_for(realiser, images, nodes)
+    spec.first_boot["url"] = realiser.agent_url(spec)
+    assert spec.first_boot["url"] == "http://10.9.0.1:8999" and listened == ["10.9.0.1"]
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT}, name="os-node")
+    (upload,) = cloud.uploads
+    assert upload["bytes"] == (realiser._dir(spec.id) / "deploy.iso").read_bytes()
+    (image,) = cloud.imgs
+    assert srv.status == "RESCUE" and [a for _n, a in cloud.actions][-1] == f"rescue {image}"
+    req = deploy_request(realiser, spec)
+    assert req["network"] == {"mac": "fa:16:3e:00:00:01", "address": "10.9.0.201", "prefix": 24}
+    assert req["url"] == "http://10.9.0.1:8999"
+    baremetal.BaremetalRealiser(realiser.env).startup()  # a restarted service serves there again
+    assert listened == ["10.9.0.1", "10.9.0.1"]
+    realiser.callback(spec.id, req["token"], True, None)
+    wait_state(nodes, {states.ACTIVE}, name="os-node")
+    assert (srv.status, cloud.imgs, srv.metadata) == ("ACTIVE", {}, {})
+    assert [a for _n, a in cloud.actions][-1] == "unrescue"  # ending the rescue boots the disk
+    assert realiser.status(spec).addresses == {"ctlplane": ["10.9.0.201"]}
+    realiser.delete(spec)
+    n = wait_state(nodes, {states.AVAILABLE}, name="os-node")
+    assert n["instance_uuid"] is None and srv.status == "SHUTOFF"
+    assert baremetal.Addresses(realiser.env.home, GATEWAY).held() == {}  # no lab address was taken

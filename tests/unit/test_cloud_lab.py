@@ -29,11 +29,11 @@ def test_up_makes_what_is_missing_and_down_removes_what_up_made(lab):
     out = lab.up("host", 2)
     assert out["made"] == ["flavor uc1234-lab", "network uc1234-lab", "image uc1234-lab-empty",
                            "server uc1234-lab-0", "server uc1234-lab-1"]
-    assert (cloud.flavors["uc1234-lab"].vcpus, cloud.flavors["uc1234-lab"].ram) == (1, 1024)
+    assert (cloud.flavors["uc1234-lab"].vcpus, cloud.flavors["uc1234-lab"].ram) == (1, 2048)
     assert [(s["name"], s["enable_dhcp"]) for s in cloud.subnets] == [("uc1234-lab", False)]
     nodes = out["instackenv"]["nodes"]
     assert [(n["name"], n["pm_type"], n["cloud"], n["memory"], n["ports"]) for n in nodes] == [
-        (f"uc1234-lab-{i}", "openstack", "host", 1024, [{"address": "fa:16:3e:00:00:01"}]) for i in range(2)]
+        (f"uc1234-lab-{i}", "openstack", "host", 2048, [{"address": "fa:16:3e:00:00:01"}]) for i in range(2)]
     assert {n["server"] for n in nodes} == set(cloud.srvs)
     assert lab.up("host", 2)["made"] == []  # again: nothing new
     assert lab.up("host", 3)["made"] == ["server uc1234-lab-2"]

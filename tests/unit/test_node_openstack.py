@@ -24,7 +24,7 @@ CONFIG = {"auth": {"auth_url": "http://127.0.0.1:5000/v3", "password": "pw"}}
 @pytest.fixture
 def cloud(monkeypatch):
     c = FakeCloud()
-    c._create_server("bm-0", "img", "f-1", [], False, None, {})
+    c._create_server("bm-0", "img", "f-1", [], {})
     monkeypatch.setattr(driver, "cloud_config", lambda name: CONFIG if name == "lab" else
                         (_ for _ in ()).throw(DriverError(f"no cloud {name!r}")))
     monkeypatch.setattr(driver, "_connections", {("lab", json.dumps(CONFIG, sort_keys=True)): c})
@@ -78,8 +78,10 @@ def test_what_nova_refuses_or_lacks_is_one_line(svc, cloud):
         svc.set_power("bm-0", "off")
     assert str(e.value) == ("cloud lab server bm-0: stop: ConflictException: 409: Cannot 'stop' instance while "
                             "it is in vm_state error")
-    with pytest.raises(DriverError, match="boots from its disk only"):
-        svc.set_boot_device("bm-0", "cd")
+    with pytest.raises(DriverError, match="no network boot here"):
+        svc.set_boot_device("bm-0", "pxe")
+    with pytest.raises(DriverError, match="boots from cd once only"):
+        svc.set_boot_device("bm-0", "cd", persistent=True)
 
 
 def test_instackenv_entries_name_their_cloud_and_server(svc):
@@ -89,3 +91,65 @@ def test_instackenv_entries_name_their_cloud_and_server(svc):
     two = [{"name": f"n{i}", "pm_type": "openstack", "cloud": "lab", "server": "same"} for i in range(2)]
     with pytest.raises(InvalidInput, match="same BMC"):
         svc.import_nodes(json.dumps({"nodes": two}))
+
+
+def test_virtual_media_is_nova_rescue_with_the_iso_as_a_cd(cloud, tmp_path, monkeypatch):
+    """Insert uploads the ISO as a rescue image; a one-time boot from cd powers on as rescue
+    (status RESCUE: on); eject deletes the image and leaves the server running; the next
+    reboot (or power off) ends the rescue, so the server boots its own disk."""
+    from undercloud.provisioning.servers import baremetal_media
+
+    (srv,) = cloud.srvs.values()
+    cloud.boot(srv)
+    d = driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"})
+    iso = tmp_path / "deploy.iso"
+    iso.write_bytes(b"ISO 9660 stand-in" * 100)
+    d.set_power("off")
+    with baremetal_media.serve_file(iso) as url:
+        d.insert_media(url)
+    (upload,) = cloud.uploads
+    assert (upload["disk_format"], upload["hw_rescue_device"], upload["bytes"]) == ("iso", "cdrom", iso.read_bytes())
+    (image,) = cloud.imgs.values()
+    d.set_boot_device("cd")
+    d.set_power("on")
+    assert (srv.status, d.get_power()) == ("RESCUE", "on")
+    assert srv.metadata == {driver.MEDIA_KEY: image.id}  # the boot from cd was once
+    d.eject_media()  # Nova takes no metadata from a rescued server: the key outlives its image
+    assert (cloud.imgs, srv.metadata, srv.status) == ({}, {driver.MEDIA_KEY: image.id}, "RESCUE")
+    d.set_boot_device("disk", persistent=True)
+    d.set_power("reboot")
+    assert (srv.status, srv.metadata) == ("ACTIVE", {})
+    assert [a for _n, a in cloud.actions] == ["stop", f"rescue {image.id}", "unrescue"]
+    # Rescued again, then powered off: unrescue, then stop.
+    with baremetal_media.serve_file(iso) as url:
+        d.insert_media(url)
+    (second,) = cloud.imgs
+    d.set_boot_device("cd")
+    d.set_power("reboot")  # an ACTIVE server rebooted to its cd: rescued
+    assert srv.status == "RESCUE"
+    d.set_power("off")
+    assert srv.status == "SHUTOFF" and [a for _n, a in cloud.actions][-3:] == [f"rescue {second}", "unrescue", "stop"]
+    d.eject_media()  # nothing is left in Glance
+    assert cloud.imgs == {} and srv.metadata == {}
+
+
+def test_booting_the_cd_without_media_and_a_bad_media_url_are_one_line(cloud, tmp_path):
+    (srv,) = cloud.srvs.values()
+    cloud.boot(srv)
+    d = driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"})
+    d.set_boot_device("cd")
+    with pytest.raises(DriverError, match="^cloud lab server bm-0: boot from cd asked, but no media is inserted$"):
+        d.set_power("reboot")
+    with pytest.raises(DriverError, match="^cloud lab server bm-0: cannot read the media at http://127.0.0.1:9/x"):
+        d.insert_media("http://127.0.0.1:9/x")
+    assert cloud.uploads == [] and srv.status == "ACTIVE"
+
+
+def test_the_ramdisk_network_is_the_servers_port_and_this_hosts_route_there(cloud, monkeypatch):
+    (srv,) = cloud.srvs.values()
+    cloud.boot(srv)
+    routes = []
+    monkeypatch.setattr(driver, "route_source", lambda a: routes.append(a) or "10.9.0.1")
+    net = driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"}).network()
+    assert net == {"mac": "fa:16:3e:00:00:01", "address": "10.9.0.201", "prefix": 24, "undercloud": "10.9.0.1"}
+    assert routes == ["10.9.0.201"]

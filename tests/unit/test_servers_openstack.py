@@ -68,7 +68,8 @@ def test_a_server_of_the_cloud_from_create_to_delete(uc):
     assert agent["url"] == "http://127.0.0.1:8"  # this host's address on its route to the cloud's auth host
     (upload,) = uc.cloud.uploads
     assert upload == {"name": f"overcloud-full-{uc.sha[:12]}", "file": str(uc.ctx.images.blob_path(uc.sha)),
-                      "disk_format": "qcow2", "undercloud_sha256": uc.sha, "os_shutdown_timeout": "20"}
+                      "disk_format": "qcow2", "undercloud_sha256": uc.sha, "os_shutdown_timeout": "20",
+                      "bytes": b"qcow2 node image"}
     assert nova.image_id == next(iter(uc.cloud.imgs))
     assert uc.servers.refresh("s1")["status"] == "BUILD"
     uc.cloud.boot(nova)

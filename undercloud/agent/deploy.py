@@ -48,6 +48,7 @@ REQUEST = "undercloud/deploy.json"      # on the deploy CD
 CONFIG_DRIVE_FILE = "undercloud/configdrive.iso"
 MIN_ROOT_BYTES = 4 * 1024 ** 3          # Ironic's default: the smallest disk of at least 4 GiB
 CHUNK = 1 << 20
+REQUEST_WAIT = 90.0                     # seconds to wait for the CD with the request to show
 
 
 class DeployError(Exception):
@@ -486,9 +487,20 @@ def _network(req: dict) -> None:
         say(f"address {net['address']}/{net.get('prefix', 24)} on {dev}")
 
 
+def wait_for_request(timeout: float = REQUEST_WAIT) -> tuple[dict, bytes | None] | None:
+    """find_request, polling: an emulated IDE controller (Nova rescue's CD) shows its drive
+    only after the bus scan, seconds after its driver loaded."""
+    deadline = time.monotonic() + timeout
+    while (found := find_request()) is None and time.monotonic() < deadline:
+        if not cdroms():
+            coldplug(rounds=1)
+        time.sleep(2)
+    return found
+
+
 def ramdisk() -> int:
     coldplug()
-    found = find_request()
+    found = wait_for_request()
     if found is None:
         return 0  # booted without a request: the agent loop follows
     req, config_drive = found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -38,3 +39,12 @@ def run(argv: Sequence[str], *, check: bool = True, input: str | bytes | None = 
         err = proc.stderr if text else proc.stderr.decode(errors="replace")
         raise CommandFailed(argv, proc.returncode, err)
     return proc
+
+
+def route_source(address: str) -> str:
+    """This host's source address towards `address` (the kernel's route choice)."""
+    out = run(["ip", "-j", "route", "get", address], check=False, timeout=10)
+    try:
+        return json.loads(out.stdout)[0]["prefsrc"]
+    except (ValueError, LookupError):
+        raise UndercloudError(f"no route from this host to {address}: {out.stderr.strip()}") from None

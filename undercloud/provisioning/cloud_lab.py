@@ -23,7 +23,7 @@ from undercloud.provisioning.clouds import call, connect
 
 log = logging.getLogger("undercloud.cloud_lab")
 LAB_KEY = "undercloud_lab"
-FLAVOR = {"vcpus": 1, "ram": 1024, "disk": 10}
+FLAVOR = {"vcpus": 1, "ram": 2048, "disk": 10}  # the deploy ramdisk holds the image in memory
 SUBNET = "192.168.250.0/24"  # inside the cloud's own network of the lab (no route out)
 EMPTY_MB = 1
 ACTIVE_WAIT = 600  # seconds for the servers to be ACTIVE

@@ -35,6 +35,8 @@ class Driver:
     """One node's BMC. Instances are short-lived: made for an operation, then dropped."""
 
     name = "base"
+    # True where inventory() is the whole truth (a cloud's flavor): inspection then boots no ramdisk
+    inventory_is_exact = False
 
     def __init__(self, info: dict[str, Any]):
         self.info = info
@@ -60,6 +62,11 @@ class Driver:
     def inventory(self) -> dict | None:
         """What the BMC knows of the hardware (cpus, memory_mb, cpu_arch, local_gb, macs),
         or None when this protocol cannot tell."""
+        return None
+
+    def network(self) -> dict | None:
+        """Where a ramdisk on this node is and reaches the undercloud: `mac`, `address`,
+        `prefix` and `undercloud` (this host's address there); None: on the lab network."""
         return None
 
     def insert_media(self, url: str) -> None:

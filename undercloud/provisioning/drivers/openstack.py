@@ -4,29 +4,47 @@ power driver): its power and power state are Nova's, its inventory its flavor's.
 driver_info: `cloud` (a cloud of `undercloud cloud add`), `server` (the server's id or
 name there). instackenv.json: `"pm_type": "openstack", "cloud": "host", "server": "bm-0"`.
 Power on/off/reboot are Nova's start, stop and hard reboot, each waited for; a server in
-another state (BUILD, RESCUE, ERROR...) is an error naming it. Not yet: deploying an image
-onto the server's disk (Nova rescue with the deploy ramdisk): boot devices and virtual
-media are refused, so nodes of this driver can be managed, inspected and powered, not
-deployed.
+another state (BUILD, ERROR...) is an error naming it.
+
+Virtual media is Nova rescue (stable device rescue, API 2.87): `insert_media` uploads the
+ISO to the cloud's Glance as a rescue image (`hw_rescue_device=cdrom`, so the server keeps
+its own disk where it was and boots the CD); a one-time boot from `cd` then powers on as
+`rescue` with it (status RESCUE: on). `eject_media` deletes the image (a rescued server
+keeps running, as a machine whose media is ejected); the next power off or reboot ends
+the rescue, so the server boots its disk. Drivers live for one operation: the inserted
+image and the pending boot device are kept in the server's metadata.
+
+The deploy ramdisk on such a node takes the address of the server's Neutron port and
+calls the undercloud at this host's address on its route to that port (`network()`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import shutil
+import tempfile
 import threading
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
+from undercloud.errors import UndercloudError
+from undercloud.host.run import route_source
 from undercloud.provisioning.drivers import Driver, DriverError
 
 POWER_WAIT = 300  # seconds for Nova to reach the state asked for (a stop waits out the guest's ACPI grace)
 # The clouds' entries by name: the service sets it at start (provisioning.clouds.Clouds.config).
 cloud_config: Callable[[str], dict] | None = None
 _connections: dict[tuple[str, str], object] = {}
+MEDIA_KEY = "undercloud_media"  # server metadata: the Glance id of the inserted rescue image
+BOOT_KEY = "undercloud_boot"    # server metadata: "cd" while a one-time boot from it is pending
 _lock = threading.Lock()
 
 
 class OpenStackDriver(Driver):
     name = "openstack"
+    inventory_is_exact = True  # the flavor's sizes and the ports' MACs
 
     @property
     def where(self) -> str:
@@ -39,7 +57,6 @@ class OpenStackDriver(Driver):
 
     def _conn(self):
         """One connection per cloud entry for the process (drivers are made per operation)."""
-        from undercloud.errors import UndercloudError
         from undercloud.provisioning.clouds import connect
 
         if cloud_config is None:
@@ -63,7 +80,7 @@ class OpenStackDriver(Driver):
 
     def get_power(self) -> str:
         _conn, srv = self._server()
-        if srv.status in ("ACTIVE", "REBOOT", "HARD_REBOOT"):  # rebooting: on, as a BMC says
+        if srv.status in ("ACTIVE", "REBOOT", "HARD_REBOOT", "RESCUE"):  # rebooting: on, as a BMC says
             return "on"
         if srv.status == "SHUTOFF":
             return "off"
@@ -71,20 +88,102 @@ class OpenStackDriver(Driver):
 
     def set_power(self, action: str) -> None:
         conn, srv = self._server()
+        meta = srv.metadata or {}
+        if srv.status == "RESCUE" and action in ("off", "reboot"):  # leaving the CD boots the disk
+            self._call("unrescue", conn.compute.unrescue_server, srv)
+            srv = self._wait(conn, srv, "ACTIVE")
+            self._media(conn, srv)  # an ejected image's key can go now
+            if action == "reboot" and meta.get(BOOT_KEY) != "cd":
+                return
+        if action in ("on", "reboot") and meta.get(BOOT_KEY) == "cd" and srv.status != "RESCUE":
+            media = self._media(conn, srv)
+            if media is None:
+                raise DriverError(f"{self.where}: boot from cd asked, but no media is inserted")
+            # once; and before the rescue: Nova takes no metadata from a rescued server
+            self._call("metadata", conn.compute.delete_server_metadata, srv, [BOOT_KEY])
+            self._call("rescue", conn.compute.rescue_server, srv, image=media.id)
+            self._wait(conn, srv, "RESCUE")
+            return
         if action == "reboot" and srv.status == "ACTIVE":
             self._call("reboot", conn.compute.reboot_server, srv, "HARD")
             # read it again: the copy in hand still says ACTIVE, which the wait would take as done
             srv = self._call("reboot", conn.compute.get_server, srv.id)
-        elif action in ("on", "reboot") and srv.status != "ACTIVE":
+        elif action in ("on", "reboot") and srv.status not in ("ACTIVE", "RESCUE"):
             self._call("start", conn.compute.start_server, srv)
         elif action == "off" and srv.status != "SHUTOFF":
             self._call("stop", conn.compute.stop_server, srv)
-        want = "SHUTOFF" if action == "off" else "ACTIVE"
-        self._call(f"wait for {want}", conn.compute.wait_for_server, srv, status=want, wait=POWER_WAIT)
+        if not (action == "on" and srv.status == "RESCUE"):
+            self._wait(conn, srv, "SHUTOFF" if action == "off" else "ACTIVE")
+
+    def _wait(self, conn, srv, status: str):
+        return self._call(f"wait for {status}", conn.compute.wait_for_server, srv, status=status, wait=POWER_WAIT)
 
     def set_boot_device(self, device: str, persistent: bool = False) -> None:
-        if device != "disk":
-            raise DriverError(f"{self.where}: boots from its disk only (deploying through Nova rescue is not there yet)")
+        if device == "pxe":
+            raise DriverError(f"{self.where}: a Nova server has no network boot here (boot devices: disk, cd)")
+        conn, srv = self._server()
+        if device == "cd":
+            if persistent:
+                raise DriverError(f"{self.where}: boots from cd once only (Nova rescue)")
+            self._call("metadata", conn.compute.set_server_metadata, srv, **{BOOT_KEY: "cd"})
+        elif (srv.metadata or {}).get(BOOT_KEY):
+            self._call("metadata", conn.compute.delete_server_metadata, srv, [BOOT_KEY])
+
+    def insert_media(self, url: str) -> None:
+        """Upload the ISO at `url` (served on this host) to Glance as this server's rescue image."""
+        self.eject_media()
+        conn, srv = self._server()
+        tmp = Path(tempfile.mkdtemp(prefix="uc-rescue-"))
+        try:
+            iso = tmp / "media.iso"
+            try:
+                with urllib.request.urlopen(url, timeout=60) as resp, open(iso, "wb") as f:
+                    shutil.copyfileobj(resp, f, 1 << 20)
+            except OSError as exc:
+                raise DriverError(f"{self.where}: cannot read the media at {url}: {exc}") from None
+            img = self._call("upload of the rescue image", conn.create_image, f"undercloud-media-{srv.id}",
+                             filename=str(iso), disk_format="iso", container_format="bare", wait=True,
+                             timeout=POWER_WAIT, hw_rescue_device="cdrom", hw_rescue_bus="ide")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._call("metadata", conn.compute.set_server_metadata, srv, **{MEDIA_KEY: img.id})
+
+    def eject_media(self) -> None:
+        """Delete the rescue image. A rescued server keeps its key (Nova takes no metadata
+        from it): a key whose image is gone is no media, and is dropped at the next look."""
+        conn, srv = self._server()
+        media = self._media(conn, srv)
+        if media is not None:
+            self._call("delete the rescue image", conn.image.delete_image, media)
+            self._media(conn, srv)
+
+    def _media(self, conn, srv):
+        """The inserted rescue image, or None (its stale key removed where Nova allows)."""
+        ref = (srv.metadata or {}).get(MEDIA_KEY)
+        if not ref:
+            return None
+        img = self._call("find the rescue image", conn.image.find_image, ref, ignore_missing=True)
+        if img is None and srv.status != "RESCUE":
+            self._call("metadata", conn.compute.delete_server_metadata, srv, [MEDIA_KEY])
+        return img
+
+    def network(self) -> dict:
+        """The server's first port's address and prefix, and this host's address towards it."""
+        conn, srv = self._server()
+        ports = sorted(self._call("ports", conn.network.ports, device_id=srv.id), key=lambda p: p.mac_address)
+        for port in ports:
+            for fixed in port.fixed_ips or []:
+                address = ipaddress.ip_address(fixed["ip_address"])
+                if address.version != 4:
+                    continue
+                subnet = self._call("subnet", conn.network.get_subnet, fixed["subnet_id"])
+                try:
+                    undercloud = route_source(str(address))
+                except UndercloudError as exc:
+                    raise DriverError(f"{self.where}: {exc.message}") from None
+                return {"mac": port.mac_address, "address": str(address),
+                        "prefix": ipaddress.ip_network(subnet.cidr).prefixlen, "undercloud": undercloud}
+        raise DriverError(f"{self.where}: the server has no IPv4 address on any port")
 
     def inventory(self) -> dict | None:
         conn, srv = self._server()

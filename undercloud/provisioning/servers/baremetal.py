@@ -141,6 +141,10 @@ class BaremetalRealiser(Realiser):
         return lab_network_info(self.env.home)
 
     def agent_url(self, spec: Spec) -> str:
+        net = self._driver_network(spec.node["uuid"]) if spec.node else None
+        if net:  # a node elsewhere (a cloud's server): its ramdisk and agent call this host's address there
+            self.env.listen(net["undercloud"])
+            return f"http://{net['undercloud']}:{self.env.api_port}"
         ns, _bridge, gateway = lab_network(self.env.home)
         serve_api(ns, gateway, self.env.api_port)
         return f"http://{gateway}:{self.env.api_port}"
@@ -148,6 +152,19 @@ class BaremetalRealiser(Realiser):
     def startup(self) -> None:
         ns, _bridge, gateway = lab_network(self.env.home)
         serve_api(ns, gateway, self.env.api_port)
+        for rec in self.root.glob("*/deploy.json") if self.root.is_dir() else ():
+            listen = self._record(rec.parent.name).get("listen")
+            if listen:  # deployed nodes elsewhere keep calling there
+                self.env.listen(listen)
+
+    def _driver_network(self, node_id: str) -> dict | None:
+        """The node's network facts from its driver (drivers.Driver.network), None for the lab."""
+        record = self.env.nodes.record(node_id)
+        driver = drivers.get(record.driver, record.driver_info)
+        try:
+            return driver.network()
+        except DriverError as exc:
+            raise RealiserError(drivers.scrub(str(exc), record.driver_info)) from None
 
     def create(self, spec: Spec) -> None:
         node = spec.node
@@ -168,24 +185,30 @@ class BaremetalRealiser(Realiser):
         if not macs:
             raise RealiserError(f"node {label} has no port (MAC address): the ramdisk could not find its NIC")
         base_iso = self.env.images.blob_path(self._deploy_image()["checksum"])
-        _ns, _bridge, gateway = lab_network(self.env.home)
-        address = Addresses(self.env.home, gateway).take(spec.id, fixed_ip(spec))
+        net = self._driver_network(node_id)
+        if net:  # the node's own network (a cloud's port): its address, no lab address
+            gateway, address, prefix, mac = None, net["address"], net["prefix"], net["mac"]
+        else:
+            _ns, _bridge, gateway = lab_network(self.env.home)
+            address = Addresses(self.env.home, gateway).take(spec.id, fixed_ip(spec))
+            prefix, mac = PREFIX, macs[0]
         token = secrets.token_urlsafe(32)
         d = self._dir(spec.id)
         d.mkdir(parents=True, exist_ok=True)
-        self._save_record(spec.id, {"node_id": node_id, "token_sha256": _sha(token), "address": address,
-                                    "gateway": gateway, "created_at": time.time()})
         url = spec.first_boot.get("url") or f"http://{gateway}:{self.env.api_port}"
+        self._save_record(spec.id, {"node_id": node_id, "token_sha256": _sha(token), "address": address,
+                                    "gateway": gateway, "created_at": time.time(),
+                                    **({"listen": net["undercloud"]} if net else {})})
         request = {
             "url": url, "server_id": spec.id, "token": token, "node": label,
             "image": {k: spec.image.get(k) for k in ("id", "name", "checksum", "size", "disk_format")},
             "root_device": (node.get("properties") or {}).get("root_device") or {},
-            "network": {"mac": macs[0], "address": address, "prefix": PREFIX},
+            "network": {"mac": mac, "address": address, "prefix": prefix},
         }
-        config_drive = vm_configdrive.make(spec, macs[0], address, d / "configdrive.iso")
+        config_drive = vm_configdrive.make(spec, mac, address, d / "configdrive.iso", prefix)
         baremetal_media.make_deploy_iso(base_iso, request, config_drive, d / "deploy.iso")
         config_drive.unlink()
-        spec.state.update(address=address, mac=macs[0], gateway=gateway)
+        spec.state.update(address=address, mac=mac, gateway=gateway)
         try:
             self.env.nodes.act(node_id, "deploy")
         except UndercloudError as exc:
@@ -286,7 +309,7 @@ class BaremetalRealiser(Realiser):
         from undercloud.provisioning.drivers import Driver
         from undercloud.provisioning.nodes import WAIT
 
-        if type(driver).insert_media is Driver.insert_media or self.env.images is None:
+        if driver.inventory_is_exact or type(driver).insert_media is Driver.insert_media or self.env.images is None:
             return None
         try:
             base_iso = self.env.images.blob_path(self._deploy_image()["checksum"])

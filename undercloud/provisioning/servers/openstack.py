@@ -27,11 +27,12 @@ import json
 import logging
 import re
 import socket
-import subprocess
 import threading
 import time
 from urllib.parse import urlparse
 
+from undercloud.errors import UndercloudError
+from undercloud.host.run import route_source
 from undercloud.provisioning.servers.base import (
     ACTIVE,
     BUILD,
@@ -51,15 +52,6 @@ SERVER_KEY = "undercloud_server"
 SHUTDOWN_GRACE = 20  # seconds
 _uploads: dict[tuple[str, str], threading.Lock] = {}  # (cloud, sha256) -> one upload at a time
 _uploads_lock = threading.Lock()
-
-
-def route_source(address: str) -> str:
-    """This host's source address towards `address` (the kernel's route choice)."""
-    out = subprocess.run(["ip", "-j", "route", "get", address], capture_output=True, text=True, timeout=10)
-    try:
-        return json.loads(out.stdout)[0]["prefsrc"]
-    except (ValueError, LookupError):
-        raise RealiserError(f"no route from this host to {address}: {out.stderr.strip()}") from None
 
 
 class OpenStackRealiser(Realiser):
@@ -133,7 +125,10 @@ class OpenStackRealiser(Realiser):
             address = socket.gethostbyname(host)
         except OSError as exc:
             raise RealiserError(f"cloud {self.cloud}: cannot resolve {host}: {exc}") from None
-        source = route_source(address)
+        try:
+            source = route_source(address)
+        except UndercloudError as exc:
+            raise RealiserError(exc.message) from None
         self.env.listen(source)
         return f"http://{source}:{self.env.api_port}"
 

@@ -22,13 +22,13 @@ from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX
 LABEL = "config-2"
 
 
-def contents(spec: Spec, mac: str, address: str) -> dict[str, bytes]:
+def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX) -> dict[str, bytes]:
     """Relative path -> content of the config drive of `spec`."""
     fb = dict(spec.first_boot or {})
     hostname = fb.get("hostname") or spec.name
     meta = {"uuid": spec.id, "name": spec.name, "hostname": hostname, "launch_index": 0,
             "availability_zone": "nova", "meta": fb.get("metadata") or {}}
-    netmask = str(ipaddress.ip_network(f"0.0.0.0/{PREFIX}").netmask)
+    netmask = str(ipaddress.ip_network(f"0.0.0.0/{prefix}").netmask)
     network = {
         "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
         "networks": [{"id": NETWORK, "link": "eth0", "type": "ipv4", "ip_address": address,
@@ -47,13 +47,13 @@ def contents(spec: Spec, mac: str, address: str) -> dict[str, bytes]:
     return files
 
 
-def make(spec: Spec, mac: str, address: str, out: Path) -> Path:
+def make(spec: Spec, mac: str, address: str, out: Path, prefix: int = PREFIX) -> Path:
     """Write the config drive ISO of `spec` to `out` (replacing it); returns `out`."""
     require("xorriso", "xorriso")
     tmp = Path(tempfile.mkdtemp(prefix="uc-configdrive-"))
     try:
         os.chmod(tmp, 0o700)
-        for rel, data in contents(spec, mac, address).items():
+        for rel, data in contents(spec, mac, address, prefix).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
