@@ -28,6 +28,8 @@ ISOLINUX = Path("/usr/lib/ISOLINUX/isolinux.bin")
 ISOHDPFX = Path("/usr/lib/ISOLINUX/isohdpfx.bin")
 LDLINUX = Path("/usr/lib/syslinux/modules/bios/ldlinux.c32")
 KERNEL_ARGS = "console=tty0 console=ttyS0,115200n8"
+# The ramdisk writes its messages to /dev/kmsg (consoles may be absent): none dropped
+RAMDISK_ARGS = f"{KERNEL_ARGS} printk.devkmsg=on"
 
 
 # ---- podman ------------------------------------------------------------------------
@@ -194,7 +196,7 @@ def ramdisk(root: Path, out: Path, name: str, log: Callable[[str], None]) -> tup
     shutil.copyfile(LDLINUX, iso_dir / "isolinux" / "ldlinux.c32")
     (iso_dir / "isolinux" / "isolinux.cfg").write_text(
         f"SERIAL 0 115200\nDEFAULT deploy\nPROMPT 0\nTIMEOUT 1\nLABEL deploy\n"
-        f"  KERNEL /vmlinuz\n  INITRD /initrd\n  APPEND {KERNEL_ARGS}\n")
+        f"  KERNEL /vmlinuz\n  INITRD /initrd\n  APPEND {RAMDISK_ARGS}\n")
     os.link(kernel, iso_dir / "vmlinuz")
     os.link(initramfs, iso_dir / "initrd")
     iso = out / "deploy.iso"
