@@ -42,6 +42,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from undercloud.agent.settings import DEFAULT_STATE
+
 CONFIG_DRIVE_LABEL = "config-2"
 AGENT_CONFIG = Path("/etc/undercloud-agent/config.json")
 REQUEST = "undercloud/deploy.json"      # on the deploy CD
@@ -227,7 +229,7 @@ def firstboot(root: Path = Path("/")) -> int:
             json.dump(agent, f)
         os.replace(tmp, path)
     if user_data is not None:
-        state = root / "var" / "lib" / "undercloud-agent"
+        state = root / DEFAULT_STATE.relative_to("/")
         state.mkdir(parents=True, exist_ok=True)
         (state / "user_data").write_bytes(user_data)
     try:  # last: a network problem must not keep the agent from its configuration

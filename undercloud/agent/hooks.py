@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from undercloud.agent import apply as oac
+from undercloud.agent.settings import state_base
 
 BUILTIN = ("script", "apply-config", "json-file", "kube")
 # os-apply-config style deployments: their config is merged into the metadata and
@@ -99,8 +100,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # --- built-in hooks (run in the hook process: `python3 -m undercloud.agent hook GROUP`) ---
 
 def _work_dir(name: str) -> Path:
-    base = Path(os.environ.get("UNDERCLOUD_AGENT_STATE", "/var/lib/undercloud-agent"))
-    path = base / "hooks" / name
+    path = state_base() / "hooks" / name
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -165,8 +165,7 @@ def hook_apply_config(c: dict) -> dict:
     config = c.get("config") or {}
     if isinstance(config, str):
         config = json.loads(config)
-    state = Path(os.environ.get("UNDERCLOUD_AGENT_STATE", "/var/lib/undercloud-agent"))
-    merged_file = state / "merged.json"
+    merged_file = state_base() / "merged.json"
     base = json.loads(merged_file.read_text()) if merged_file.is_file() else {}
     templates = Path(os.environ.get("OS_CONFIG_APPLIER_TEMPLATES", "/usr/libexec/os-apply-config/templates"))
     output = Path(os.environ.get("UNDERCLOUD_AGENT_OUTPUT_ROOT", "/"))

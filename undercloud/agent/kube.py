@@ -64,9 +64,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-# Same settings as undercloud/host/podman.py (which the agent cannot import: it runs on
-# the node with only this package): crun fails on hybrid-cgroup hosts, and the default
-# nofile ulimit cannot be raised everywhere, so podman gets runc and explicit ulimits.
+from undercloud.agent.settings import state_base
+
+# podman's settings on nodes and on the undercloud's host (undercloud/host/podman.py uses
+# these): crun fails on hybrid-cgroup hosts, and the default nofile ulimit cannot be
+# raised everywhere, so podman gets runc and explicit ulimits.
 CONTAINERS_CONF = """\
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
@@ -76,8 +78,7 @@ runtime = "runc"
 
 
 def state_dir() -> Path:
-    base = Path(os.environ.get("UNDERCLOUD_AGENT_STATE", "/var/lib/undercloud-agent"))
-    path = base / "kube"
+    path = state_base() / "kube"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -8,10 +8,18 @@ url, server_id and token.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 DEFAULT_CONFIG = Path("/etc/undercloud-agent/config.json")
+DEFAULT_STATE = Path("/var/lib/undercloud-agent")
+
+
+def state_base() -> Path:
+    """The state directory, in a hook or Pod process: the agent passes its own in
+    UNDERCLOUD_AGENT_STATE."""
+    return Path(os.environ.get("UNDERCLOUD_AGENT_STATE", str(DEFAULT_STATE)))
 
 
 class SettingsError(Exception):
@@ -23,7 +31,7 @@ class Settings:
     url: str
     server_id: str
     token: str
-    state_dir: Path = Path("/var/lib/undercloud-agent")
+    state_dir: Path = DEFAULT_STATE
     templates: Path = Path("/usr/libexec/os-apply-config/templates")
     output_root: Path = Path("/")
     refresh_dir: Path = Path("/usr/libexec/os-refresh-config")

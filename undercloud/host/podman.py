@@ -2,7 +2,7 @@
 
 crun fails on hosts with hybrid cgroups and the default nofile limit cannot be raised on
 every host (see ../shared/ENVIRONMENT.md), so every podman call gets CONTAINERS_CONF
-pointing at the file below.
+pointing at this user's copy of the agent's settings (`conf_path()`).
 """
 
 from __future__ import annotations
@@ -10,27 +10,36 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from undercloud.agent.kube import CONTAINERS_CONF
 from undercloud.host.run import require, run
 
-CONF = """\
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
-[engine]
-runtime = "runc"
-"""
-CONF_PATH = Path("/tmp/undercloud-containers.conf")
+CONF = CONTAINERS_CONF  # the agent's, so nodes and this host run podman alike
+
+
+def conf_path() -> Path:
+    """This user's copy: under a directory only they write (a fixed name in the shared /tmp
+    could be a symlink planted by another user)."""
+    if os.geteuid() == 0:
+        return Path("/run/undercloud/containers.conf")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return (Path(runtime) if runtime else Path.home() / ".cache") / "undercloud" / "containers.conf"
 
 
 def env() -> dict:
     """The environment for podman (and `podman kube play`) calls."""
-    if not CONF_PATH.exists() or CONF_PATH.read_text() != CONF:
-        tmp = CONF_PATH.with_suffix(f".{os.getpid()}")
-        tmp.write_text(CONF)
-        tmp.replace(CONF_PATH)
-    return dict(os.environ, CONTAINERS_CONF=str(CONF_PATH))
+    path = conf_path()
+    if not path.exists() or path.read_text() != CONF:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".containers.conf.")
+        with os.fdopen(fd, "w") as f:
+            f.write(CONF)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    return dict(os.environ, CONTAINERS_CONF=str(path))
 
 
 def podman(*args: str, check: bool = True, input: str | bytes | None = None,
