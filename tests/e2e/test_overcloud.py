@@ -426,21 +426,31 @@ INNER_ROLES = """\
 """
 
 
+def provider_network(cloud) -> str:
+    """The overcloud's flat provider network `lab` on the lab bridge (made once); its
+    addresses' first three octets. No DHCP: the nodes take their port's address from their
+    config drive or deploy request. No security group on its ports: the undercloud checks
+    the nodes' services from the lab bridge."""
+    clouds = cloud["clouds"]
+    lab = json.loads((cloud["home"].path / "servers" / "container-network.json").read_text())["subnet"]
+    prefix = lab.rsplit(".", 1)[0]
+    if "lab" not in {n["Name"] for n in ok_json(clouds, "network", "list")}:
+        ok_json(clouds, "network", "create", "--provider-network-type", "flat", "--provider-physical-network",
+                "datacentre", "--disable-port-security", "lab")
+        ok_json(clouds, "subnet", "create", "--network", "lab", "--subnet-range", lab, "--no-dhcp",
+                "--gateway", "none", "--allocation-pool", f"start={prefix}.200,end={prefix}.249", "lab-subnet")
+    return prefix
+
+
 def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
     """OpenStack on OpenStack on OpenStack: `deploy --hypervisor openstack:host` makes its
     node a Nova server of the overcloud (the node image uploaded to its Glance once), on the
     flat provider network bridged to the lab bridge, whose agent checks in with the
     undercloud and runs haproxy and memcached; bad references are one line and make
     nothing; `overcloud delete` leaves no server or port in the host cloud, only the image."""
-    clouds, work, home = cloud["clouds"], cloud["work"], cloud["home"]
+    clouds, work = cloud["clouds"], cloud["work"]
     assert run_cli("cloud", "add", "host", "--clouds-yaml", clouds, "--cloud", "overcloud").returncode == 0
-    lab = json.loads((home.path / "servers" / "container-network.json").read_text())["subnet"]
-    prefix = lab.rsplit(".", 1)[0]
-    # No security group on its ports: the undercloud checks the nodes' services from the lab bridge.
-    ok_json(clouds, "network", "create", "--provider-network-type", "flat", "--provider-physical-network",
-            "datacentre", "--disable-port-security", "lab")
-    ok_json(clouds, "subnet", "create", "--network", "lab", "--subnet-range", lab, "--no-dhcp", "--gateway", "none",
-            "--allocation-pool", f"start={prefix}.200,end={prefix}.249", "lab-subnet")
+    prefix = provider_network(cloud)
     ok_json(clouds, "flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10")
     ports_before = {p["ID"] for p in ok_json(clouds, "port", "list")}
 
@@ -495,48 +505,95 @@ def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
         == [image["ID"]]  # the cached copy stays
 
 
+BAREMETAL_SERVER = """\
+heat_template_version: wallaby
+resources:
+  node:
+    type: OS::Nova::Server
+    properties: {name: vbm0, image: overcloud-full, flavor: baremetal}
+outputs:
+  ip: {value: {get_attr: [node, first_address]}}
+"""
+
+
 def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
-    """`lab up --cloud host` makes an empty server (and the flavor, network and blank image
-    it needs) in the overcloud; enrolled with pm_type openstack it is managed, inspected
-    (its flavor's sizes, its port's MAC) and powered through the real Nova; `lab down
-    --cloud` removes what `lab up` made and nothing else."""
-    clouds = cloud["clouds"]
+    """`lab up --cloud host --network lab` makes an empty server (and the flavor and blank
+    image it needs) in the overcloud; enrolled with pm_type openstack it is managed,
+    inspected (its flavor's sizes, its port's MAC) and powered through the real Nova; a
+    bare-metal server deployed onto it boots the deploy ramdisk through Nova rescue (the ISO
+    a rescue image in Glance), takes its port's address, writes overcloud-full and boots it,
+    and its agent checks in; deleting that server undeploys the node; `lab down --cloud`
+    removes what `lab up` made and nothing else."""
+    clouds, work = cloud["clouds"], cloud["work"]
     if "host" not in run_cli("cloud", "list").stdout:  # the test before added it, unless run alone
         assert run_cli("cloud", "add", "host", "--clouds-yaml", clouds, "--cloud", "overcloud").returncode == 0
+    prefix = provider_network(cloud)
+    for args in (("overcloud-full", "--type", "qcow2"), ("deploy-ramdisk",)):  # from the cache when built before
+        r = run_cli("image", "build", *args, timeout=1800)
+        assert r.returncode == 0, r.stderr[-2000:]
     before = {kind: sorted(x["Name"] for x in ok_json(clouds, kind, "list"))
               for kind in ("server", "flavor", "network", "image")}
     lab = cloud["home"].instance + "-lab"
+    node = f"{lab}-0"
     try:
-        up = run_cli("lab", "up", "--cloud", "host", "--nodes", "1", "-f", "json", timeout=900)
+        up = run_cli("lab", "up", "--cloud", "host", "--network", "lab", "--nodes", "1", "-f", "json", timeout=900)
         assert up.returncode == 0, up.stderr
-        for made in (f"flavor {lab}", f"network {lab}", f"image {lab}-empty", f"server {lab}-0"):
+        for made in (f"flavor {lab}", f"image {lab}-empty", f"server {node}"):
             assert f"made {made}" in up.stderr
         instackenv = json.loads(up.stdout)["instackenv"]
         (entry,) = json.loads(Path(instackenv).read_text())["nodes"]
-        nova = ok_json(clouds, "server", "show", f"{lab}-0")
+        nova = ok_json(clouds, "server", "show", node)
         assert (entry["pm_type"], entry["cloud"], entry["server"]) == ("openstack", "host", nova["id"])
         assert run_cli("node", "import", instackenv).returncode == 0
-        managed = run_cli("node", "manage", "--wait", f"{lab}-0", timeout=300)
+        managed = run_cli("node", "manage", "--wait", node, timeout=300)
         assert managed.returncode == 0, managed.stderr
-        inspected = run_cli("node", "inspect", "--wait", f"{lab}-0", timeout=300)
+        inspected = run_cli("node", "inspect", "--wait", node, timeout=300)
         assert inspected.returncode == 0, inspected.stderr
-        node = json.loads(run_cli("node", "show", f"{lab}-0", "-f", "json").stdout)
-        props = node["properties"]
-        assert (props["cpus"], props["memory_mb"], props["local_gb"], node["power_state"]) == (1, 1024, 10, "on")
-        (port,) = ok_json(clouds, "port", "list", "--server", f"{lab}-0")
-        assert node["ports"] == [port["MAC Address"]]
+        shown = json.loads(run_cli("node", "show", node, "-f", "json").stdout)
+        props = shown["properties"]
+        assert (props["cpus"], props["memory_mb"], props["local_gb"], shown["power_state"]) == (1, 2048, 10, "on")
+        (port,) = ok_json(clouds, "port", "list", "--server", node)
+        assert shown["ports"] == [port["MAC Address"]]
         for action, status in (("off", "SHUTOFF"), ("on", "ACTIVE"), ("reboot", "ACTIVE")):
-            r = run_cli("node", "power", action, f"{lab}-0", timeout=400)
+            r = run_cli("node", "power", action, node, timeout=400)
             assert r.returncode == 0, r.stderr
-            assert ok_json(clouds, "server", "show", f"{lab}-0")["status"] == status, action
-        r = run_cli("node", "boot-device", "set", f"{lab}-0", "cd")
-        assert r.returncode != 0 and "boots from its disk only" in r.stderr and "Traceback" not in r.stderr
-        assert run_cli("node", "delete", f"{lab}-0").returncode == 0
+            assert ok_json(clouds, "server", "show", node)["status"] == status, action
+        r = run_cli("node", "boot-device", "set", node, "pxe")
+        assert r.returncode != 0 and "no network boot here" in r.stderr and "Traceback" not in r.stderr
+        provided = run_cli("node", "provide", "--wait", node, timeout=400)
+        assert provided.returncode == 0, provided.stderr
+
+        # Deployed as bare metal: the ramdisk through Nova rescue, then the node's own disk.
+        template = work / "vbm.yaml"
+        template.write_text(BAREMETAL_SERVER)
+        start = time.monotonic()
+        r = run_cli("stack", "create", "vbm", "-t", str(template), "--wait", timeout=1800)
+        deployed = time.monotonic() - start
+        assert r.returncode == 0, r.stderr[-3000:]
+        (address,) = [f["ip_address"] for f in port["Fixed IP Addresses"]]
+        assert address.startswith(prefix + ".2")  # the port's, on the provider network
+        deadline = time.monotonic() + 600
+        while not (srv := json.loads(run_cli("server", "show", "vbm0", "-f", "json").stdout))["agent_checked_in"]:
+            assert time.monotonic() < deadline, f"the deployed node's agent did not check in: {srv}"
+            time.sleep(5)
+        assert srv["addresses"] == {"ctlplane": [address]}
+        print(f"virtual bare metal: stack create -> active {deployed:.0f} s, "
+              f"-> agent check-in {time.monotonic() - start:.0f} s")
+        nova = ok_json(clouds, "server", "show", node)
+        assert nova["status"] == "ACTIVE" and not any(k.startswith("undercloud_media") for k in nova["properties"])
+        assert not [i for i in ok_json(clouds, "image", "list") if i["Name"].startswith("undercloud-media-")]
+        r = run_cli("stack", "delete", "vbm", "--wait", timeout=600)
+        assert r.returncode == 0, r.stderr
+        shown = json.loads(run_cli("node", "show", node, "-f", "json").stdout)
+        assert (shown["provision_state"], shown["instance_uuid"]) == ("available", None)
+        assert ok_json(clouds, "server", "show", node)["status"] == "SHUTOFF"
+        assert run_cli("node", "delete", node).returncode == 0
     finally:
+        run_cli("stack", "delete", "vbm", "--wait", timeout=600)
         down = run_cli("lab", "down", "--cloud", "host", timeout=900)
         assert run_cli("cloud", "remove", "host").returncode == 0
     assert down.returncode == 0, down.stderr
-    for removed in (f"server {lab}-0", f"flavor {lab}", f"network {lab}", f"image {lab}-empty"):
+    for removed in (f"server {node}", f"flavor {lab}", f"image {lab}-empty"):
         assert f"removed {removed}" in down.stderr
     assert {kind: sorted(x["Name"] for x in ok_json(clouds, kind, "list"))
             for kind in ("server", "flavor", "network", "image")} == before

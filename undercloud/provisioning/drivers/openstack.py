@@ -140,10 +140,13 @@ class OpenStackDriver(Driver):
                 with urllib.request.urlopen(url, timeout=60) as resp, open(iso, "wb") as f:
                     shutil.copyfileobj(resp, f, 1 << 20)
             except OSError as exc:
-                raise DriverError(f"{self.where}: cannot read the media at {url}: {exc}") from None
+                # not the URL: its path is the one-time secret the media is served under
+                raise DriverError(f"{self.where}: cannot read the media to upload: {exc}") from None
+            # private (the ISO holds this deploy's tokens), deleted again at eject
             img = self._call("upload of the rescue image", conn.create_image, f"undercloud-media-{srv.id}",
                              filename=str(iso), disk_format="iso", container_format="bare", wait=True,
-                             timeout=POWER_WAIT, hw_rescue_device="cdrom", hw_rescue_bus="ide")
+                             timeout=POWER_WAIT, visibility="private", hw_rescue_device="cdrom",
+                             hw_rescue_bus="ide")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._call("metadata", conn.compute.set_server_metadata, srv, **{MEDIA_KEY: img.id})

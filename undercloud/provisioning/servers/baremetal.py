@@ -19,7 +19,9 @@ machine (provisioning/states.py) drives it:
 
 Per server: <home>/baremetal/<server id>/ (deploy.json: node, token hash; the ISOs while
 deploying) and one lab address (vm_net.Addresses). The API is served on the lab network
-as for VMs (vm_net.serve_api).
+as for VMs (vm_net.serve_api). A node whose driver knows its network (`Driver.network()`:
+a cloud's server, drivers/openstack.py) takes no lab address: the ramdisk and the config
+drive use its own address, and the API is also served at the undercloud's address there.
 """
 
 from __future__ import annotations
