@@ -277,3 +277,22 @@ def test_firstboot_keeps_user_data_that_is_not_ours_and_writes_no_agent_configur
                                {"openstack/latest/user_data": data})
         assert not (root / "etc/undercloud-agent/config.json").exists()
         assert (root / "var/lib/undercloud-agent/user_data").read_bytes() == data
+
+
+def test_the_ramdisk_waits_for_its_cd_to_show_and_gives_up_in_time(monkeypatch):
+    """An emulated IDE controller (Nova rescue's CD) shows its drive seconds after its driver
+    loaded: the ramdisk looks again until the request is there, within its wait."""
+    looks, plugs, now = [], [], [0.0]
+    found = ({"server_id": "s1"}, None)
+    monkeypatch.setattr(deploy, "find_request", lambda: looks.append(now[0]) or (found if len(looks) == 4 else None))
+    monkeypatch.setattr(deploy, "cdroms", lambda: [] if len(looks) < 3 else ["/dev/sr0"])
+    monkeypatch.setattr(deploy, "coldplug", lambda rounds=3: plugs.append(rounds))
+    monkeypatch.setattr(deploy.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(deploy.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    assert deploy.wait_for_request(timeout=30) == found
+    assert looks == [0.0, 2.0, 4.0, 6.0] and plugs == [1, 1]  # drivers loaded again while no drive showed
+    looks.clear()
+    monkeypatch.setattr(deploy, "find_request", lambda: looks.append(now[0]))  # no request ever
+    start = now[0]
+    assert deploy.wait_for_request(timeout=10) is None
+    assert now[0] - start <= 12 and len(looks) == 6
