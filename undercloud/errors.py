@@ -37,6 +37,10 @@ class ServiceUnavailable(UndercloudError):
     pass
 
 
+class Unauthorized(UndercloudError):
+    """A missing or wrong credential (the API answers 401)."""
+
+
 class InternalError(UndercloudError):
     """Something unexpected (a bug): shown as "internal error <id>", details only in the log."""
 

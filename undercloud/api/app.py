@@ -25,6 +25,7 @@ from undercloud.errors import (
     InvalidInput,
     NotFound,
     ServiceUnavailable,
+    Unauthorized,
     UndercloudError,
     internal_error,
 )
@@ -54,7 +55,7 @@ STARTUP: list[str] = [
 ]
 
 STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503, PayloadTooLarge: 413,
-          InternalError: 500}
+          InternalError: 500, Unauthorized: 401}
 
 
 def get_context(request: Request) -> Context:
@@ -69,7 +70,7 @@ def same_token(given: str | None, expected: str) -> bool:
 
 def require_admin(request: Request, x_undercloud_token: str | None = Header(default=None)) -> None:
     if not same_token(x_undercloud_token, request.app.state.ctx.admin_token):
-        raise UndercloudError("missing or wrong admin token")
+        raise Unauthorized("missing or wrong admin token")
 
 
 def _validation_line(exc: RequestValidationError) -> tuple[str, str]:
@@ -131,8 +132,6 @@ def create_app(ctx: Context) -> FastAPI:
     @app.exception_handler(UndercloudError)
     async def user_error(_req: Request, exc: UndercloudError):
         status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
-        if exc.message == "missing or wrong admin token":
-            status = 401
         return JSONResponse({"error": exc.message, "where": exc.where}, status_code=status)
 
     @app.exception_handler(RequestValidationError)

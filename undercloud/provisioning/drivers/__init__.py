@@ -31,6 +31,14 @@ class DriverError(UndercloudError):
     """The BMC refused or failed an operation; the message names the BMC, never secrets."""
 
 
+class BMCUnreachable(DriverError):
+    """The BMC did not answer at all."""
+
+
+class BMCAuthFailed(DriverError):
+    """The BMC refused the credentials."""
+
+
 class Driver:
     """One node's BMC. Instances are short-lived: made for an operation, then dropped."""
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from undercloud.provisioning.drivers import Driver, DriverError
+from undercloud.provisioning.drivers import BMCAuthFailed, Driver, DriverError
 
 _machines: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -34,7 +34,7 @@ class FakeDriver(Driver):
             time.sleep(float(delay))
         if op in self.info.get("fail", ()):
             if op == "validate":
-                raise DriverError(f"{self.where} refused the credentials of user {self.info.get('username')!r}")
+                raise BMCAuthFailed(f"{self.where} refused the credentials of user {self.info.get('username')!r}")
             raise DriverError(f"{self.where}: {op} failed (fake)")
 
     def validate(self) -> None:

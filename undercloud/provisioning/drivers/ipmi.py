@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from undercloud.provisioning.drivers import Driver, DriverError
+from undercloud.provisioning.drivers import BMCAuthFailed, Driver, DriverError
 
 BOOT = {"pxe": "network", "disk": "hd", "cd": "cdrom"}
 BOOT_BACK = {v: k for k, v in BOOT.items()}
@@ -99,7 +99,7 @@ class IpmiDriver(Driver):
             # pyghmi gives no reason when the BMC never answered the login
             msg = str(exc) if exc.args and exc.args[0] else "no answer to the login (wrong address, port or credentials?)"
             if "password" in msg.lower() or "unauthorized" in msg.lower() or "user" in msg.lower():
-                raise DriverError(f"{self.where} refused the credentials of user "
+                raise BMCAuthFailed(f"{self.where} refused the credentials of user "
                                   f"{self.info.get('username')!r} ({msg})") from None
             raise DriverError(f"{self.where}: {what}: {msg}") from None
 

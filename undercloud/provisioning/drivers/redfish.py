@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from undercloud.provisioning.drivers import Driver, DriverError
+from undercloud.provisioning.drivers import BMCAuthFailed, BMCUnreachable, Driver, DriverError
 
 TIMEOUT = 30  # seconds per HTTP request to the BMC
 
@@ -35,13 +35,13 @@ class RedfishDriver(Driver):
             return fn()
         except sushy.exceptions.AccessError as exc:
             if getattr(exc, "status_code", None) == 401:
-                raise DriverError(f"{self.where} refused the credentials of user "
+                raise BMCAuthFailed(f"{self.where} refused the credentials of user "
                                   f"{self.info.get('username')!r} (HTTP 401)") from None
             raise DriverError(f"{self.where}: {what}: access denied ({exc.status_code})") from None
         except sushy.exceptions.ResourceNotFoundError:
             raise DriverError(f"{self.where} has no system {self.info.get('system_id')!r}") from None
         except sushy.exceptions.ConnectionError as exc:
-            raise DriverError(f"cannot reach {self.where}: {_first_line(exc)}") from None
+            raise BMCUnreachable(f"cannot reach {self.where}: {_first_line(exc)}") from None
         except sushy.exceptions.SushyError as exc:
             raise DriverError(f"{self.where}: {what}: {_first_line(exc)}") from None
 

@@ -427,7 +427,7 @@ def _eject_quietly(driver) -> None:
     try:
         driver.eject_media()
     except DriverError as exc:
-        if "cannot reach" in str(exc) or "refused the credentials" in str(exc):
+        if isinstance(exc, (drivers.BMCUnreachable, drivers.BMCAuthFailed)):
             raise
 
 
