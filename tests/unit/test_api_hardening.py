@@ -235,7 +235,9 @@ def test_bad_node_requests(svc):
 
 
 def test_admin_token_odd_values_are_401_not_500(svc):
-    for token in ("wrong", "é" * 10, "x" * 5000):
+    refused(httpx.get(svc.url + "/v1/flavors", headers={"X-Undercloud-Token": "wrong"}), 401)
+    refused(httpx.get(svc.url + "/v1/flavors"), 401)
+    for token in ("é" * 10, "x" * 5000):
         r = httpx.get(svc.url + "/v1/flavors", headers={"X-Undercloud-Token": token.encode("utf-8")})
         refused(r, 401) if r.status_code == 401 else None
         assert r.status_code in (400, 401, 431), r.status_code
