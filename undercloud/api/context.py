@@ -78,14 +78,17 @@ class Context:
     @cached_property
     def servers(self):
         """Servers (container / VM / bare metal), flavors and hypervisor hosts."""
-        from undercloud.api.servers import make_service
+        from undercloud.provisioning.servers.base import Env
+        from undercloud.provisioning.servers.service import ServersService
 
-        return make_service(self)
+        env = Env(home=self.home, api_port=self.home.api_port(), listen=self.listeners.listen,
+                  nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds)
+        return ServersService(self.store, env)
 
     @cached_property
     def listeners(self):
         """Extra addresses the API is served on, for guests on lab networks."""
-        from undercloud.api.servers import Listeners
+        from undercloud.api.listeners import Listeners
 
         return Listeners(self)
 
