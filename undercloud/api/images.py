@@ -97,11 +97,7 @@ def delete(ref: str, ctx: Context = Depends(get_context)):
 @router.api_route("/{image_id}/file", methods=["GET", "HEAD"])
 def download(image_id: str, ctx: Context = Depends(get_context)):
     """The image's content; `Range: bytes=N-` resumes; `X-Image-Sha256` lets the receiver verify."""
-    from undercloud.store.images import Image
-
-    with ctx.store.session() as s:
-        row = s.get(Image, image_id)
-        img = row.as_dict() if row else None
+    img = ctx.images.by_id(image_id)
     if img is None:
         raise NotFound(f"no image with id {image_id!r}", "image")
     path = ctx.images.blob_path(img["checksum"])

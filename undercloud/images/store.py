@@ -170,12 +170,17 @@ class ImageStore:
             out = [r for r in out if r["hypervisor_type"] == hypervisor_type]
         return out
 
+    def by_id(self, image_id: str) -> dict | None:
+        """The image with this id (never by name: what a download asks for), or None."""
+        with self.store.session() as s:
+            row = s.get(Image, image_id)
+            return self._show(row) if row else None
+
     def get(self, ref: str, hypervisor_type: str | None = None) -> dict:
         """One image by id, or by name when that name (and hypervisor type) is unique."""
-        with self.store.session() as s:
-            row = s.get(Image, ref)
-            if row:
-                return self._show(row)
+        img = self.by_id(ref)
+        if img:
+            return img
         found = self.list(name=ref, hypervisor_type=hypervisor_type)
         if not found:
             raise NotFound(f"no image with id or name {ref!r}"
