@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 from tests.conftest import need, need_root, run_cli
+from tests.integration.test_server_baremetal import SERVER
 
 pytestmark = pytest.mark.timeout(2400)
 
@@ -505,17 +506,6 @@ def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
         == [image["ID"]]  # the cached copy stays
 
 
-BAREMETAL_SERVER = """\
-heat_template_version: wallaby
-resources:
-  node:
-    type: OS::Nova::Server
-    properties: {name: vbm0, image: overcloud-full, flavor: baremetal}
-outputs:
-  ip: {value: {get_attr: [node, first_address]}}
-"""
-
-
 def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
     """`lab up --cloud host --network lab` makes an empty server (and the flavor and blank
     image it needs) in the overcloud; enrolled with pm_type openstack it is managed,
@@ -565,7 +555,7 @@ def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
 
         # Deployed as bare metal: the ramdisk through Nova rescue, then the node's own disk.
         template = work / "vbm.yaml"
-        template.write_text(BAREMETAL_SERVER)
+        template.write_text(SERVER)  # bm0: flavor baremetal, image overcloud-full
         start = time.monotonic()
         r = run_cli("stack", "create", "vbm", "-t", str(template), "--wait", timeout=1800)
         deployed = time.monotonic() - start
@@ -573,7 +563,7 @@ def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
         (address,) = [f["ip_address"] for f in port["Fixed IP Addresses"]]
         assert address.startswith(prefix + ".2")  # the port's, on the provider network
         deadline = time.monotonic() + 600
-        while not (srv := json.loads(run_cli("server", "show", "vbm0", "-f", "json").stdout))["agent_checked_in"]:
+        while not (srv := json.loads(run_cli("server", "show", "bm0", "-f", "json").stdout))["agent_checked_in"]:
             assert time.monotonic() < deadline, f"the deployed node's agent did not check in: {srv}"
             time.sleep(5)
         assert srv["addresses"] == {"ctlplane": [address]}
