@@ -158,7 +158,8 @@ class OpenStackDriver(Driver):
         media = self._media(conn, srv)
         if media is not None:
             self._call("delete the rescue image", conn.image.delete_image, media)
-            self._media(conn, srv)
+            if srv.status != "RESCUE":
+                self._call("metadata", conn.compute.delete_server_metadata, srv, [MEDIA_KEY])
 
     def _media(self, conn, srv):
         """The inserted rescue image, or None (its stale key removed where Nova allows)."""

@@ -197,7 +197,7 @@ class BaremetalRealiser(Realiser):
         token = secrets.token_urlsafe(32)
         d = self._dir(spec.id)
         d.mkdir(parents=True, exist_ok=True)
-        url = spec.first_boot.get("url") or f"http://{gateway}:{self.env.api_port}"
+        url = spec.first_boot.get("url") or self.agent_url(spec)
         self._save_record(spec.id, {"node_id": node_id, "token_sha256": _sha(token), "address": address,
                                     "gateway": gateway, "created_at": time.time(),
                                     **({"listen": net["undercloud"]} if net else {})})
