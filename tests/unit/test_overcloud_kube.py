@@ -61,6 +61,33 @@ def test_process_mode_plays_every_pod_of_the_list(env, monkeypatch):
         kube.stop_processes("web2")
 
 
+def test_a_steps_pods_start_together_so_one_may_wait_for_a_later_one(env, monkeypatch):
+    # web1 is ready only once web2 (after it in the list) answers: played one after the
+    # other, web1 would wait for a Pod not yet started and fail at its timeout.
+    def pod(name, port, ready_port):
+        return {"kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{
+            "name": name, "command": ["python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+            "readinessProbe": {"tcpSocket": {"port": ready_port}}}]}}
+    bad = {"kind": "Pod", "metadata": {"name": "broken"}, "spec": {"containers": [{
+        "name": "broken", "command": ["sleep", "30"], "readinessProbe": {"tcpSocket": {"port": 18937}}}]}}
+    cfg = {"kind": "List", "items": [pod("web1", 18935, 18936), pod("web2", 18936, 18936)]}
+    opts = {"kube_mode": "process", "ready_timeout": 15}
+    try:
+        r = hooks.run(deployment(cfg, opts), None, 60, env)
+        assert r["deploy_status_code"] == 0, r
+        assert r["deploy_stdout"].index("pod web1: created") < r["deploy_stdout"].index("pod web2: created")
+        # A failing Pod is the step's result; the Pods after it were still played.
+        cfg["items"] = [bad, pod("web3", 18938, 18938)]
+        failed = hooks.run(deployment(cfg, dict(opts, ready_timeout=3)), None, 60, env)
+        assert failed["deploy_status_code"] == 1
+        assert failed["deploy_failure_reason"].startswith("pod broken: container broken: readiness probe (TCP :18937)")
+        assert "pod web3: created" in failed["deploy_stdout"]
+    finally:
+        monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", env["UNDERCLOUD_AGENT_STATE"])
+        for name in ("web1", "web2", "web3", "broken"):
+            kube.stop_processes(name)
+
+
 def test_a_failing_probe_names_pod_container_and_check(env, monkeypatch):
     cfg = {"kind": "List", "items": [{"kind": "Pod", "metadata": {"name": "db"}, "spec": {"containers": [{
         "name": "mysql", "command": ["sh", "-c", "echo cannot open the data directory >&2; sleep 30"],

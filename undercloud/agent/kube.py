@@ -60,6 +60,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -870,22 +871,11 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
                 was += ", started but not ready"
     spec_file.write_text(json.dumps(pod, indent=2))
     hash_file.unlink(missing_ok=True)  # written again only once this play is ready
-    if mode == "podman":
-        docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
-                for n in _configmap_names(pod) if n in configmaps]
-        play_file = state_dir() / f"{name}.play.yaml"
-        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, as_played(pod)]))
-        code, out, err = play_podman(name, pod, play_file)
-        if code != 0:
-            return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}
-    elif mode == "netns":
-        try:
-            out, err = play_netns(name, pod, configmaps), ""
-        except (OSError, PodError) as exc:
-            return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
-    else:
-        start_processes(name, pod, spec_file)
-        out, err = f"pod {name}: started as supervised processes\n", ""
+    with _CREATING:
+        played = _create(name, pod, configmaps, mode, spec_file)
+    if isinstance(played, dict):
+        return played
+    out, err = played
     not_ready = wait_ready(pod, ready_timeout, dead, run_exec)
     if not_ready:
         container, spec, not_ready_why = not_ready
@@ -904,6 +894,32 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
         return dict(result, deploy_stdout=out + f"pod {name}: {repair}\n", pod_action="re-created", repairs=[repair])
     action = "replaced" if existed else "created"
     return dict(result, deploy_stdout=out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", pod_action=action)
+
+
+# The Pods of a step are played at once (play_all); their containers are made one Pod at a
+# time, so two Pods that share a claimed volume never both create it.
+_CREATING = threading.Lock()
+
+
+def _create(name: str, pod: dict, configmaps: dict, mode: str, spec_file: Path) -> tuple[str, str] | dict:
+    """Make and start the Pod's containers: (stdout, stderr), or the hook's failure result."""
+    if mode == "podman":
+        docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
+                for n in _configmap_names(pod) if n in configmaps]
+        play_file = state_dir() / f"{name}.play.yaml"
+        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, as_played(pod)]))
+        code, out, err = play_podman(name, pod, play_file)
+        if code != 0:
+            return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}
+        return out, err
+    if mode == "netns":
+        try:
+            out, err = play_netns(name, pod, configmaps), ""
+        except (OSError, PodError) as exc:
+            return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
+        return out, err
+    start_processes(name, pod, spec_file)
+    return f"pod {name}: started as supervised processes\n", ""
 
 
 def _configmap_names(pod: dict) -> list[str]:
@@ -947,13 +963,26 @@ def hook_kube(c: dict) -> dict:
         except PodError as exc:
             return {"deploy_stdout": "".join(outs), "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1,
                     "deploy_failure_reason": str(exc)}
-    repairs = []
-    for pod in pods:
-        result = play_one(pod, configmaps, mode, options)
+    repairs, results = [], play_all(pods, configmaps, mode, options)
+    for result in results:
         outs.append(result.get("deploy_stdout") or "")
         errs.append(result.get("deploy_stderr") or "")
         repairs += result.get("repairs") or []
-        if result.get("deploy_status_code"):
-            break
+    # The step's result is its first failure, in the list's order (else its last Pod's).
+    result = next((r for r in results if r.get("deploy_status_code")), results[-1])
     # `repairs`: what a re-run found drifted and repaired (a deployment output the CLI reports).
     return dict(result, deploy_stdout="".join(outs), deploy_stderr="".join(errs), repairs=repairs)
+
+
+def play_all(pods: list[dict], configmaps: dict, mode: str, options: dict) -> list[dict]:
+    """Every Pod of a step played at once, their results in the list's order. As TripleO
+    started a step's containers together: a service that needs another of its step waits
+    for it itself (nova-compute for libvirtd, nova-conductor for the bootstrap nova-api),
+    so a step takes as long as its slowest Pod, not the sum of its Pods' starts and first
+    reports."""
+    if len(pods) == 1:
+        return [play_one(pods[0], configmaps, mode, options)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(pods)) as pool:
+        return list(pool.map(lambda pod: play_one(pod, configmaps, mode, options), pods))
