@@ -114,3 +114,12 @@ def write_once(path: Path, data: bytes) -> None:
         pass
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def cache_dir() -> Path:
+    """The machine's one cache (image builds, the KVM probe's answer): $UNDERCLOUD_CACHE,
+    else ~/.cache/undercloud. Shared by every home on the machine."""
+    env = os.environ.get("UNDERCLOUD_CACHE")
+    path = Path(env) if env else Path.home() / ".cache" / "undercloud"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from undercloud.lab import accel
+from undercloud.host import accel
 
 pytestmark = pytest.mark.integration
 

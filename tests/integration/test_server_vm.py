@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need_root, run_cli
-from undercloud.lab.accel import accelerator
+from undercloud.host.accel import accelerator
 
 IMAGES = Path("/var/lib/libvirt/images")
 BOOT_TIMEOUT = 600  # stack create -> agent check-in, under TCG

@@ -1,4 +1,4 @@
-"""KVM or TCG (lab/accel.py): the decision, its cache, and the probe against a fake qemu.
+"""KVM or TCG (host/accel.py): the decision, its cache, and the probe against a fake qemu.
 
 The fake `qemu-system-x86_64` on PATH answers `--version`, records each boot's pid, and
 then behaves as asked: hangs silently (KVM under nested virtualisation here), prints the
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from undercloud.errors import UndercloudError
-from undercloud.lab import accel
+from undercloud.host import accel
 
 FAKE_QEMU = """#!/bin/sh
 if [ "$1" = "--version" ]; then echo "QEMU emulator version ${FAKE_QEMU_VERSION:-9.9.9} (fake)"; exit 0; fi
@@ -163,9 +163,9 @@ def test_probe_kernel_takes_the_newest_built_kernel(host):
 
 
 def test_route_devices_names_each_route_s_device():
-    from undercloud.lab.lab import _route_devices
+    from undercloud.host.labnet import route_devices
 
     out = ("192.168.24.0/24 dev br-uc123456 proto kernel scope link src 192.168.24.1 \n"
            "192.168.24.0/24 via 10.0.0.1 dev eth0 \nunreachable 192.168.24.0/24 \n")
-    assert _route_devices(out) == ["br-uc123456", "eth0"]
-    assert _route_devices("") == []
+    assert route_devices(out) == ["br-uc123456", "eth0"]
+    assert route_devices("") == []

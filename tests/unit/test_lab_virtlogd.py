@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 
-from undercloud.lab.lab import virtlogd_running
+from undercloud.host.libvirt import virtlogd_running
 
 
 def test_virtlogd_counts_only_when_its_socket_answers(tmp_path):

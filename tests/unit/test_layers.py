@@ -1,7 +1,8 @@
 """The package's layers, read from the source (module-level imports; an import inside a
 function is a deliberate, lazy one): no import cycles; the agent imports only itself (a
 node has only that package); the CLI imports no server-side module or library (every
-command would pay for them); provisioning and orchestration import no API module."""
+command would pay for them); provisioning and orchestration import no API module; the lab
+is a tool beside the CLI, and host/ is the bottom."""
 
 from __future__ import annotations
 
@@ -96,6 +97,39 @@ def test_provisioning_and_orchestration_import_no_api_module():
     imports = module_imports()
     for layer in ("undercloud.provisioning", "undercloud.orchestration"):
         assert offenders(imports, layer, lambda d: d.startswith("undercloud.api")) == {}, layer
+
+
+def all_imports() -> dict[str, set[str]]:
+    """Module -> every module it imports anywhere (inside functions too: a lazy import is
+    still a dependency of the layer)."""
+    files = {module_name(p): p for p in ROOT.rglob("*.py")}
+    out = {}
+    for name, path in files.items():
+        deps: set[str] = set()
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Import):
+                deps |= {a.name for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                deps.add(n.module)
+        out[name] = deps - {name}
+    return out
+
+
+def test_the_lab_is_a_tool_beside_the_cli_not_a_layer_below():
+    # Only the CLI (and the lab itself) use the virtual lab; what servers need of the host
+    # (libvirt, the lab network, KVM or TCG) is in host/.
+    imports = all_imports()
+    users = {m for m, deps in imports.items() if any(d.startswith("undercloud.lab") for d in deps)}
+    assert {m for m in users if not m.startswith(("undercloud.lab", "undercloud.cli"))} == set()
+
+
+def test_host_is_the_bottom_layer():
+    # ... beside the agent's package, which imports only itself (host/podman.py runs podman
+    # with the agent's settings, so that nodes and this host run it alike).
+    imports = all_imports()
+    allowed = ("undercloud.host", "undercloud.errors", "undercloud.config", "undercloud.agent")
+    assert offenders(imports, "undercloud.host",
+                     lambda d: d.startswith("undercloud.") and not d.startswith(allowed)) == {}
 
 
 def test_a_cycle_is_found():  # the finder itself, on a made-up graph

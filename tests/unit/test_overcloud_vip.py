@@ -20,7 +20,7 @@ def test_virtual_ips_are_kept_out_of_the_server_ranges():
 
     assert base.virtual_ips("10.130.7.0/24") == ["10.130.7.250", "10.130.7.251", "10.130.7.252", "10.130.7.253"]
     assert not set(base.VIP_HOSTS) & set(vm_net.RANGE)
-    assert 254 not in base.VIP_HOSTS  # the host's own lab link (lab.HOST_ADDRESS)
+    assert 254 not in base.VIP_HOSTS  # the host's own lab link (labnet.HOST_ADDRESS)
 
 
 def test_container_addresses_skip_the_virtual_ips(tmp_path, monkeypatch):

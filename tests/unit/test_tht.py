@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import types
 from pathlib import Path
 
 import pytest
@@ -133,7 +132,7 @@ def write(tmp_path, text: str) -> str:
 @pytest.fixture
 def eng(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'e.db'}").create_schema()
-    svc = StackService(store, services=types.SimpleNamespace(store=store))
+    svc = StackService(store)  # its own services: the store
 
     def create(text, params=None):
         svc.create("s", Bundle.from_paths(write(tmp_path, text)).to_json(), params or {}, wait=True)

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from undercloud.config import cache_dir
 from undercloud.errors import UndercloudError
 from undercloud.host.run import require, run
 
@@ -29,13 +30,6 @@ MIRROR = os.environ.get("UNDERCLOUD_DEBIAN_MIRROR", "http://deb.debian.org/debia
 SECURITY_MIRROR = os.environ.get("UNDERCLOUD_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 INCLUDE = ("python3",)  # the agent needs only python3
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def cache_dir() -> Path:
-    env = os.environ.get("UNDERCLOUD_CACHE")
-    path = Path(env) if env else Path.home() / ".cache" / "undercloud"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def digest(*parts: object) -> str:

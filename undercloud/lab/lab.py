@@ -1,14 +1,11 @@
 """The virtual lab: empty libvirt VMs with virtual BMCs in front, ready to enrol as nodes.
 
 Design (see docs/architecture.md, "The virtual lab"):
-- libvirtd is one daemon per machine. When none runs, the lab creates its network
-  namespace `<instance>-lab` and starts virtlogd and libvirtd inside it with
-  `nsenter --net=/run/netns/NAME` (not `ip netns exec`, which remounts /sys), libvirtd
-  under lab/reaper.py so the qemus it daemonizes are reaped at once. When one
-  runs already, the lab uses it and puts its bridge in libvirtd's namespace, since that is
-  where libvirtd creates the VMs' taps. Either way the lab network (bridge
-  `br-<instance>`, no uplink) never leaves the machine.
-- Domains `<instance>-node-N` (type qemu = TCG unless lab/accel.py's probe boot shows KVM
+- libvirtd and the lab network are the host's (host/libvirt.py, host/labnet.py), which the
+  VM and bare-metal servers use as well: one libvirtd per machine, started in the lab's
+  namespace `<instance>-lab` when none runs; the bridge `br-<instance>`, no uplink, never
+  leaves the machine.
+- Domains `<instance>-node-N` (type qemu = TCG unless host/accel.py's probe boot shows KVM
   works; here KVM hangs guests), qcow2 disks in
   /var/lib/libvirt/images (reachable by the qemu user), MACs derived from the instance.
 - BMCs listen on 127.0.0.1 in the host namespace, where the undercloud service runs,
@@ -35,120 +32,33 @@ from pathlib import Path
 from typing import Any
 
 from undercloud.config import Home
-from undercloud.errors import Conflict, UndercloudError
+from undercloud.errors import Conflict
+from undercloud.host.accel import accelerator
+from undercloud.host.accel import cached as accel_cached
+from undercloud.host.labnet import LabNetwork, lab_state_file
+from undercloud.host.libvirt import (
+    IMAGES,
+    LIBVIRT_URI,
+    HostError,
+    available,
+    cmdline,
+    ensure_libvirtd,
+    libvirtd_pid,
+    media_pool,
+    pid_alive,
+    virsh,
+    wait_for,
+)
 from undercloud.host.run import run
-from undercloud.lab.accel import KVM_DEVICE, accelerator
-from undercloud.lab.accel import cached as accel_cached
 
-LIBVIRT_URI = "qemu:///system"
-IMAGES = Path("/var/lib/libvirt/images")
-START_TIMEOUT = 30.0
-# A libvirtd with no capabilities cache (its first start on a machine) probes qemu before it
-# answers anyone: 70 s measured on a 2-core host.
-LIBVIRTD_FIRST_ANSWER = 240.0
-LIBVIRTD_LOG = Path("/var/log/libvirt/undercloud-libvirtd.log")  # one libvirtd per machine
 USER = "admin"
-HOST_ADDRESS = 254  # the host's address on the lab network (servers take .100-.249)
-
-
-class LabError(UndercloudError):
-    pass
-
-
-def available() -> str | None:
-    """None when a lab can be made here, else why not (for test skips and errors)."""
-    if os.geteuid() != 0:
-        return "the virtual lab needs root (network namespaces, libvirtd)"
-    for tool, pkg in (("libvirtd", "libvirt-daemon-system"), ("virsh", "libvirt-clients"),
-                      ("qemu-system-x86_64", "qemu-system-x86"), ("qemu-img", "qemu-utils"),
-                      ("ip", "iproute2"), ("nsenter", "util-linux")):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (apt-get install {pkg})"
-    for mod, pkg in (("sushy_tools", "sushy-tools"), ("virtualbmc", "virtualbmc"), ("libvirt", "libvirt-python")):
-        try:
-            __import__(mod)
-        except ImportError:
-            return f"python module {mod} is missing (pip install {pkg})"
-    return None
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def libvirtd_pid() -> int | None:
-    for pidfile in (Path("/run/libvirtd.pid"), Path("/var/run/libvirtd.pid")):
-        try:
-            pid = int(pidfile.read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if _pid_alive(pid) and "libvirtd" in _cmdline(pid):
-            return pid
-    return None
-
-
-VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")
-
-
-def virtlogd_running(path: Path = VIRTLOGD_SOCKET) -> bool:
-    """The host's virtlogd answers on its socket (libvirtd needs it to start domains). A
-    virtlogd process seen in /proc may be another's: an overcloud's nova_libvirt container
-    runs one with its own /run/libvirt, which this host's libvirtd cannot use."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(2)
-        try:
-            s.connect(str(path))
-        except OSError:
-            return False
-    return True
+LabError = HostError  # what the lab refuses, and what the host could not do for it
 
 
 def _free_port(kind: int = socket.SOCK_STREAM) -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _wait_for(what: str, check, timeout: float = START_TIMEOUT, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    hint = f"; see {log}" if log else ""
-    raise LabError(f"{what} did not come up within {timeout:.0f} s{hint}")
-
-
-def _libvirtd_answers() -> bool:
-    try:
-        return virsh("version", check=False, timeout=30).returncode == 0
-    except UndercloudError:  # still busy: a timeout is an answer of "not yet"
-        return False
-
-
-def virsh(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-    return run(["virsh", "-c", LIBVIRT_URI, *args], check=check, timeout=timeout)
-
-
-def _route_devices(routes: str) -> list[str]:
-    """The devices `ip -o route show` lines send traffic to."""
-    return [line.split(" dev ", 1)[1].split()[0] for line in routes.splitlines() if " dev " in line]
 
 
 def _accel_line(accel: dict | None) -> str:
@@ -162,9 +72,11 @@ class Lab:
         self.home = home or Home.current()
         self.dir = self.home.path / "lab"
         self.instance = self.home.instance
-        self.netns = f"{self.instance}-lab"
-        self.bridge = f"br-{self.instance}"
-        self.state_file = self.dir / "state.json"
+        self.net = LabNetwork(self.instance)
+        self.netns = self.net.netns
+        self.bridge = self.net.bridge
+        self.host_link = self.net.host_link
+        self.state_file = lab_state_file(self.home)
         self.instackenv = self.dir / "instackenv.json"
 
     # ------------------------------------------------------------------ state
@@ -188,112 +100,21 @@ class Lab:
         return f"{self.instance}-node-{index}"
 
     # --------------------------------------------------------------- network
-    def _ns(self, path: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        return run(["nsenter", f"--net={path}", *argv], check=check, timeout=60)
-
-    def _ensure_libvirtd(self, state: dict) -> str:
-        """Start virtlogd/libvirtd in our namespace unless libvirtd runs; returns its netns path."""
-        pid = libvirtd_pid()
-        if pid is None:
-            ns = f"/run/netns/{self.netns}"
-            if not Path(ns).exists():
-                run(["ip", "netns", "add", self.netns])
-            state["netns_created"] = True
-            self._save(state)
-            self._ns(ns, "ip", "link", "set", "lo", "up")
-            if not virtlogd_running():
-                self._ns(ns, "virtlogd", "-d")
-            # libvirtd in the foreground under our reaper (see lab/reaper.py), detached
-            LIBVIRTD_LOG.parent.mkdir(parents=True, exist_ok=True)
-            # With guests on TCG, libvirtd does not see /dev/kvm: where it exists but its qemu
-            # user may not open it (here: root:ssl-cert 0660), libvirt found its capability cache
-            # "outdated" at every lookup (KVM at probe time, not now) and probed qemu again:
-            # 1 s for each define or start, 10 s on a busy host, long enough for a lab BMC's
-            # client to give up. In a mount namespace of its own, nothing else is touched.
-            hide = ["unshare", "--mount", "--propagation", "private"] if accelerator().type == "qemu" else []
-            with open(LIBVIRTD_LOG, "ab") as out:
-                subprocess.Popen([*hide, "nsenter", f"--net={ns}", sys.executable, "-m", "undercloud.lab.reaper",
-                                  *(["--hide", KVM_DEVICE] if hide else []), "libvirtd"],
-                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, cwd="/")
-            _wait_for("libvirtd", lambda: libvirtd_pid() is not None and _libvirtd_answers(),
-                      timeout=LIBVIRTD_FIRST_ANSWER, log=LIBVIRTD_LOG)
-            pid = libvirtd_pid()
-            state["libvirtd_started"] = pid
-        else:
-            _wait_for("libvirtd", _libvirtd_answers, timeout=LIBVIRTD_FIRST_ANSWER, log=LIBVIRTD_LOG)
-            if not virtlogd_running():  # it died, or never ran beside a libvirtd started elsewhere
-                run(["virtlogd", "-d"], timeout=60)
-        _wait_for("virtlogd", virtlogd_running)
-        state["libvirtd_netns"] = f"/proc/{pid}/ns/net"
-        # Keep a name on libvirtd's namespace: /proc/PID paths vanish with the process.
-        if not Path(f"/run/netns/{self.netns}").exists():
-            Path("/run/netns").mkdir(exist_ok=True)
-            Path(f"/run/netns/{self.netns}").touch()
-            run(["mount", "--bind", f"/proc/{pid}/ns/net", f"/run/netns/{self.netns}"])
-            state["netns_created"] = True
-        self._save(state)
-        return f"/run/netns/{self.netns}"
-
     @property
     def subnet(self) -> str:
-        """This lab's /24 ("192.168.N"). Every lab's bridge lives in libvirtd's one namespace,
-        where two bridges with one subnet break each other's routes: so each home has its
-        own, derived from its instance (stable: agents keep their addresses)."""
-        h = hashlib.sha256(self.instance.encode()).digest()
-        return f"192.168.{24 + int.from_bytes(h[:2], 'big') % 200}"
+        return self.net.subnet
 
-    def _ensure_bridge(self, ns: str, state: dict) -> None:
-        cidr = f"{self.subnet}.0/24"
-        for other in _route_devices(self._ns(ns, "ip", "-o", "-4", "route", "show", cidr).stdout):
-            if other != self.bridge:
-                raise LabError(f"subnet {cidr} of this lab is taken by {other} in libvirtd's namespace "
-                               f"(another undercloud home's lab?); remove that lab first")
-        if self._ns(ns, "ip", "link", "show", self.bridge, check=False).returncode != 0:
-            self._ns(ns, "ip", "link", "add", self.bridge, "type", "bridge")
-        state["bridge"] = self.bridge
-        self._save(state)
-        self._ns(ns, "ip", "link", "set", self.bridge, "up")
-        addrs = self._ns(ns, "ip", "-o", "addr", "show", "dev", self.bridge).stdout
-        if f"{self.subnet}.1/24" not in addrs:
-            self._ns(ns, "ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
-        self._ensure_host_link(ns)
-
-    @property
-    def host_link(self) -> str:
-        return f"{self.instance}-h"
-
-    def _ensure_host_link(self, ns: str) -> None:
-        """Put the host on the lab network (HOST_ADDRESS, a veth whose other end is a port
-        of the bridge), as TripleO's undercloud sat on its ctlplane: what runs on nodes
-        (the overcloud's virtual IP, a node's ssh) is then reachable from here, and only
-        through this link, never through the host's default route."""
-        if os.stat(ns).st_ino == os.stat("/proc/self/ns/net").st_ino:
-            return  # libvirtd (and so the bridge) is in the host's namespace: reachable already
-        cidr = f"{self.subnet}.0/24"
-        for dev in _route_devices(run(["ip", "-o", "-4", "route", "show", cidr]).stdout):
-            if dev != self.host_link:
-                raise LabError(f"subnet {cidr} of this lab is routed to {dev} on this host: "
-                               f"cannot put the host on the lab network")
-        peer = f"{self.instance}-n"
-        if run(["ip", "link", "show", self.host_link], check=False).returncode != 0:
-            run(["ip", "link", "add", self.host_link, "type", "veth", "peer", "name", peer,
-                 "netns", Path(ns).name])
-        self._ns(ns, "ip", "link", "set", peer, "master", self.bridge, "up")
-        if f"{self.subnet}.{HOST_ADDRESS}/24" not in run(["ip", "-o", "addr", "show", "dev", self.host_link]).stdout:
-            run(["ip", "addr", "add", f"{self.subnet}.{HOST_ADDRESS}/24", "dev", self.host_link])
-        run(["ip", "link", "set", self.host_link, "up"])
+    def _record(self, state: dict) -> Any:
+        """`record(key, value)` for the host's adapters: into this lab's state, saved at once."""
+        def record(key: str, value: Any) -> None:
+            state[key] = value
+            self._save(state)
+        return record
 
     def network(self) -> tuple[str, str]:
         """The lab network without `lab up` (for VM servers and the undercloud's lab address):
-        libvirtd running, its namespace named, the bridge up. Returns (netns path, bridge
-        address). Records nothing in the lab's state, so `lab up` still works after it."""
-        if (reason := available()) is not None:
-            raise LabError(f"no lab network here: {reason}")
-        scratch: dict = {}
-        self._save = lambda _state: None  # type: ignore[method-assign]  # this instance only
-        ns = self._ensure_libvirtd(scratch)
-        self._ensure_bridge(ns, scratch)
-        return ns, f"{self.subnet}.1"
+        (netns path, bridge address). Records nothing, so `lab up` still works after it."""
+        return self.net.up()
 
     # ------------------------------------------------------------------- VMs
     def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int, domain_type: str = "qemu") -> str:
@@ -364,7 +185,7 @@ class Lab:
         self._save(state)
 
         def ready() -> bool:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 raise LabError(f"the Redfish emulator exited at start; see {log}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.5):
@@ -372,10 +193,10 @@ class Lab:
             except OSError:
                 return False
 
-        _wait_for("the Redfish emulator", ready, log=log)
+        wait_for("the Redfish emulator", ready, log=log)
 
     def media_pool(self) -> tuple[str, Path]:
-        return f"{self.instance}-media", IMAGES / f"{self.instance}-media"
+        return media_pool(self.instance)
 
     def _ensure_media_pool(self, state: dict) -> str:
         """The libvirt storage pool the Redfish emulator uploads virtual media into."""
@@ -404,11 +225,11 @@ class Lab:
         self._save(state)
 
         def ready() -> bool:
-            if not _pid_alive(pid):
+            if not pid_alive(pid):
                 raise LabError(f"the IPMI BMCs exited at start; see {log}")
             return ready_file.exists()
 
-        _wait_for("the IPMI BMCs", ready, log=log)
+        wait_for("the IPMI BMCs", ready, log=log)
 
     def _write_instackenv(self, state: dict, password: str) -> None:
         bmc = state["bmc"]
@@ -444,8 +265,7 @@ class Lab:
                                  "accel": {"type": accel.type, "reason": accel.reason}}
         self._save(state)
         try:
-            ns = self._ensure_libvirtd(state)
-            self._ensure_bridge(ns, state)
+            self.net.up(self._record(state))
             self._make_domains(nodes, memory_mb, disk_gb, state)
             password = secrets.token_urlsafe(12)
             (self._start_redfish if bmc == "redfish" else self._start_ipmi)(state, password)
@@ -470,9 +290,8 @@ class Lab:
             domains.append({"name": d["name"], "uuid": d.get("uuid"), "mac": d["mac"],
                             "state": r.stdout.strip() if r.returncode == 0 else "missing"})
         ns_ok = Path(f"/run/netns/{self.netns}").exists()
-        bridge_ok = ns_ok and self._ns(f"/run/netns/{self.netns}", "ip", "link", "show", self.bridge,
-                                       check=False).returncode == 0
-        bmc_ok = _pid_alive(bmc.get("pid")) and bmc.get("config", "") in _cmdline(bmc.get("pid") or 0)
+        bridge_ok = ns_ok and self.net.bridge_up()
+        bmc_ok = pid_alive(bmc.get("pid")) and bmc.get("config", "") in cmdline(bmc.get("pid") or 0)
         healthy = ns_ok and bridge_ok and bmc_ok and all(d["state"] != "missing" for d in domains)
         return {
             "status": "up" if healthy else "degraded", "instance": self.instance, "netns": self.netns,
@@ -491,17 +310,17 @@ class Lab:
         removed: list[str] = []
         bmc = state.get("bmc") or {}
         pid = bmc.get("pid")
-        if pid and _pid_alive(pid) and bmc.get("config", "?") in _cmdline(pid):
+        if pid and pid_alive(pid) and bmc.get("config", "?") in cmdline(pid):
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + 10
-            while _pid_alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _pid_alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
             removed.append(f"{bmc.get('type')} BMC process {pid}")
         names = {d["name"] for d in state.get("domains", [])}
         if names and libvirtd_pid() is None:  # defined domains outlive libvirtd: start it to remove them
-            self._ensure_libvirtd({})
+            ensure_libvirtd(self.netns)
         if libvirtd_pid():  # also domains of ours a crashed `up` did not record
             listed = virsh("list", "--all", "--name", check=False, timeout=30).stdout.split()
             names |= {n for n in listed if n.startswith(f"{self.instance}-node-")}
@@ -522,15 +341,7 @@ class Lab:
         if pool_dir.exists():
             shutil.rmtree(pool_dir)
             removed.append(f"virtual media in {pool_dir}")
-        if run(["ip", "link", "del", self.host_link], check=False).returncode == 0:
-            removed.append(f"host link {self.host_link}")
-        ns = f"/run/netns/{self.netns}"
-        if Path(ns).exists():
-            if self._ns(ns, "ip", "link", "show", self.bridge, check=False).returncode == 0:
-                self._ns(ns, "ip", "link", "del", self.bridge, check=False)
-                removed.append(f"bridge {self.bridge}")
-            run(["ip", "netns", "del", self.netns], check=False)
-            removed.append(f"network namespace {self.netns}")
+        removed += self.net.remove()
         if self.dir.exists():
             shutil.rmtree(self.dir)
         return removed

@@ -21,6 +21,7 @@ from undercloud.orchestration.engine.writer import Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
+from undercloud.orchestration.services import EngineOnly, PluginServices
 from undercloud.store import Store
 from undercloud.store.stacks import Stack, StackEvent, StackResource
 
@@ -88,9 +89,10 @@ def with_environment(bundle: dict, environment: dict) -> dict:
     return {**bundle, "files": files, "environments": envs}
 
 class StackService:
-    def __init__(self, store: Store, services: Any = None):
+    def __init__(self, store: Store, services: PluginServices | None = None):
         self.store = store
-        self.services = services
+        # What plugins use of the undercloud (the API's Context); on its own: the store.
+        self.services = services or EngineOnly(store, self)
         self.lock = threading.Lock()
         self.ops: dict[str, tuple[threading.Thread, threading.Event]] = {}
         self.walks: dict[str, Walk] = {}  # root id -> the walk under way
@@ -517,6 +519,14 @@ class StackService:
         w.flush()
 
     # -- reading --------------------------------------------------------------------------
+    def software_config(self, config_id: str, types: tuple[str, ...]) -> dict | None:
+        """The software config a resource of one of `types`, in any stack, holds under the
+        physical id `config_id` (a config passed down to a nested stack as a parameter)."""
+        with self.store.session() as s:
+            row = s.execute(select(RES.c.attributes).where(RES.c.physical_id == config_id,
+                                                           RES.c.type.in_(types))).first()
+        return (row.attributes or {}).get("software_config") if row is not None else None
+
     def list(self) -> list[dict]:
         with self.store.engine.connect() as conn:
             rows = conn.execute(select(STACKS).where(STACKS.c.parent_id.is_(None))

@@ -23,7 +23,10 @@ the plugin's own persisted state (JSON-able dict), saved at every transition.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from undercloud.orchestration.services import PluginServices
 
 CREATE_BEFORE_DELETE = "create_before_delete"
 DELETE_BEFORE_CREATE = "delete_before_create"
@@ -89,14 +92,15 @@ class Plugin:
 
     def __init__(self, *, name: str, uuid: str, stack: StackRef, properties: dict,
                  data: dict | None = None, physical_id: str | None = None,
-                 services: Any = None, metadata: Any = None, update_policy: dict | None = None):
+                 services: PluginServices | None = None, metadata: Any = None,
+                 update_policy: dict | None = None):
         self.name = name
         self.uuid = uuid
         self.stack = stack
         self.properties = properties
         self.data: dict = data if data is not None else {}
         self.physical_id = physical_id
-        # The running undercloud's services (store, home, compute, ...); tests pass a stand-in.
+        # What the plugin may use of the running undercloud (orchestration/services.py).
         self.services = services
         self.metadata = metadata
         self.update_policy = update_policy or {}

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
+from undercloud.orchestration.services import EngineOnly
 
 
 def write_agent_config(home_path: Path, server_id: str, config: dict) -> Path:
@@ -57,11 +58,7 @@ class DeployedServer(Plugin):
         return self.properties.get("name") or f"{self.stack.name}-{self.name}"
 
     def _meta(self):
-        meta = getattr(self.services, "server_metadata", None)
-        home = getattr(self.services, "home", None)
-        if meta is None or home is None:
-            raise ResourceFailure("no agent metadata service in this undercloud")
-        return meta, home
+        return self.services.server_metadata, self.services.home
 
     def _extra(self) -> dict:
         extra = dict(self.metadata or {}) if isinstance(self.metadata, dict) else {}
@@ -85,9 +82,8 @@ class DeployedServer(Plugin):
         meta.set_extra(self.physical_id, self._extra())
 
     def delete(self) -> None:
-        meta = getattr(self.services, "server_metadata", None)
-        if meta is not None and self.physical_id:
-            meta.forget(self.physical_id)
+        if self.physical_id and not isinstance(self.services, EngineOnly):  # on its own: no agent
+            self.services.server_metadata.forget(self.physical_id)
         if self.data.get("agent_config"):
             Path(self.data["agent_config"]).unlink(missing_ok=True)
 

@@ -243,7 +243,7 @@ class WaitConditionHandle(Plugin):
                      "data": payload.get("data")})
 
     def attributes(self) -> dict:
-        base = getattr(self.services, "api_url", None) or "http://127.0.0.1"
+        base = self.services.api_url
         url = f"{base}/v1/stacks/{self.stack.id}/resources/{self.name}/signal"
         token = self.data.get("token", "")
         return {"token": token, "endpoint": url,

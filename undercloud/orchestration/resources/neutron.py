@@ -26,10 +26,7 @@ class _Neutron(Plugin):
     blocking = True  # store writes
 
     def _session(self):
-        store = getattr(self.services, "store", None)
-        if store is None:
-            raise ResourceFailure(f"{self.type_name} needs the undercloud's store")
-        return store.session()
+        return self.services.store.session()
 
     def _call(self, fn, *args: Any) -> Any:
         """`fn(session, *args)` in one transaction; a store refusal is the resource's failure."""
@@ -235,12 +232,13 @@ class Port(_Neutron):
         """The undercloud's own ctlplane, as TripleO's undercloud had it in Neutron: the lab
         network of VM and bare-metal servers (the home's 192.168.N.0/24, the undercloud at .1).
         Ports take .10-.99; servers take .100-.249, virtual IPs .250-.253, the host .254."""
-        from undercloud.lab.lab import Lab  # its subnet only: nothing is made on the host
+        from undercloud.host.labnet import LabNetwork  # its subnet only: nothing is made on the host
 
-        home = getattr(self.services, "home", None)
-        if home is None:
-            raise ResourceFailure(f"no network {CTLPLANE!r} (and no undercloud home to take it from)")
-        prefix = Lab(home).subnet
+        try:
+            home = self.services.home
+        except ResourceFailure:
+            raise ResourceFailure(f"no network {CTLPLANE!r} (and no undercloud home to take it from)") from None
+        prefix = LabNetwork(home.instance).subnet
         net_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"undercloud:{home.instance}:{CTLPLANE}"))
         return (net_id, CTLPLANE, f"{prefix}.0/24", f"{prefix}.1", [{"start": f"{prefix}.10", "end": f"{prefix}.99"}],
                 {"tags": [f"{prefix}.0/24"], "undercloud": True})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from undercloud.errors import NotFound, UndercloudError
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
+from undercloud.orchestration.services import EngineOnly
 
 ACCEPTED = "Accepted for Heat compatibility; not used by the undercloud."
 
@@ -82,11 +83,7 @@ class Server(Plugin):
         return self.properties.get("name") or f"{self.stack.name}-{self.name}".replace("_", "-")
 
     def _svc(self):
-        servers = getattr(self.services, "servers", None)
-        meta = getattr(self.services, "server_metadata", None)
-        if servers is None or meta is None:
-            raise ResourceFailure("no servers service in this undercloud")
-        return servers, meta
+        return self.services.servers, self.services.server_metadata
 
     def _extra(self) -> dict:
         extra = dict(self.metadata or {}) if isinstance(self.metadata, dict) else {}
@@ -143,6 +140,8 @@ class Server(Plugin):
         self.data["can_rebuild"] = servers.realiser(ht).can_rebuild
 
     def check_complete(self, action: str) -> bool:
+        if action == "DELETE" and isinstance(self.services, EngineOnly):
+            return True  # an engine on its own never made a server
         servers, meta = self._svc()
         if action == "DELETE":
             if not servers.gone(self.server_id):
@@ -183,6 +182,8 @@ class Server(Plugin):
                 raise ResourceFailure(str(exc)) from None
 
     def delete(self) -> None:
+        if isinstance(self.services, EngineOnly):
+            return  # an engine on its own never made a server
         servers, _meta = self._svc()
         try:
             servers.delete(self.server_id)

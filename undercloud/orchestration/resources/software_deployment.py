@@ -23,6 +23,7 @@ from typing import Any
 
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.resources.group import ResourceGroup, in_batches
+from undercloud.orchestration.services import EngineOnly
 
 SIGNAL_TRANSPORTS = ("CFN_SIGNAL", "TEMP_URL_SIGNAL", "HEAT_SIGNAL", "NO_SIGNAL", "ZAQAR_SIGNAL")
 ACTIONS = ("CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME")
@@ -54,16 +55,9 @@ def load_config(plugin: Plugin, config_id: str | None) -> dict:
     peer = plugin.find_peer(config_id)
     if peer is not None and hasattr(peer, "config"):
         return peer.config()
-    store = getattr(plugin.services, "store", None)
-    if store is not None:  # a config from another stack (e.g. passed down as a parameter)
-        from sqlalchemy import select
-
-        from undercloud.store.stacks import StackResource
-        with store.session() as s:
-            row = s.scalars(select(StackResource).where(StackResource.physical_id == config_id,
-                                                        StackResource.type.in_(CONFIG_TYPES))).first()
-            if row is not None and (row.attributes or {}).get("software_config"):
-                return row.attributes["software_config"]
+    found = plugin.services.stacks.software_config(config_id, CONFIG_TYPES)  # e.g. passed down as a parameter
+    if found:
+        return found
     raise ResourceFailure(f"config: software config {config_id!r} not found")
 
 
@@ -98,10 +92,7 @@ class SoftwareDeployment(Plugin):
     # -- helpers ------------------------------------------------------------------------
     @property
     def meta(self):
-        meta = getattr(self.services, "server_metadata", None)
-        if meta is None:
-            raise ResourceFailure("no agent metadata service in this undercloud")
-        return meta
+        return self.services.server_metadata
 
     def derived_config(self, source: dict, inputs: list[dict]) -> Any:
         return source.get("config")
@@ -258,9 +249,8 @@ class SoftwareDeployment(Plugin):
         self._forget()
 
     def _forget(self) -> None:
-        meta = getattr(self.services, "server_metadata", None)
-        if meta is not None:
-            meta.remove_owner(self.uuid)
+        if not isinstance(self.services, EngineOnly):  # on its own, the engine gave no agent anything
+            self.services.server_metadata.remove_owner(self.uuid)
 
     def signal(self, payload: dict) -> None:
         """`stack resource signal` on a deployment: the same as the agent's signal."""

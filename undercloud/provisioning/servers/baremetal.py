@@ -434,12 +434,12 @@ def _eject_quietly(driver) -> None:
 def _drop_lab_media_copy(home, node) -> None:
     """In the virtual lab the Redfish emulator keeps a copy of inserted media in the lab's
     storage pool (named after the media file and the domain's UUID): remove it."""
-    from undercloud.lab.lab import Lab, virsh
+    from undercloud.host.libvirt import media_pool, virsh
 
     system = str((node.driver_info or {}).get("system_id") or "").rstrip("/").rsplit("/", 1)[-1]
     if not system:
         return
-    pool, _path = Lab(home).media_pool()
+    pool, _path = media_pool(home.instance)
     volume = f"{baremetal_media.MEDIA_NAME.replace('.', '-')}-{system}.img"
     try:
         virsh("vol-delete", "--pool", pool, volume, check=False, timeout=30)

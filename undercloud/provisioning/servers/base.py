@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 BUILD, ACTIVE, SHUTOFF, ERROR, DELETED, REBUILD = "BUILD", "ACTIVE", "SHUTOFF", "ERROR", "DELETED", "REBUILD"
 # Host numbers of a lab /24 kept for virtual IPs (an overcloud's VIP, held by keepalived on
 # its haproxy nodes): no server is ever given one. .1 is the undercloud's, VM and bare-metal
-# servers take .100-.249 (vm_net.RANGE), the host's lab link .254 (lab.HOST_ADDRESS).
+# servers take .100-.249 (vm_net.RANGE), the host's lab link .254 (labnet.HOST_ADDRESS).
 VIP_HOSTS = range(250, 254)
 
 

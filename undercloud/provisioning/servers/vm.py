@@ -1,4 +1,4 @@
-"""`vm` servers: a libvirt domain (TCG, or KVM where lab/accel.py's probe boot shows it works) on the lab network.
+"""`vm` servers: a libvirt domain (TCG, or KVM where host/accel.py's probe boot shows it works) on the lab network.
 
 Per server, all named `<instance>-server-<server id>` (libvirt's domain UUID is the server
 id) and kept in /var/lib/libvirt/images, where the qemu user can read them:
@@ -21,6 +21,10 @@ from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 from undercloud.errors import UndercloudError
+from undercloud.host.accel import accelerator
+from undercloud.host.labnet import LabNetwork, lab_state_file
+from undercloud.host.libvirt import IMAGES, libvirtd_pid, virsh
+from undercloud.host.libvirt import available as libvirt_available
 from undercloud.host.run import run
 from undercloud.provisioning.servers import vm_configdrive
 from undercloud.provisioning.servers.base import (
@@ -43,13 +47,10 @@ from undercloud.provisioning.servers.vm_net import (
     server_mac,
 )
 
-IMAGES = Path("/var/lib/libvirt/images")
 SHUTDOWN_GRACE = 20.0  # seconds a guest gets to power off cleanly before it is cut
 
 
 def _virsh(*args: str, check: bool = True, timeout: float = 60):
-    from undercloud.lab.lab import virsh
-
     try:
         return virsh(*args, check=check, timeout=timeout)
     except UndercloudError as exc:
@@ -86,9 +87,7 @@ class VMRealiser(Realiser):
 
     # ---- interface -------------------------------------------------------------------
     def available(self) -> str | None:
-        from undercloud.lab.lab import available
-
-        reason = available()
+        reason = libvirt_available()
         if reason:
             return reason
         for tool, pkg in (("xorriso", "xorriso"), ("qemu-img", "qemu-utils")):
@@ -161,8 +160,6 @@ class VMRealiser(Realiser):
         ram = max(int(flavor.get("ram") or 512), 256)
         vcpus = max(int(flavor.get("vcpus") or 1), 1)
         q = quoteattr
-        from undercloud.lab.accel import accelerator
-
         return f"""<domain type={q(accelerator().type)}>
   <name>{self.name(spec)}</name>
   <uuid>{spec.id}</uuid>
@@ -236,9 +233,7 @@ class VMRealiser(Realiser):
         self._release(spec.id, gateway)
 
     def _release(self, server_id: str, gateway: str | None) -> None:
-        from undercloud.lab.lab import Lab
-
-        Addresses(self.env.home, gateway or f"{Lab(self.env.home).subnet}.1").release(server_id)
+        Addresses(self.env.home, gateway or f"{LabNetwork(self.env.home.instance).subnet}.1").release(server_id)
 
     def rebuild(self, spec: Spec) -> None:
         """A new disk from `spec.image` (the address, MAC and domain stay); the config drive is
@@ -258,13 +253,13 @@ class VMRealiser(Realiser):
 
     def cleanup(self) -> list[str]:
         """The lab network once no server holds a lab address and no lab is up (`lab up`
-        owns it then): the bridge and the namespace's name go, as `lab down` removes them."""
-        from undercloud.lab.lab import Lab, libvirtd_pid
-
-        lab = Lab(self.env.home)
-        if lab.state() or libvirtd_pid() is None or Addresses(self.env.home, f"{lab.subnet}.1").held():
+        owns it then): the host link, the bridge and the namespace's name go, as `lab down`
+        removes them."""
+        net = LabNetwork(self.env.home.instance)
+        if (lab_state_file(self.env.home).exists() or libvirtd_pid() is None
+                or Addresses(self.env.home, f"{net.subnet}.1").held()):
             return []
-        return lab.down()
+        return net.remove()
 
 
 def _virtual_size(path: Path) -> int:

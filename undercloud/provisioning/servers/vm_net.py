@@ -38,24 +38,24 @@ IP_FREEBIND = 15
 def lab_network(home) -> tuple[str, str, str]:
     """(netns path, bridge, undercloud address) of this home's lab network, made if missing."""
     from undercloud.errors import UndercloudError
-    from undercloud.lab.lab import Lab
+    from undercloud.host.labnet import LabNetwork
 
-    lab = Lab(home)
+    net = LabNetwork(home.instance)
     try:
-        ns, gateway = lab.network()
+        ns, gateway = net.up()
     except UndercloudError as exc:
         raise RealiserError(f"lab network: {exc}") from None
-    return ns, lab.bridge, gateway
+    return ns, net.bridge, gateway
 
 
 def lab_network_info(home) -> dict:
     """`Realiser.network_info()` of VM and bare-metal servers: the lab network, made if
     missing, and the addresses it keeps for virtual IPs."""
-    from undercloud.lab.lab import Lab
+    from undercloud.host.labnet import LabNetwork
     from undercloud.provisioning.servers.base import virtual_ips
 
     _ns, _bridge, gateway = lab_network(home)
-    subnet = f"{Lab(home).subnet}.0/{PREFIX}"
+    subnet = f"{LabNetwork(home.instance).subnet}.0/{PREFIX}"
     return {"subnet": subnet, "gateway": gateway, "virtual_ips": virtual_ips(subnet)}
 
 

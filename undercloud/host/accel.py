@@ -154,7 +154,7 @@ def _say(result: Accel) -> Accel:
 
 
 def _cache_dir() -> Path:
-    from undercloud.images.rootfs import cache_dir  # the machine's one cache
+    from undercloud.config import cache_dir  # the machine's one cache
 
     return cache_dir()
 

@@ -1,4 +1,4 @@
-"""`python -m undercloud.lab.reaper CMD...`: run CMD as a child and reap every orphan below it.
+"""`python -m undercloud.host.reaper CMD...`: run CMD as a child and reap every orphan below it.
 
 libvirtd starts qemu with -daemonize (for its capability probe and for every domain), so
 those processes are re-parented when their launcher exits. On machines whose PID 1 reaps
