@@ -384,6 +384,44 @@ def test_resource_group_count_index_removal(eng):
     assert sorted(k for k in eng.res("s", 1) if k.startswith("group.")) == ["group.0", "group.2"]
 
 
+INDEX_IN_KEYS = """\
+heat_template_version: wallaby
+parameters:
+  remove: {type: comma_delimited_list, default: ["0"]}
+resources:
+  g:
+    type: OS::Heat::ResourceGroup
+    properties:
+      count: 2
+      removal_policies: [{resource_list: {get_param: remove}}]
+      resource_def:
+        type: OS::Heat::Value
+        metadata: {"m%index%": "n%index%"}
+        properties:
+          value: {"k%index%": "v%index%", "list": ["a%index%"]}
+          type: json
+outputs:
+  out: {value: {get_attr: [g, value]}}
+"""
+
+
+def test_a_group_replaces_its_index_as_heat_does_and_preview_agrees(eng):
+    # Real Heat (tools/heat_oracle.py) printed this: index_var is replaced in property
+    # values, deep, and never in map keys; Heat's source leaves the metadata as written.
+    from undercloud.orchestration.template import load
+    from undercloud.orchestration.template.preview import preview
+
+    b = eng.bundle("i.yaml", INDEX_IN_KEYS)
+    eng.create("s", b)
+    assert eng.outputs("s")["out"] == [{"k%index%": "v1", "list": ["a1"]}, {"k%index%": "v2", "list": ["a2"]}]
+    rows = {r["name"]: r for r in preview(load(Bundle.from_json(b), {}))}
+    assert sorted(n for n in rows if n.startswith("g.")) == ["g.1", "g.2"]  # "0" removed, as the engine
+    assert rows["g.2"]["properties"]["value"] == {"k%index%": "v2", "list": ["a2"]}
+    with eng.store.session() as s:
+        kept = s.scalars(select(StackResource.rsrc_metadata).where(StackResource.name == "2")).one()
+    assert kept == {"m%index%": "n%index%"}
+
+
 def test_max_fail_tolerates_group_members_only_and_counts_them(eng):
     text = GROUP.replace("  remove: {type: comma_delimited_list, default: []}\n",
                          "  remove: {type: comma_delimited_list, default: []}\n"

@@ -2,20 +2,61 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from undercloud.orchestration.limits import LIMITS, exceeded
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 
 
-def _replace_index(value: Any, var: str, index: str) -> Any:
+def replace_index(value: Any, var: str, index: str) -> Any:
+    """index_var replaced by the member's name as Heat's ResourceGroup does it: in strings,
+    deep through maps and lists, map keys left as written (asked of real Heat)."""
     if isinstance(value, str):
         return value.replace(var, index)
     if isinstance(value, list):
-        return [_replace_index(v, var, index) for v in value]
-    if isinstance(value, dict):
-        return {_replace_index(k, var, index): _replace_index(v, var, index) for k, v in value.items()}
+        return [replace_index(v, var, index) for v in value]
+    if isinstance(value, Mapping):
+        return {k: replace_index(v, var, index) for k, v in value.items()}
     return value
+
+
+def member_names(count: int, existing: list[str], gone: set[str]) -> list[str]:
+    """The members after an action: the existing ones not removed, the highest indices
+    dropped first when shrinking (Heat's order), then the lowest free indices; a removed
+    name is never used again. (Sets: this runs for groups of thousands.)"""
+    keep = [n for n in existing if n not in gone]
+    keep.sort(key=_order)
+    members = keep[:count]
+    taken = set(members)
+    i = 0
+    while len(members) < count:
+        name = str(i)
+        if name not in taken and name not in gone:
+            members.append(name)
+            taken.add(name)
+        i += 1
+    members.sort(key=_order)
+    return members
+
+
+def member_resources(definition: Mapping, var: str, names: list[str]) -> dict[str, dict]:
+    """The members' resource definitions: resource_def with index_var replaced in its
+    properties (not its metadata: Heat leaves that as written)."""
+    resources: dict[str, dict] = {}
+    for name in names:
+        res: dict[str, Any] = {"type": definition.get("type")}
+        if definition.get("properties") is not None:
+            res["properties"] = replace_index(definition["properties"], var, name)
+        if definition.get("metadata") is not None:
+            res["metadata"] = definition["metadata"]
+        resources[name] = res
+    return resources
+
+
+def member_template(resources: dict[str, dict]) -> dict:
+    """The nested stack a group's members make up."""
+    return {"heat_template_version": "2015-04-30", "resources": resources}
 
 
 def in_batches(resources: dict[str, dict], batch: int) -> dict[str, dict]:
@@ -89,21 +130,7 @@ class ResourceGroup(Plugin):
                     gone.add(name)
                     removed.append(name)
         self.data["removed"] = removed
-        count = self.count()
-        keep = [n for n in existing if n not in gone]
-        keep.sort(key=_order)
-        # Shrinking removes the highest indices (Heat's order).
-        members = keep[:count]
-        taken = set(members)
-        i = 0
-        while len(members) < count:
-            name = str(i)
-            if name not in taken and name not in gone:
-                members.append(name)
-                taken.add(name)
-            i += 1
-        members.sort(key=_order)
-        return members
+        return member_names(self.count(), existing, gone)
 
     def _batch_size(self, policy_key: str) -> int:
         policy = (self.update_policy or {}).get(policy_key) or {}
@@ -126,21 +153,9 @@ class ResourceGroup(Plugin):
 
     def nested_template(self, parent_template: Any) -> Any:
         p = self.properties
-        definition = p.get("resource_def") or {}
-        var = p.get("index_var") or "%index%"
-        existing = list(self.nested.members) if self.nested else []
-        names = self.member_names(existing)
-        batch = self.batch()
-        resources: dict[str, dict] = {}
-        for name in names:
-            res: dict[str, Any] = {"type": definition.get("type")}
-            if definition.get("properties") is not None:
-                res["properties"] = _replace_index(definition["properties"], var, name)
-            if definition.get("metadata") is not None:
-                res["metadata"] = _replace_index(definition["metadata"], var, name)
-            resources[name] = res
-        template = {"heat_template_version": "2015-04-30", "resources": in_batches(resources, batch)}
-        return parent_template.child_from_dict(template, {}, self.name)
+        names = self.member_names(list(self.nested.members) if self.nested else [])
+        resources = member_resources(p.get("resource_def") or {}, p.get("index_var") or "%index%", names)
+        return parent_template.child_from_dict(member_template(in_batches(resources, self.batch())), {}, self.name)
 
     def attributes(self) -> dict:
         members = self.nested.members if self.nested else {}
@@ -220,5 +235,4 @@ class ResourceChain(ResourceGroup):
             if i and not concurrent:
                 res["depends_on"] = [str(i - 1)]
             resources[str(i)] = res
-        template = {"heat_template_version": "2015-04-30", "resources": resources}
-        return parent_template.child_from_dict(template, {}, self.name)
+        return parent_template.child_from_dict(member_template(resources), {}, self.name)

@@ -4,13 +4,12 @@ can be without creating anything (runtime values stay as the snippet that comput
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
 from undercloud.orchestration.template.bundle import show
 from undercloud.orchestration.template.functions import Unknown, render
 from undercloud.orchestration.template.source import TemplateError, line_of, problem
-from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate, replace_index
+from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate
 
 GROUP = "OS::Heat::ResourceGroup"
 
@@ -42,7 +41,10 @@ def preview(tmpl: StackTemplate, prefix: str = "") -> list[dict]:
 
 
 def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
-    """The members of a ResourceGroup when their count is known (as the engine builds them)."""
+    """The members of a ResourceGroup when their count is known, as the engine builds them
+    (resources/group.py) for a group with no members yet."""
+    from undercloud.orchestration.resources import group
+
     count, rdef = props.get("count", 1), props.get("resource_def")
     if isinstance(count, Unknown) or not isinstance(rdef, Mapping) or not isinstance(rdef.get("type"), str):
         return None
@@ -52,23 +54,8 @@ def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplat
         return None
     if not 0 <= count <= LIMITS.group_count:  # load refused those counts already
         return None
-    var = props.get("index_var") or "%index%"
-    removed = set()
-    for policy in props.get("removal_policies") or []:
-        if isinstance(policy, Mapping):
-            removed.update(str(x) for x in policy.get("resource_list") or [])
-    names: list[str] = []
-    i = 0
-    while len(names) < count and i < count + len(removed) + 1:
-        if str(i) not in removed:
-            names.append(str(i))
-        i += 1
-    resources = {}
-    for n in names:
-        res: dict[str, Any] = {"type": rdef["type"]}
-        for key in ("properties", "metadata"):
-            if rdef.get(key) is not None:
-                res[key] = replace_index(rdef[key], var, n)
-        resources[n] = res
-    return tmpl.child_from_dict({"heat_template_version": "2015-04-30", "resources": resources}, {}, name)
-
+    gone = {str(x) for policy in props.get("removal_policies") or [] if isinstance(policy, Mapping)
+            for x in policy.get("resource_list") or []}
+    names = group.member_names(count, [], gone)
+    var = props.get("index_var") if isinstance(props.get("index_var"), str) else "%index%"
+    return tmpl.child_from_dict(group.member_template(group.member_resources(rdef, var, names)), {}, name)

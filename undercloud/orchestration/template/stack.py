@@ -106,17 +106,6 @@ class PlaceholderResolver:
         return fn.Unknown({"get_attr": [name] + ([attr] if attr is not None else []) + list(path)})
 
 
-def replace_index(value: Any, var: str, index: str) -> Any:
-    """ResourceGroup's index_var substitution in member definitions (strings only, deep)."""
-    if isinstance(value, str):
-        return value.replace(var, index)
-    if isinstance(value, Mapping):
-        return {k: replace_index(v, var, index) for k, v in value.items()}
-    if isinstance(value, list):
-        return [replace_index(v, var, index) for v in value]
-    return value
-
-
 def select_path(value: Any, path: list) -> Any:
     """Walk `path` into an attribute value as Heat does (a miss gives None)."""
     for key in path:
@@ -618,6 +607,8 @@ class StackTemplate:
             rprops = resolved.get("resource_def")
             mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
             var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
+            from undercloud.orchestration.resources.group import replace_index  # as the engine will
+
             mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")
             try:
                 self.tree_size += count * self._child(key, used, "0", mprops, path, None, True).tree_size
