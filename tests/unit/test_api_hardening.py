@@ -113,6 +113,20 @@ def test_bad_stack_requests(svc):
     healthy(svc)
 
 
+def test_showing_a_stack_may_wait_for_its_operation_to_end(svc):
+    slow = bundle("heat_template_version: 2018-08-31\nresources:\n"
+                  "  r: {type: OS::Heat::TestResource, properties: {value: v, action_wait_secs: {create: 1.5}}}\n")
+    assert svc.http.post("/v1/stacks", json={"name": "slow", "bundle": slow}).status_code == 201
+    assert svc.http.get("/v1/stacks/slow").json()["stack_status"] == "CREATE_IN_PROGRESS"
+    # A long poll: answered when the create ends (well within its 10 s), with the end's status.
+    assert svc.http.get("/v1/stacks/slow", params={"wait": 10}).json()["stack_status"] == "CREATE_COMPLETE"
+    for bad in ("-1", "10.5", "soon"):
+        refused(svc.http.get("/v1/stacks/slow", params={"wait": bad}), 400)
+    refused(svc.http.get("/v1/stacks/nothing", params={"wait": 1}), 404)
+    assert svc.http.delete("/v1/stacks/slow").status_code == 200
+    healthy(svc)
+
+
 def test_a_body_over_its_routes_limit_is_413_before_it_is_read(svc):
     big = {"name": "x", "vcpus": 1, "ram": 1, "disk": 1, "properties": {"k": "v" * 70_000}}
     err = refused(svc.http.post("/v1/flavors", json=big), 413)

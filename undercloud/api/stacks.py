@@ -47,7 +47,11 @@ def create_stack(body: StackBody, ctx: Context = Depends(get_context)):
 
 
 @router.get("/{stack}")
-def show_stack(stack: str, ctx: Context = Depends(get_context)):
+def show_stack(stack: str, wait: float = Query(0, ge=0, le=10), ctx: Context = Depends(get_context)):
+    """`wait`: seconds to wait first for the operation under way to end (a long poll: a
+    client following it learns the end at once, not at its next poll)."""
+    if wait:
+        ctx.stacks.wait(stack, wait)
     return ctx.stacks.show(stack)
 
 

@@ -61,13 +61,17 @@ def template_options(f: Callable, template_required: bool = True) -> Callable:
     return f
 
 
+POLL = 0.5  # seconds between progress lines; the service answers at once when the operation ends
+
+
 def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
-    """Poll the stack, showing progress on stderr; raise with the reason when it fails."""
+    """Follow the stack, showing progress on stderr; raise with the reason when it fails."""
     tty = sys.stderr.isatty()
     last = ""
+    wait = 0.0  # the first look at once: the operation may be over already
     while True:
         try:
-            s = client.get(f"/v1/stacks/{name}")
+            s = client.get(f"/v1/stacks/{name}", params={"wait": wait} if wait else None)
         except NotFound:
             if deleting:
                 if tty and last:
@@ -94,7 +98,7 @@ def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
                 raise StackFailed(f"stack {s['stack_name']} ROLLBACK_COMPLETE: {rollback_cause(client, s)}; "
                                   f"rolled back")
             return s
-        time.sleep(0.5)
+        wait = POLL
 
 
 def rollback_cause(client: Client, stack: dict) -> str:
