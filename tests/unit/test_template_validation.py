@@ -161,3 +161,16 @@ def test_template_validate_judges_values_when_every_parameter_has_one(tmp_path):
     assert r.returncode == 1
     assert 'resources.v.properties.value.repeat: The values of the "for_each" argument to "repeat" must be lists or maps' \
         in r.stderr
+
+
+def test_many_problems_are_told_in_the_first_fifty_and_a_count(tmp_path):
+    body = "resources:\n" + "".join(f"  v{i}: {{type: OS::Heat::Value}}\n" for i in range(120))
+    p = tmp_path / "t.yaml"
+    p.write_text("heat_template_version: 2021-04-16\n" + body)
+    with pytest.raises(TemplateError) as e:
+        load(Bundle.from_paths(str(p)), {})
+    assert len(e.value.problems) == 120  # all kept for whoever reads them
+    lines = str(e.value).splitlines()
+    assert len(lines) == 51 and lines[0].endswith("t.yaml:3: resources.v0.properties: Property value not assigned")
+    assert lines[-1] == "... and 70 more problems like these"
+    assert e.value.message == str(e.value)

@@ -519,15 +519,24 @@ def problem(file: str, line: int, path: str, message: str) -> str:
     return cut(one_line(text)) if len(text) > 200 or "\n" in text else text
 
 
+SHOWN_PROBLEMS = 50  # a template of 10,000 broken resources is told in 51 lines, not 10,000
+
+
 class TemplateError(InvalidInput):
-    """One or more problems in a template or environment, each `file:line: path: message`."""
+    """One or more problems in a template or environment, each `file:line: path: message`
+    (the first SHOWN_PROBLEMS of them in the message; `problems` keeps them all)."""
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        shown = self.problems[:SHOWN_PROBLEMS]
+        more = len(self.problems) - len(shown)
+        return "\n".join(shown + ([f"... and {more:,} more problems like these"] if more > 0 else []))
 
     def __str__(self) -> str:
-        return "\n".join(self.problems)
+        return self._text()
 
 
 class FnError(Exception):
