@@ -422,6 +422,42 @@ def test_a_group_replaces_its_index_as_heat_does_and_preview_agrees(eng):
     assert kept == {"m%index%": "n%index%"}
 
 
+EDITED_TOP = """\
+heat_template_version: 2018-08-31
+resources:
+  a: {type: child.yaml, properties: {name: a}}
+  b: {type: child.yaml, properties: {name: b}}
+  script: {type: OS::Heat::Value, properties: {value: {get_file: run.sh}}}
+outputs:
+  a: {value: {get_attr: [a, out]}}
+  script: {value: {get_attr: [script, value]}}
+"""
+
+
+def test_an_edit_that_changes_no_meaning_walks_no_nested_stack(eng):
+    eng.write("child.yaml", NESTED_CHILD)
+    eng.write("run.sh", "echo hi\n")
+    eng.create("s", eng.bundle("top.yaml", EDITED_TOP))
+
+    def update() -> int:
+        eng.update("s", Bundle.from_paths(str(eng.dir / "top.yaml")).to_json())
+        assert eng.svc.show("s")["stack_status"] == "UPDATE_COMPLETE"
+        return len(eng.svc.last_walk.stacks)  # the stacks this update walked
+
+    # a comment and a new layout in the templates: the same documents, no nested stack walked
+    eng.write("child.yaml", "# edited\n" + NESTED_CHILD.replace("  name: {type: string}", "  name:\n    type: string"))
+    eng.write("top.yaml", EDITED_TOP + "# edited too\n")
+    assert update() == 1
+    # a file get_file reads is a value: a comment in it is a change
+    eng.write("run.sh", "echo hi\n# edited\n")
+    update()
+    assert eng.outputs("s") == {"a": "<a>", "script": "echo hi\n# edited\n"}
+    # a change of meaning in the nested template walks both nested stacks
+    eng.write("child.yaml", NESTED_CHILD.replace('"<$N>"', '"[$N]"'))
+    assert update() == 3
+    assert eng.outputs("s")["a"] == "[a]"
+
+
 def test_max_fail_tolerates_group_members_only_and_counts_them(eng):
     text = GROUP.replace("  remove: {type: comma_delimited_list, default: []}\n",
                          "  remove: {type: comma_delimited_list, default: []}\n"

@@ -341,7 +341,9 @@ class StackService:
         """Walk the tree to `bundle`; `previous` is the bundle everything converged to before
         (None when unknown), which lets unchanged nested stacks be skipped."""
         w = self._walk(root, cancel, timeout, resuming, plan, lazy=True)
-        w.same_files = previous is not None and bundle == previous
+        from undercloud.orchestration.template.bundle import same_meaning  # as _template_api: when used
+
+        w.same_files = previous is not None and same_meaning(bundle, previous)
         tmpl = self.prepared.pop(root["id"], None) if plan is None and bundle is root.get("bundle") else None
         if tmpl is None:
             tmpl = self._load(bundle, params, root["name"], root["id"])

@@ -167,6 +167,27 @@ def _show(key: str) -> str:
     return key if rel.startswith("..") else rel
 
 
+def same_meaning(new: Mapping, old: Mapping) -> bool:
+    """Whether two bundles (as they travel) mean the same: the same template and
+    environments, and each file the same text, or, for a template or environment that no
+    `get_file` reads, the same YAML document: an edited comment or layout changes nothing.
+    (A file read by get_file is a value: every character of it counts.)"""
+    if new == old:
+        return True
+    nfiles, ofiles = new.get("files"), old.get("files")
+    if {k: v for k, v in new.items() if k != "files"} != {k: v for k, v in old.items() if k != "files"} \
+            or not isinstance(nfiles, Mapping) or not isinstance(ofiles, Mapping) or set(nfiles) != set(ofiles):
+        return False
+    changed = [k for k in nfiles if nfiles[k] != ofiles[k]]
+    try:
+        docs = {k: parse_yaml(t, k) for k, t in nfiles.items()}
+        read_raw = {ref_key(k, name) for k, doc in docs.items()
+                    for kind, name, _path in _references(doc) if kind == "get_file"}
+        return all(k not in read_raw and docs[k] == parse_yaml(ofiles[k], k) for k in changed)
+    except TemplateError:  # a file that does not parse: its text is all there is to compare
+        return False
+
+
 def show(key: str) -> str:
     return _show(key)
 
