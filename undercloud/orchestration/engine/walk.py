@@ -23,6 +23,7 @@ import time
 import uuid as uuidlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -47,6 +48,27 @@ log = logging.getLogger("undercloud.engine")
 
 FLUSH_EVERY = 0.25
 POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="uc-plugin")
+
+
+class Decision(StrEnum):
+    """What a walk does with a resource of the new definition (`ResTask.decide`)."""
+
+    CREATE = "create"
+    UPDATE = "update"  # in place
+    REPLACE = "replace"  # a new one, then the old one deleted (or the other way round)
+    RESUME = "resume"  # an action a restart of the service interrupted
+    NESTED = "nested"  # unchanged itself; its nested stack may not be
+    UNCHANGED = "unchanged"
+
+
+class Phase(StrEnum):
+    """Where a task is within its action."""
+
+    NONE = ""
+    UPDATE = "update"  # an update in place under way
+    PREDELETE = "predelete"  # a delete-before-create replace deleting the old one first
+    NESTED_QUIET = "nested-quiet"  # walking a nested stack; no event unless something in it changes
+    REVERT = "revert"  # a max_fail member going back to its previous properties
 
 
 def plugin_class(rtype: str, template_file: str | None = None) -> type[Plugin]:
@@ -195,7 +217,7 @@ class ResTask:
         self.deadline = 0.0
         self.child: StackNode | None = None
         self.started = 0.0
-        self.phase = ""
+        self.phase = Phase.NONE
         self.resume = False
         self.old_props: dict = {}
         self.old_metadata: Any = None
@@ -227,63 +249,67 @@ class ResTask:
         self.props = with_defaults(cls.properties_schema, props if isinstance(props, dict) else {})
         self.metadata = metadata
         row = self.row
-        decision = "create"
-        note = ""
         restore = w.restore.get(row["uuid"]) if row is not None and w.restore else None
         if restore is not None and is_group_member(self):
             # rolled back within an earlier max_fail and changed by the update that failed:
             # what it had then, not the previous definition (the one it failed on)
-            self.props, metadata = with_defaults(cls.properties_schema, restore[0]), restore[1]
-            self.metadata = metadata
-        if row is not None:
-            old = row.get("properties") or {}
-            if row["status"] == "IN_PROGRESS" and row["action"] in ("CREATE", "UPDATE") and w.resuming:
-                decision = "resume"
-            elif row["type"] != rd.type:
-                decision, note = "replace", f"type {row['type']} -> {rd.type}"
-            elif row["status"] != "COMPLETE" and row["action"] not in ("UPDATE", "ROLLBACK") \
-                    and not row.get("nested_id"):
-                # never completed (or half deleted): make a new one
-                decision, note = "replace", f"was {row['action']}_{row['status']}"
-            elif row["status"] != "COMPLETE":
-                # a failed update (or a nested stack that failed): converge it in place
-                decision, note = "update", f"was {row['action']}_{row['status']}"
-            elif old == self.props and row.get("rsrc_metadata") == metadata:
-                decision = "nested" if row.get("nested_id") else "unchanged"
-            else:
-                changed = {k for k in set(old) | set(self.props) if old.get(k) != self.props.get(k)}
-                probe = cls(name=self.name, uuid=row["uuid"], stack=stack.ref, properties=self.props,
-                            data=dict(row.get("data") or {}), physical_id=row.get("physical_id"))
-                schema = cls.properties_schema
-                in_place = cls.update_any or all(k in schema and schema[k].update_allowed for k in changed)
-                if in_place and not probe.needs_replace(changed, old):
-                    decision = "update"
-                else:
-                    decision = "replace"
-                    note = "changed: " + ", ".join(sorted(changed))
-            if w.plan is not None and decision in ("unchanged", "nested"):
-                # its inputs may change: attributes of anything changing, references of
-                # anything created or replaced (an update in place keeps the reference)
-                sid = stack.row["id"]
-                moved = {n for n in resolver.used_attrs if (sid, n) in w.plan.changed_nodes}
-                moved |= {n for n in resolver.used_refs if (sid, n) in w.plan.new_refs}
-                if moved:
-                    decision, note = "update", "inputs from " + ", ".join(sorted(moved))
+            self.props, self.metadata = with_defaults(cls.properties_schema, restore[0]), restore[1]
+        decision, note = self.decide(cls, resolver)
         if w.plan is not None:
             return self.plan_step(decision, note, cls)
-        if decision == "unchanged":
+        return self.apply_decision(decision, note, cls, restore)
+
+    def decide(self, cls: type[Plugin], resolver: Resolver) -> tuple[Decision, str]:
+        """What this walk does with the resource, and why (the note of a replace or update)."""
+        w, row, rd = self.w, self.row, self.rd
+        if row is None:
+            return Decision.CREATE, ""
+        old = row.get("properties") or {}
+        if row["status"] == "IN_PROGRESS" and row["action"] in ("CREATE", "UPDATE") and w.resuming:
+            return Decision.RESUME, ""
+        if row["type"] != rd.type:
+            return Decision.REPLACE, f"type {row['type']} -> {rd.type}"
+        if row["status"] != "COMPLETE" and row["action"] not in ("UPDATE", "ROLLBACK") and not row.get("nested_id"):
+            # never completed (or half deleted): make a new one
+            return Decision.REPLACE, f"was {row['action']}_{row['status']}"
+        if row["status"] != "COMPLETE":
+            # a failed update (or a nested stack that failed): converge it in place
+            return Decision.UPDATE, f"was {row['action']}_{row['status']}"
+        if old != self.props or row.get("rsrc_metadata") != self.metadata:
+            changed = {k for k in set(old) | set(self.props) if old.get(k) != self.props.get(k)}
+            probe = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
+                        data=dict(row.get("data") or {}), physical_id=row.get("physical_id"))
+            schema = cls.properties_schema
+            in_place = cls.update_any or all(k in schema and schema[k].update_allowed for k in changed)
+            if in_place and not probe.needs_replace(changed, old):
+                return Decision.UPDATE, ""
+            return Decision.REPLACE, "changed: " + ", ".join(sorted(changed))
+        if w.plan is not None:
+            # its inputs may change: attributes of anything changing, references of
+            # anything created or replaced (an update in place keeps the reference)
+            sid = self.stack.row["id"]
+            moved = {n for n in resolver.used_attrs if (sid, n) in w.plan.changed_nodes}
+            moved |= {n for n in resolver.used_refs if (sid, n) in w.plan.new_refs}
+            if moved:
+                return Decision.UPDATE, "inputs from " + ", ".join(sorted(moved))
+        return (Decision.NESTED if row.get("nested_id") else Decision.UNCHANGED), ""
+
+    def apply_decision(self, decision: Decision, note: str, cls: type[Plugin], restore: list | None) -> bool:
+        """Start what `decision` says; True when a plugin call follows (write-ahead flush)."""
+        w, row, stack, rd = self.w, self.row, self.stack, self.rd
+        if decision == Decision.UNCHANGED:
             self.done_quiet()
             return False
-        if decision == "nested":
+        if decision == Decision.NESTED:
             child = w.stack_rows.get(row["nested_id"])
             if w.same_files and not w.resuming and child is not None and child["status"] == "COMPLETE":
                 self.done_quiet()
                 return False
             self.action = "UPDATE"
-            self.phase = "nested-quiet"
+            self.phase = Phase.NESTED_QUIET
             self.old_props = dict(row.get("properties") or {})
             return True
-        if decision == "resume":
+        if decision == Decision.RESUME:
             if not cls.resumable:
                 self.action = row["action"]
                 self.fail(f"interrupted by a restart of the undercloud service; {rd.type} cannot resume safely")
@@ -291,50 +317,49 @@ class ResTask:
             self.action, self.resume = row["action"], True
             self.old_props = dict(row.get("properties") or {})
             return True
-        if decision == "update" and restore is not None:
+        if decision == Decision.UPDATE and restore is not None:
             self.action = "ROLLBACK"
             self.old_props = dict(row.get("properties") or {})
             self.transition(row, "ROLLBACK", "IN_PROGRESS", "back to its properties before the failed update")
             return True
-        if decision == "update":
+        if decision == Decision.UPDATE:
             if w.skips(self):
                 if w.nested_action != "ROLLBACK":  # marked as held back: a stack rollback leaves it too
                     self.transition(row, "ROLLBACK", "COMPLETE", f"{HELD_BACK}: its server "
                                     f"{self.props.get('server')} failed earlier in this update")
                 self.done_quiet()
                 return False
-            self.action, self.phase = "UPDATE", "update"
+            self.action, self.phase = "UPDATE", Phase.UPDATE
             self.old_props = dict(row.get("properties") or {})
             self.old_metadata = row.get("rsrc_metadata")
             if row["action"] == "ROLLBACK" and row["status"] == "COMPLETE" and is_group_member(self):
                 w.behind[row["uuid"]] = [self.old_props, self.old_metadata]  # what a stack rollback restores
             self.transition(row, "UPDATE", "IN_PROGRESS", "state changed")
             return True
-        if decision == "replace":
+        if decision == Decision.REPLACE:
             self.old_row = row
-            policy = cls.replace_policy
             self.row = new_row(stack, self.name, rd.type, "CREATE", f"replacing {row['uuid']}")
-            if policy == "delete_before_create" and not row.get("nested_id"):
-                self.phase = "predelete"
+            if cls.replace_policy == "delete_before_create" and not row.get("nested_id"):
+                self.phase = Phase.PREDELETE
             self.start_create(note or "replacing")
             return True
         self.row = new_row(stack, self.name, rd.type, "CREATE")
         self.start_create("state changed")
         return True
 
-    def plan_step(self, decision: str, note: str, cls: type[Plugin]) -> bool:
+    def plan_step(self, decision: Decision, note: str, cls: type[Plugin]) -> bool:
         w = self.w
-        kind = {"resume": "update", "nested": None, "unchanged": None}.get(decision, decision)
+        kind = {Decision.RESUME: "update", Decision.NESTED: None, Decision.UNCHANGED: None}.get(decision, decision)
         if kind:
             w.plan.add(kind, self.path, note)
             w.plan.changed_nodes.add((self.stack.row["id"], self.name))
-            if kind in ("create", "replace"):
+            if kind in (Decision.CREATE, Decision.REPLACE):
                 w.plan.new_refs.add((self.stack.row["id"], self.name))
         else:
             w.plan.unchanged += 1
-        if decision == "replace" and self.row:
+        if decision == Decision.REPLACE and self.row:
             w.plan.add("delete", self.path, "replaced")
-        descend = self.row is None or decision != "replace" or not self.row.get("nested_id")
+        descend = self.row is None or decision != Decision.REPLACE or not self.row.get("nested_id")
         if note.startswith("inputs from") and descend and (
                 cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
             # the nested stack's inputs are only known once those resources changed
@@ -391,7 +416,7 @@ class ResTask:
         self.started = time.monotonic()
         limit = cls.timeout if cls.timeout is not None else w.timeout
         self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
-        if self.phase == "predelete":
+        if self.phase == Phase.PREDELETE:
             old = self.old_row
             self.plugin = plugin_class(old["type"])(
                 name=self.name, uuid=old["uuid"], stack=self.stack.ref, properties=old.get("properties") or {},
@@ -455,7 +480,7 @@ class ResTask:
         if child.failed:
             self.fail(f"nested stack {child.row['name']} failed: {child.row['status_reason']}")
             return
-        if self.phase == "nested-quiet":
+        if self.phase == Phase.NESTED_QUIET:
             if not child.changed:
                 self.done_quiet()
                 return
@@ -467,16 +492,16 @@ class ResTask:
 
     def step_done(self) -> None:
         """The current plugin action completed."""
-        if self.phase == "predelete":
+        if self.phase == Phase.PREDELETE:
             old = self.old_row
             self.w.writer.drop_row(old)
             self.stack.replaced.remove(old)
             self.w.event(self.stack, old, "DELETE", "COMPLETE", "replaced (delete before create)")
-            self.phase = ""
+            self.phase = Phase.NONE
             self.plugin = self.make_plugin(plugin_class(self.rd.type, self.rd.template_file))
             self.w.call(self, self.plugin.create, "CREATE")
             return
-        if self.phase == "revert":
+        if self.phase == Phase.REVERT:
             self.complete(f"rolled back to its previous properties after: {self.failed_with}")
             return
         self.complete()
@@ -523,12 +548,12 @@ class ResTask:
         if tolerable and self.w.tolerates(self, message):
             self.revert(message)
             return
-        if self.phase == "revert":
+        if self.phase == Phase.REVERT:
             message = f"{self.failed_with}; rolling it back to its previous properties failed: {message}"
         self.state = "failed"
         row = self.row
         if row is not None:
-            if self.phase == "predelete" and self.old_row is not None:
+            if self.phase == Phase.PREDELETE and self.old_row is not None:
                 row = self.old_row
             self.transition(row, self.action or row["action"], "FAILED", message)
         self.w.failed_task(self, f"{self.action or 'CREATE'} of {self.path} failed: {message}")
@@ -540,7 +565,7 @@ class ResTask:
         self.transition(self.row, "UPDATE", "FAILED", message)
         failed_props = self.props
         self.props, self.metadata = self.old_props, self.old_metadata
-        self.phase, self.failed_with, self.action = "revert", message, "ROLLBACK"
+        self.phase, self.failed_with, self.action = Phase.REVERT, message, "ROLLBACK"
         self.transition(self.row, "ROLLBACK", "IN_PROGRESS", f"rolling back to its previous properties: {message}")
         cls = plugin_class(self.rd.type, self.rd.template_file)
         self.plugin = self.make_plugin(cls)
@@ -727,7 +752,7 @@ class Walk:
         """Whether `task`'s failure is one of max_fail: an update in place of a leaf member
         of a group, while the walk is otherwise fine. Counts it and notes its server."""
         if (len(self.tolerated) >= self.max_fail or self.failure is not None or self.cancel.is_set()
-                or task.phase != "update" or task.child is not None or not is_group_member(task)):
+                or task.phase != Phase.UPDATE or task.child is not None or not is_group_member(task)):
             return False
         self.tolerated.append(self.clean(f"{task.path}: {message}"))
         server = task.props.get("server")
@@ -812,8 +837,8 @@ class Walk:
             return
         stack.announced = True
         parent = stack.parent_task
-        if parent.phase == "nested-quiet":
-            parent.phase = ""
+        if parent.phase == Phase.NESTED_QUIET:
+            parent.phase = Phase.NONE
             parent.transition(parent.row, "UPDATE", "IN_PROGRESS", "nested stack changed")
         row = stack.row
         row["status"], row["status_reason"] = "IN_PROGRESS", f"Stack {row['action']} started"
