@@ -178,14 +178,23 @@ def same_meaning(new: Mapping, old: Mapping) -> bool:
     if {k: v for k, v in new.items() if k != "files"} != {k: v for k, v in old.items() if k != "files"} \
             or not isinstance(nfiles, Mapping) or not isinstance(ofiles, Mapping) or set(nfiles) != set(ofiles):
         return False
-    changed = [k for k in nfiles if nfiles[k] != ofiles[k]]
-    try:
-        docs = {k: parse_yaml(t, k) for k, t in nfiles.items()}
-        read_raw = {ref_key(k, name) for k, doc in docs.items()
-                    for kind, name, _path in _references(doc) if kind == "get_file"}
-        return all(k not in read_raw and docs[k] == parse_yaml(ofiles[k], k) for k in changed)
-    except TemplateError:  # a file that does not parse: its text is all there is to compare
-        return False
+    docs: dict[str, Any] = {}
+    for k, text in nfiles.items():
+        try:
+            docs[k] = parse_yaml(text, k)
+        except TemplateError:  # not YAML (a script): a data file, compared by its text
+            docs[k] = None
+    read_raw = {ref_key(k, name) for k, doc in docs.items() if doc is not None
+                for kind, name, _path in _references(doc) if kind == "get_file"}
+    for k in (k for k in nfiles if nfiles[k] != ofiles[k]):
+        if k in read_raw or docs[k] is None:
+            return False
+        try:
+            if parse_yaml(ofiles[k], k) != docs[k]:
+                return False
+        except TemplateError:
+            return False
+    return True
 
 
 def show(key: str) -> str:
