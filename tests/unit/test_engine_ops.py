@@ -436,7 +436,8 @@ outputs:
 
 def test_an_edit_that_changes_no_meaning_walks_no_nested_stack(eng):
     eng.write("child.yaml", NESTED_CHILD)
-    eng.write("run.sh", "echo hi\n")
+    script = "set -e\nfor x in a b; do echo $x: [; done\n"  # not YAML: a data file, by its text
+    eng.write("run.sh", script)
     eng.create("s", eng.bundle("top.yaml", EDITED_TOP))
 
     def update() -> int:
@@ -449,9 +450,9 @@ def test_an_edit_that_changes_no_meaning_walks_no_nested_stack(eng):
     eng.write("top.yaml", EDITED_TOP + "# edited too\n")
     assert update() == 1
     # a file get_file reads is a value: a comment in it is a change
-    eng.write("run.sh", "echo hi\n# edited\n")
+    eng.write("run.sh", script + "# edited\n")
     update()
-    assert eng.outputs("s") == {"a": "<a>", "script": "echo hi\n# edited\n"}
+    assert eng.outputs("s") == {"a": "<a>", "script": script + "# edited\n"}
     # a change of meaning in the nested template walks both nested stacks
     eng.write("child.yaml", NESTED_CHILD.replace('"<$N>"', '"[$N]"'))
     assert update() == 3
