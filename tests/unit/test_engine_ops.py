@@ -231,11 +231,9 @@ def test_cancel_stops_an_update_in_progress(eng):
     deadline = time.time() + 10
     while eng.svc.show("s")["progress"]["in_progress_count"] == 0 and time.time() < deadline:
         time.sleep(0.05)
-    t = time.time()
     eng.svc.cancel("s")
-    eng.svc.wait("s", 10)
+    eng.svc.wait("s", 10)  # the slow resource waits 60 s: only the cancel ends it within these 10
     s = eng.svc.show("s")
-    assert time.time() - t < 5
     assert s["stack_status"] == "UPDATE_FAILED" and "cancelled" in s["stack_status_reason"]
     assert eng.res("s")["b"]["resource_status"] == "UPDATE_FAILED"
     with pytest.raises(Conflict):
