@@ -111,11 +111,6 @@ class Lab:
             self._save(state)
         return record
 
-    def network(self) -> tuple[str, str]:
-        """The lab network without `lab up` (for VM servers and the undercloud's lab address):
-        (netns path, bridge address). Records nothing, so `lab up` still works after it."""
-        return self.net.up()
-
     # ------------------------------------------------------------------- VMs
     def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int, domain_type: str = "qemu") -> str:
         return f"""<domain type='{domain_type}'>
@@ -290,7 +285,7 @@ class Lab:
             domains.append({"name": d["name"], "uuid": d.get("uuid"), "mac": d["mac"],
                             "state": r.stdout.strip() if r.returncode == 0 else "missing"})
         ns_ok = Path(f"/run/netns/{self.netns}").exists()
-        bridge_ok = ns_ok and self.net.bridge_up()
+        bridge_ok = self.net.bridge_up()
         bmc_ok = pid_alive(bmc.get("pid")) and bmc.get("config", "") in cmdline(bmc.get("pid") or 0)
         healthy = ns_ok and bridge_ok and bmc_ok and all(d["state"] != "missing" for d in domains)
         return {

@@ -1,7 +1,9 @@
 """The lab network as VM and bare-metal servers use it: addresses, MACs, the undercloud's side.
 
 The network itself (libvirtd, its namespace, the bridge `br-<instance>` with the
-undercloud's address `.1`) belongs to the virtual lab (`Lab.network()`). Here:
+undercloud's address `.1`) is the host's (`host/labnet.LabNetwork.up()`, which the virtual
+lab uses too; made here when missing, recording nothing, so `lab up` still works after
+it). Here:
 - `addresses`: a small allocator of lab addresses per server, in a JSON file of the home
   under a file lock (several threads and processes may create servers at once). VM and
   bare-metal servers take theirs from RANGE; a requested `fixed_ip` is taken as asked.
