@@ -16,8 +16,9 @@ user_data instead, `{"undercloud": {...}}`, since that cloud's Nova writes its o
 `firstboot` sets the hostname, the static addresses and writes the agent's configuration,
 before the agent starts (an ExecStartPre of its unit).
 
-The deploy ramdisk (Ironic's direct deploy, without PXE) finds `undercloud/deploy.json` on
-the CD it booted from (the undercloud made that ISO for this deploy and inserted it through
+The deploy ramdisk (Ironic's direct deploy) finds `undercloud/deploy.json` on
+the CD it booted from (or, booted from the network, at the URL of its kernel command line:
+`request_from_cmdline`) (the undercloud made that ISO for this deploy and inserted it through
 the BMC's virtual media): it sets its address, picks the root device by the hints,
 downloads the image from the undercloud's image store (resuming with Range), verifies the
 sha256, writes it, adds the config drive as a last partition, and calls back; the
@@ -27,6 +28,7 @@ called back as one line (never the token), and the node waits to be powered off.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 import json
@@ -422,6 +424,55 @@ def find_request() -> tuple[dict, bytes | None] | None:
     return None
 
 
+def cmdline_args(cmdline: str) -> dict[str, str]:
+    """The `key=value` words of a kernel command line (the last of a key wins, as the kernel's)."""
+    return dict(w.split("=", 1) for w in cmdline.split() if "=" in w)
+
+
+def boot_mac(args: dict[str, str]) -> str | None:
+    """The MAC of `BOOTIF=`, as iPXE (`52:54:00:..`) or pxelinux (`01-52-54-00-..`) write it."""
+    raw = args.get("BOOTIF", "").lower()
+    if re.fullmatch(r"01-([0-9a-f]{2}-){5}[0-9a-f]{2}", raw):
+        raw = raw[3:]
+    mac = raw.replace("-", ":")
+    return mac if re.fullmatch(r"([0-9a-f]{2}:){5}[0-9a-f]{2}", mac) else None
+
+
+def request_from_cmdline(cmdline: str, attempts: int = 5) -> tuple[dict, bytes | None] | None:
+    """(deploy request, config drive bytes) for a ramdisk booted from the network, or None.
+
+    iPXE booted it with `undercloud.request=URL` (the request, served by the undercloud
+    for this deploy only), `BOOTIF=MAC` (the NIC it booted from) and, where the request is
+    reached on a static address, `undercloud.ip=ADDRESS/PREFIX`. The request carries the
+    config drive as base64 (`config_drive`): a CD holds it as a file."""
+    args = cmdline_args(cmdline)
+    url = args.get("undercloud.request")
+    if not url:
+        return None
+    if args.get("undercloud.ip"):
+        address, _, prefix = args["undercloud.ip"].partition("/")
+        mac = boot_mac(args) or (sorted(interfaces()) or [""])[0]
+        dev = set_address(mac, address, int(prefix or 24), persist=False)
+        say(f"address {address}/{prefix or 24} on {dev}")
+    body = b""
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                body = resp.read()
+            break
+        except (urllib.error.URLError, OSError) as exc:
+            reason = str(getattr(exc, "reason", exc))
+            if attempt == attempts - 1:
+                raise DeployError(f"the deploy request could not be fetched ({reason})") from None
+            time.sleep(min(2 ** attempt, 10))  # a link that just came up may still be negotiating
+    try:
+        req = json.loads(body)
+        drive = req.pop("config_drive", None)
+        return req, (base64.b64decode(drive, validate=True) if drive else None)
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise DeployError(f"the deploy request is not a JSON object with a base64 config drive: {exc}") from None
+
+
 def deploy(req: dict, config_drive: bytes | None, workdir: Path = Path("/tmp")) -> dict:
     """Write the image described by `req`; returns timings. Raises DeployError."""
     t0 = time.monotonic()
@@ -502,7 +553,11 @@ def wait_for_request(timeout: float = REQUEST_WAIT) -> tuple[dict, bytes | None]
 
 def ramdisk() -> int:
     coldplug()
-    found = wait_for_request()
+    try:
+        found = request_from_cmdline(_attr(Path("/proc/cmdline"))) or wait_for_request()
+    except DeployError as exc:
+        say(f"no deploy request: {exc}")  # nothing to call back to: the undercloud's timeout tells
+        found = None
     if found is None:
         return 0  # booted without a request: the agent loop follows
     req, config_drive = found
