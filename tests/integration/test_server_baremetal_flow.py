@@ -9,8 +9,10 @@ state, and the media the hook inserts (a one-shot HTTP URL serving this deploy's
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -19,8 +21,9 @@ import uuid
 
 import pytest
 
+from tests.conftest import need, need_root
 from undercloud.config import Home
-from undercloud.errors import Conflict
+from undercloud.errors import Conflict, InvalidInput
 from undercloud.images.store import ImageStore
 from undercloud.provisioning import states
 from undercloud.provisioning.drivers import fake
@@ -45,6 +48,8 @@ def world(tmp_path, monkeypatch):
     # A tiny stand-in for the deploy ramdisk ISO, and an image to deploy.
     (tmp_path / "iso").mkdir()
     (tmp_path / "iso" / "hello").write_text("ramdisk\n")
+    (tmp_path / "iso" / "vmlinuz").write_bytes(b"kernel stand-in")   # what a network boot loads
+    (tmp_path / "iso" / "initrd").write_bytes(b"initramfs stand-in")
     iso = tmp_path / "ramdisk.iso"
     subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), str(tmp_path / "iso")], check=True)
     disk = b"qcow2 stand-in" * 1000
@@ -303,3 +308,116 @@ def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monke
     n = wait_state(nodes, {states.AVAILABLE}, name="os-node")
     assert n["instance_uuid"] is None and srv.status == "SHUTOFF"
     assert baremetal.Addresses(realiser.env.home, GATEWAY).held() == {}  # no lab address was taken
+
+
+@pytest.fixture
+def pxe_world(world, monkeypatch):
+    """`world` with its node booting from the network (`boot_interface: pxe`), and a lab
+    network of its own: a bridge at GATEWAY in a namespace of this test, where the real
+    dnsmasq answers."""
+    need_root()
+    need("dnsmasq")
+    realiser, nodes, images = world
+    ns = f"ucpxe{os.getpid() % 100000}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for argv in (("link", "add", "br-test", "type", "bridge"), ("addr", "add", f"{GATEWAY}/24", "dev", "br-test"),
+                     ("link", "set", "br-test", "up")):
+            subprocess.run(["ip", "-n", ns, *argv], check=True)
+        monkeypatch.setattr(baremetal, "lab_network", lambda _home: (f"/run/netns/{ns}", "br-test", GATEWAY))
+        nodes.delete("bm-node")
+        nodes.import_nodes(json.dumps({"nodes": [{
+            "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
+            "boot_interface": "pxe", "ports": [{"address": "52:54:00:aa:bb:01"}], "cpu": 1, "memory": 2048,
+            "disk": 10, "arch": "x86_64"}]}))
+        for verb in ("manage", "provide"):
+            nodes.act("bm-node", verb)
+            wait_state(nodes, {"manageable", "available"})
+        yield realiser, nodes, images
+    finally:
+        realiser.netboot.stop()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_a_pxe_node_is_deployed_by_network_boot_answered_only_while_armed(pxe_world):
+    realiser, nodes, images = pxe_world
+    mac = "52:54:00:aa:bb:01"
+    netboot = realiser.netboot
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT})
+    machine = fake.machine_state("fake-bm")
+    assert machine["power"] == "on" and machine["boot"] == "pxe" and machine["media"] is None
+    assert not (realiser._dir(spec.id) / "deploy.iso").exists()
+    # DHCP answers this MAC with its address, and no other.
+    dhcp = netboot._dhcp()
+    assert dhcp.running()
+    assert dhcp.hosts_file.read_text() == f"{mac},192.0.2.100,bm-node\n"
+    assert f"dhcp-boot=tag:ipxe,http://{GATEWAY}:8999/v1/deploy/boot/${{mac}}" in dhcp.config()
+    # The iPXE script: kernel and initramfs under this boot's secret, the request's URL and
+    # the node's address on the kernel command line.
+    script = netboot.script(mac.upper())
+    entry = netboot.armed(mac)
+    base = f"http://{GATEWAY}:8999/v1/deploy/boot/{mac}/{entry['secret']}"
+    assert script.startswith("#!ipxe\n")
+    assert f"kernel {base}/vmlinuz initrd=initrd " in script and f"initrd --name initrd {base}/initrd" in script
+    assert f"undercloud.request={base}/request undercloud.ip=192.0.2.100/24 BOOTIF={mac}" in script
+    assert "console=ttyS0" in script
+    assert netboot.script("52:54:00:aa:bb:99") is None and netboot.script("${mac}") is None
+    assert netboot.file(mac, entry["secret"], "vmlinuz").read_bytes() == b"kernel stand-in"
+    assert netboot.file(mac, entry["secret"], "initrd").read_bytes() == b"initramfs stand-in"
+    for secret, name in (("wrong", "vmlinuz"), (entry["secret"], "../armed"), (entry["secret"], "hello")):
+        assert netboot.file(mac, secret, name) is None
+    assert netboot.request(mac, "wrong") is None
+    req = json.loads(netboot.request(mac, entry["secret"]))
+    assert req["network"] == {"mac": mac, "address": "192.0.2.100", "prefix": 24}
+    assert req["image"]["checksum"] == spec.image["checksum"]
+    assert base64.b64decode(req["config_drive"])[32769:32774] == b"CD001"  # the config drive ISO
+    # The ramdisk calls back: boot from disk, and the network boot is gone.
+    realiser.callback(spec.id, req["token"], True, None)
+    wait_state(nodes, {states.ACTIVE})
+    assert machine["boot"] == "disk" and machine["power"] == "on"
+    assert netboot.armed(mac) is None and netboot.script(mac) is None
+    assert not dhcp.running()
+    realiser.delete(spec)
+    n = wait_state(nodes, {states.AVAILABLE})
+    assert n["instance_uuid"] is None and machine["power"] == "off"
+
+
+def test_a_pxe_deploy_given_up_disarms_its_network_boot(pxe_world):
+    realiser, nodes, images = pxe_world
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT})
+    assert realiser.netboot.armed("52:54:00:aa:bb:01") is not None
+    realiser.delete(spec)   # abort, then undeploy
+    wait_state(nodes, {states.AVAILABLE})
+    assert realiser.netboot.armed("52:54:00:aa:bb:01") is None
+    assert not realiser.netboot._dhcp().running()
+
+
+def test_a_pxe_node_is_inspected_by_network_boot(pxe_world):
+    realiser, nodes, images = pxe_world
+    mac = "52:54:00:aa:bb:01"
+    nodes.act("bm-node", "manage")
+    wait_state(nodes, {states.MANAGEABLE})
+    node_id = nodes.get("bm-node")["uuid"]
+    nodes.act("bm-node", "inspect")
+    wait_state(nodes, {states.INSPECT_WAIT})
+    machine = fake.machine_state("fake-bm")
+    assert machine["power"] == "on" and machine["boot"] == "pxe" and machine["media"] is None
+    entry = realiser.netboot.armed(mac)
+    req = json.loads(realiser.netboot.request(mac, entry["secret"]))
+    assert req["mode"] == "inspect" and req["server_id"] == f"inspect-{node_id}" and "config_drive" not in req
+    realiser.callback(req["server_id"], req["token"], True, None,
+                      {"cpus": 4, "memory_mb": 2048, "local_gb": 7, "cpu_arch": "x86_64", "macs": [mac]})
+    n = wait_state(nodes, {states.MANAGEABLE})
+    assert n["properties"]["cpus"] == 4 and machine["power"] == "off"
+    assert realiser.netboot.armed(mac) is None and not realiser.netboot._dhcp().running()
+
+
+def test_a_boot_interface_the_driver_lacks_is_refused_at_import(world):
+    realiser, nodes, images = world
+    with pytest.raises(InvalidInput, match=r"boot_interface: 'pxe' is not one of pm_type openstack's \(virtual-media\)"):
+        nodes.import_nodes(json.dumps({"nodes": [{"name": "n2", "pm_type": "openstack", "cloud": "c", "server": "s",
+                                                  "boot_interface": "pxe"}]}))

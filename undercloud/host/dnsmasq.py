@@ -95,7 +95,8 @@ class DhcpServer:
         return "\n".join(lines) + "\n"
 
     def running(self) -> bool:
-        return pid_alive(self._pid())
+        pid = self._pid()
+        return pid_alive(pid) and "dnsmasq" in _comm(pid)  # not a stale pid reused by another process
 
     def start(self, hosts: list[BootHost] = ()) -> None:
         """dnsmasq answering `hosts`, started if it does not run (idempotent)."""
@@ -129,13 +130,7 @@ class DhcpServer:
             self._reload()
 
     def stop(self) -> None:
-        pid = self._pid()
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 5
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        self.pid_file.unlink(missing_ok=True)
+        stop(self.state_dir)
 
     def leases(self) -> dict[str, str]:
         """MAC -> address of the leases handed out (dnsmasq's lease file)."""
@@ -179,7 +174,32 @@ class DhcpServer:
             os.kill(pid, signal.SIGHUP)
 
     def _pid(self) -> int | None:
-        try:
-            return int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
+        return _pid(self.pid_file)
+
+
+def stop(state_dir: Path) -> bool:
+    """Stop the dnsmasq whose state is in `state_dir` (idempotent); whether one ran."""
+    pid_file = state_dir / "dnsmasq.pid"
+    pid = _pid(pid_file)
+    ran = pid_alive(pid) and "dnsmasq" in _comm(pid)
+    if ran:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    pid_file.unlink(missing_ok=True)
+    return ran
+
+
+def _pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

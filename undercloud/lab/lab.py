@@ -33,6 +33,7 @@ from typing import Any
 
 from undercloud.config import Home
 from undercloud.errors import Conflict
+from undercloud.host import dnsmasq
 from undercloud.host.accel import accelerator
 from undercloud.host.accel import cached as accel_cached
 from undercloud.host.labnet import LabNetwork, lab_state_file
@@ -336,6 +337,9 @@ class Lab:
         if pool_dir.exists():
             shutil.rmtree(pool_dir)
             removed.append(f"virtual media in {pool_dir}")
+        # Network boot's DHCP (provisioning/servers/baremetal_netboot.py) serves on the bridge.
+        if dnsmasq.stop(self.home.path / "netboot" / "dhcp"):
+            removed.append("network boot DHCP (dnsmasq)")
         removed += self.net.remove()
         if self.dir.exists():
             shutil.rmtree(self.dir)

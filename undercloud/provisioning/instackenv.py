@@ -24,7 +24,7 @@ from undercloud.provisioning import drivers
 NODE_FIELDS = {
     "name", "uuid", "pm_type", "pm_addr", "pm_user", "pm_password", "pm_port", "pm_system_id",
     "redfish_verify_ca", "ports", "mac", "cpu", "memory", "disk", "arch", "capabilities",
-    "root_device", "resource_class", "hypervisor_type",
+    "root_device", "resource_class", "hypervisor_type", "boot_interface",
     "fake_delay", "fake_fail",  # the fake driver's knobs (tests, benchmarks)
     "cloud", "server",  # pm_type openstack: a server of a cloud of `undercloud cloud add`
 }
@@ -139,6 +139,13 @@ def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
             bad(path + ("pm_addr",), label,
                 f"pm_addr/pm_port: not a BMC address: {exc if isinstance(exc, ValueError) else 'wrong type'}")
             continue
+        boot = entry.get("boot_interface")
+        if boot is not None:
+            if boot not in mod.DRIVER.boot_interfaces:
+                bad(path + ("boot_interface",), label, f"boot_interface: {boot!r} is not one of pm_type {pm_type}'s "
+                                                       f"({', '.join(mod.DRIVER.boot_interfaces)})")
+            else:
+                info["boot_interface"] = boot
         if mod is drivers.module("fake"):
             info.update({k: v for k, v in (("delay", entry.get("fake_delay")), ("fail", entry.get("fake_fail")))
                          if v is not None})

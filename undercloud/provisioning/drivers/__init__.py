@@ -45,6 +45,9 @@ class Driver:
     name = "base"
     # True where inventory() is the whole truth (a cloud's flavor): inspection then boots no ramdisk
     inventory_is_exact = False
+    # How the deploy ramdisk can be booted through this BMC (Ironic's boot interfaces), the
+    # default first: "virtual-media" (the BMC inserts the ISO) or "pxe" (network boot).
+    boot_interfaces: tuple[str, ...] = ("pxe",)
 
     def __init__(self, info: dict[str, Any]):
         self.info = info
@@ -52,6 +55,14 @@ class Driver:
     @property
     def where(self) -> str:
         return f"{self.name} BMC {self.info.get('address')}"
+
+    @property
+    def boot_interface(self) -> str:
+        """The node's own choice (`boot_interface` of its driver_info) or the default."""
+        chosen = self.info.get("boot_interface") or self.boot_interfaces[0]
+        if chosen not in self.boot_interfaces:
+            raise DriverError(f"boot_interface {chosen!r} is not one of {self.name}'s ({', '.join(self.boot_interfaces)})")
+        return chosen
 
     def validate(self) -> None:
         """Log in to the BMC and read the system: proves address and credentials."""

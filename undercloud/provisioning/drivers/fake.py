@@ -22,6 +22,7 @@ DEFAULT_INVENTORY = {"cpus": 2, "memory_mb": 4096, "local_gb": 40, "cpu_arch": "
 
 class FakeDriver(Driver):
     name = "fake"
+    boot_interfaces = ("virtual-media", "pxe")
 
     def _machine(self) -> dict[str, Any]:
         with _lock:

@@ -45,6 +45,7 @@ _lock = threading.Lock()
 class OpenStackDriver(Driver):
     name = "openstack"
     inventory_is_exact = True  # the flavor's sizes and the ports' MACs
+    boot_interfaces = ("virtual-media",)  # Nova rescue with the ISO; a cloud's network boots nothing
 
     @property
     def where(self) -> str:

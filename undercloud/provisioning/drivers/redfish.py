@@ -24,6 +24,7 @@ def _sushy():
 
 class RedfishDriver(Driver):
     name = "redfish"
+    boot_interfaces = ("virtual-media", "pxe")
 
     def __init__(self, info: dict[str, Any]):
         super().__init__(info)

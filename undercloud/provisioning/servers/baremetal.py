@@ -38,9 +38,11 @@ import time
 from pathlib import Path
 
 from undercloud.errors import Conflict, NotFound, UndercloudError
+from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, states
 from undercloud.provisioning.drivers import DriverError
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
+from undercloud.provisioning.servers.baremetal_netboot import NetBoot
 from undercloud.provisioning.servers.base import (
     ACTIVE,
     BUILD,
@@ -88,6 +90,7 @@ class BaremetalRealiser(Realiser):
     def __init__(self, env):
         super().__init__(env)
         self.root = Path(env.home.path) / "baremetal"
+        self.netboot = NetBoot(env.home, env.api_port, lambda: lab_network(env.home))
         if env.nodes is not None:  # the node state machine's deploy/undeploy work is ours
             env.nodes.deploy_hook = self._deploy_step
             env.nodes.undeploy_hook = self._undeploy_step
@@ -154,6 +157,7 @@ class BaremetalRealiser(Realiser):
     def startup(self) -> None:
         ns, _bridge, gateway = lab_network(self.env.home)
         serve_api(ns, gateway, self.env.api_port)
+        self.netboot.resume()
         for rec in self.root.glob("*/deploy.json") if self.root.is_dir() else ():
             listen = self._record(rec.parent.name).get("listen")
             if listen:  # deployed nodes elsewhere keep calling there
@@ -167,6 +171,14 @@ class BaremetalRealiser(Realiser):
             return driver.network()
         except DriverError as exc:
             raise RealiserError(drivers.scrub(str(exc), record.driver_info)) from None
+
+    def _boot_interface(self, node_id: str) -> str:
+        """How this node's ramdisk boots: "virtual-media" or "pxe" (its driver decides)."""
+        record = self.env.nodes.record(node_id)
+        try:
+            return drivers.get(record.driver, record.driver_info).boot_interface
+        except DriverError as exc:
+            raise RealiserError(f"node {record.label}: {exc}") from None
 
     def create(self, spec: Spec) -> None:
         node = spec.node
@@ -186,8 +198,10 @@ class BaremetalRealiser(Realiser):
         macs = node.get("ports") or []
         if not macs:
             raise RealiserError(f"node {label} has no port (MAC address): the ramdisk could not find its NIC")
-        base_iso = self.env.images.blob_path(self._deploy_image()["checksum"])
+        deploy_image = self._deploy_image()
+        base_iso = self.env.images.blob_path(deploy_image["checksum"])
         net = self._driver_network(node_id)
+        boot = self._boot_interface(node_id)
         if net:  # the node's own network (a cloud's port): its address, no lab address
             gateway, address, prefix, mac = None, net["address"], net["prefix"], net["mac"]
         else:
@@ -199,7 +213,7 @@ class BaremetalRealiser(Realiser):
         d.mkdir(parents=True, exist_ok=True)
         url = spec.first_boot.get("url") or self.agent_url(spec)
         self._save_record(spec.id, {"node_id": node_id, "token_sha256": _sha(token), "address": address,
-                                    "gateway": gateway, "created_at": time.time(),
+                                    "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac,
                                     **({"listen": net["undercloud"]} if net else {})})
         request = {
             "url": url, "server_id": spec.id, "token": token, "node": label,
@@ -208,12 +222,22 @@ class BaremetalRealiser(Realiser):
             "network": {"mac": mac, "address": address, "prefix": prefix},
         }
         config_drive = vm_configdrive.make(spec, mac, address, d / "configdrive.iso", prefix)
-        baremetal_media.make_deploy_iso(base_iso, request, config_drive, d / "deploy.iso")
-        config_drive.unlink()
+        try:
+            if boot == "pxe":
+                self.netboot.arm(mac=mac, ident=spec.id, node=label, address=address, prefix=prefix,
+                                 base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
+                                 config_drive=config_drive, kernel_args=RAMDISK_ARGS)
+            else:
+                baremetal_media.make_deploy_iso(base_iso, request, config_drive, d / "deploy.iso")
+        except UndercloudError as exc:
+            raise RealiserError(f"node {label}: preparing its {boot} boot: {exc}") from None
+        finally:
+            config_drive.unlink()
         spec.state.update(address=address, mac=mac, gateway=gateway)
         try:
             self.env.nodes.act(node_id, "deploy")
         except UndercloudError as exc:
+            self.netboot.disarm([mac])
             raise RealiserError(f"node {label}: {exc}") from None
 
     def status(self, spec: Spec) -> Status:
@@ -298,6 +322,11 @@ class BaremetalRealiser(Realiser):
         from undercloud.provisioning.nodes import WAIT
 
         iso = self._dir(node.instance_uuid or "-") / "deploy.iso"
+        armed = [m for m in node.macs if (self.netboot.armed(m) or {}).get("ident") == node.instance_uuid]
+        if armed:
+            _boot_from_network(driver)
+            log.info("node %s: deploy ramdisk booting from the network (%s)", node.label, armed[0])
+            return WAIT
         if not iso.exists():
             raise UndercloudError(f"no deploy media prepared for server {node.instance_uuid} "
                                   f"(deploy bare-metal nodes through `server create`)")
@@ -307,14 +336,18 @@ class BaremetalRealiser(Realiser):
 
     def _inspect_step(self, node, driver) -> str | None:
         """Boot the deploy ramdisk in inspection mode (it calls back with the inventory);
-        None where it cannot (no virtual media, no ramdisk image, no lab network)."""
-        from undercloud.provisioning.drivers import Driver
+        None where it cannot (no ramdisk image, no lab network, a network boot without a MAC)."""
         from undercloud.provisioning.nodes import WAIT
 
-        if driver.inventory_is_exact or type(driver).insert_media is Driver.insert_media or self.env.images is None:
+        try:
+            boot = driver.boot_interface
+        except DriverError:
+            return None
+        if driver.inventory_is_exact or self.env.images is None or (boot == "pxe" and not node.macs):
             return None
         try:
-            base_iso = self.env.images.blob_path(self._deploy_image()["checksum"])
+            deploy_image = self._deploy_image()
+            base_iso = self.env.images.blob_path(deploy_image["checksum"])
             ns, _bridge, gateway = lab_network(self.env.home)
         except RealiserError:
             return None
@@ -324,17 +357,24 @@ class BaremetalRealiser(Realiser):
         token = secrets.token_urlsafe(32)
         d = self._dir(ident)
         d.mkdir(parents=True, exist_ok=True)
+        mac = node.macs[0] if node.macs else None
         self._save_record(ident, {"node_id": node.id, "token_sha256": _sha(token), "mode": "inspect",
-                                  "gateway": gateway, "created_at": time.time()})
+                                  "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac})
         request = {"mode": "inspect", "url": f"http://{gateway}:{self.env.api_port}", "server_id": ident,
-                   "token": token, "node": node.label,
-                   "network": {"mac": node.macs[0] if node.macs else None, "address": address, "prefix": PREFIX}}
-        iso = baremetal_media.make_deploy_iso(base_iso, request, None, d / "deploy.iso")
-        _boot_from_media(driver, iso)
-        log.info("node %s: inspection ramdisk booting from virtual media", node.label)
+                   "token": token, "node": node.label, "network": {"mac": mac, "address": address, "prefix": PREFIX}}
+        if boot == "pxe":
+            self.netboot.arm(mac=mac, ident=ident, node=node.label, address=address, prefix=PREFIX,
+                             base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
+                             config_drive=None, kernel_args=RAMDISK_ARGS)
+            _boot_from_network(driver)
+        else:
+            _boot_from_media(driver, baremetal_media.make_deploy_iso(base_iso, request, None, d / "deploy.iso"))
+        log.info("node %s: inspection ramdisk booting from %s", node.label,
+                 "the network" if boot == "pxe" else "virtual media")
         return WAIT
 
     def _undeploy_step(self, node, driver) -> None:
+        self.netboot.disarm(node.macs)
         _eject_quietly(driver)
         driver.set_power("off")
         _drop_lab_media_copy(self.env.home, node)
@@ -367,8 +407,12 @@ class BaremetalRealiser(Realiser):
         """Eject, boot from disk, reboot (or power off a failed node); then the node's event."""
         record = self.env.nodes.record(node_id)
         driver = drivers.get(record.driver, record.driver_info)
+        by_network = self._record(server_id).get("boot") == "pxe"
+        if by_network:
+            self.netboot.disarm(record.macs)
         try:
-            driver.eject_media()
+            if not by_network:
+                driver.eject_media()
             if ok:
                 driver.set_boot_device("disk", persistent=True)
                 driver.set_power("reboot")
@@ -395,8 +439,12 @@ class BaremetalRealiser(Realiser):
         node_id = rec["node_id"]
         record = self.env.nodes.record(node_id)
         driver = drivers.get(record.driver, record.driver_info)
+        by_network = rec.get("boot") == "pxe"
+        if by_network:
+            self.netboot.disarm(record.macs)
         try:
-            driver.eject_media()
+            if not by_network:
+                driver.eject_media()
             driver.set_power("off")
             self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
@@ -419,6 +467,13 @@ def _boot_from_media(driver, iso) -> None:
     with baremetal_media.serve_file(iso) as url:
         driver.insert_media(url)
     driver.set_boot_device("cd", persistent=False)
+    driver.set_power("on")
+
+
+def _boot_from_network(driver) -> None:
+    """Power off and boot once from the network (DHCP answers the node: it is armed)."""
+    driver.set_power("off")
+    driver.set_boot_device("pxe", persistent=False)
     driver.set_power("on")
 
 

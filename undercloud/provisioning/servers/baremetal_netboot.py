@@ -1,0 +1,186 @@
+"""Network boot of the deploy ramdisk (Ironic's `pxe` boot interface), for BMCs without
+virtual media (IPMI) or where it is asked.
+
+While a node is being deployed or inspected, it is *armed*: DHCP on the lab network
+answers its MAC (and only the armed MACs: host/dnsmasq.py), with its address and, for
+iPXE, the URL of its boot script on the undercloud's API (`/v1/deploy/boot/<mac>`). The
+script loads the ramdisk's kernel and initramfs (taken once from the deploy ISO) and
+passes the request's URL on the kernel command line, where the ramdisk finds it
+(agent/deploy.request_from_cmdline). The request holds the deploy token, so its URL has a
+secret of this boot; disarming (call-back, undeploy, abort) removes it all.
+
+Firmware without iPXE (real PXE ROMs) gets `undionly.kpxe` over TFTP, when Debian's `ipxe`
+package provides it; the lab's QEMU NICs boot iPXE themselves.
+
+State, under <home>/netboot/ (root only): `armed/<mac>.json` per armed node, `files/<iso
+sha256>/` the kernel and initramfs, `dhcp/` dnsmasq's config, hosts, leases and log.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from undercloud.host import dnsmasq
+from undercloud.host.dnsmasq import BootHost, DhcpServer
+from undercloud.host.run import require, run
+from undercloud.provisioning.servers.base import RealiserError
+
+IPXE_CHAIN = Path("/usr/lib/ipxe/undionly.kpxe")  # Debian's `ipxe` package
+FILES = ("vmlinuz", "initrd")
+
+
+class NetBoot:
+    def __init__(self, home, api_port: int, network: Callable[[], tuple[str, str, str]]):
+        """`network()`: (netns path, bridge, undercloud address) of the lab network, made if
+        missing; asked only when DHCP must answer."""
+        self.root = Path(home.path) / "netboot"
+        self.api_port = api_port
+        self.network = network
+        self._lock = threading.Lock()
+
+    # ---- arming ------------------------------------------------------------------------
+    def arm(self, *, mac: str, ident: str, node: str, address: str, prefix: int, base_iso: Path,
+            iso_sha256: str, request: dict, config_drive: Path | None, kernel_args: str) -> None:
+        """Answer `mac` from now on with `request` (a deploy's or an inspection's)."""
+        files = self._files(base_iso, iso_sha256)
+        _ns, _bridge, gateway = self.network()
+        body = dict(request)
+        if config_drive is not None:
+            body["config_drive"] = base64.b64encode(config_drive.read_bytes()).decode()
+        entry = {"mac": mac.lower(), "ident": ident, "node": node, "address": address, "prefix": prefix,
+                 "gateway": gateway, "secret": secrets.token_urlsafe(24), "files": str(files),
+                 "kernel_args": kernel_args, "request": body}
+        with self._lock:
+            self._write_private(self._armed_file(mac), json.dumps(entry))
+            self._dhcp().start(self._hosts())
+
+    def disarm(self, macs: list[str]) -> None:
+        """Stop answering `macs` (idempotent); dnsmasq stops with the last armed node."""
+        with self._lock:
+            for mac in macs:
+                self._armed_file(mac).unlink(missing_ok=True)
+            hosts = self._hosts()
+            if hosts:
+                self._dhcp().set_hosts(hosts)
+            else:
+                self.stop()
+
+    def stop(self) -> None:
+        """dnsmasq stopped (it needs no lab network for that)."""
+        dnsmasq.stop(self.root / "dhcp")
+
+    def armed(self, mac: str) -> dict | None:
+        try:
+            return json.loads(self._armed_file(mac).read_text())
+        except (OSError, ValueError, RealiserError):
+            return None
+
+    def resume(self) -> None:
+        """At the service's start: DHCP for the nodes still armed (a deploy that outlived a
+        restart), or none."""
+        with self._lock:
+            hosts = self._hosts()
+            if hosts:
+                self._dhcp().start(hosts)
+            else:
+                self.stop()
+
+    # ---- what the API serves (api/deploy.py) --------------------------------------------
+    def script(self, mac: str) -> str | None:
+        """The iPXE script of an armed MAC, None for any other."""
+        entry = self.armed(mac)
+        if entry is None:
+            return None
+        base = f"http://{entry['gateway']}:{self.api_port}/v1/deploy/boot/{entry['mac']}/{entry['secret']}"
+        args = (f"initrd=initrd {entry['kernel_args']} undercloud.request={base}/request "
+                f"undercloud.ip={entry['address']}/{entry['prefix']} BOOTIF={entry['mac']}")
+        return (f"#!ipxe\necho undercloud: network boot of node {entry['node']} ({entry['ident']})\n"
+                f"kernel {base}/vmlinuz {args}\ninitrd --name initrd {base}/initrd\nboot\n")
+
+    def request(self, mac: str, secret: str) -> bytes | None:
+        entry = self._entry(mac, secret)
+        return json.dumps(entry["request"]).encode() if entry else None
+
+    def file(self, mac: str, secret: str, name: str) -> Path | None:
+        entry = self._entry(mac, secret)
+        if entry is None or name not in FILES:
+            return None
+        path = Path(entry["files"]) / name
+        return path if path.exists() else None
+
+    def _entry(self, mac: str, secret: str) -> dict | None:
+        entry = self.armed(mac)
+        if entry is None or not hmac.compare_digest(entry["secret"], secret):
+            return None
+        return entry
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _armed_file(self, mac: str) -> Path:
+        name = mac.lower().replace(":", "-")
+        if len(name) != 17 or not all(c in "0123456789abcdef-" for c in name):
+            raise RealiserError(f"{mac[:40]!r} is not a MAC address")
+        return self.root / "armed" / f"{name}.json"
+
+    def _hosts(self) -> list[BootHost]:
+        out = []
+        for p in sorted((self.root / "armed").glob("*.json")):
+            try:
+                e = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            out.append(BootHost(e["mac"], e["address"], _hostname(e["node"])))
+        return out
+
+    def _dhcp(self) -> DhcpServer:
+        netns, bridge, gateway = self.network()
+        subnet = f"{gateway}/24"
+        chain = IPXE_CHAIN.name if IPXE_CHAIN.exists() else None
+        tftp = None
+        if chain:
+            tftp = self.root / "tftp"
+            tftp.mkdir(parents=True, exist_ok=True)
+            if not (tftp / chain).exists():
+                shutil.copyfile(IPXE_CHAIN, tftp / chain)
+        return DhcpServer(state_dir=self.root / "dhcp", interface=bridge, subnet=subnet, netns=netns,
+                          tftp_root=tftp, chain_file=chain,
+                          script_url=f"http://{gateway}:{self.api_port}/v1/deploy/boot/${{mac}}")
+
+    def _files(self, base_iso: Path, sha256: str) -> Path:
+        """The ramdisk's kernel and initramfs, read once out of the deploy ISO."""
+        out = self.root / "files" / sha256[:32]
+        if all((out / f).exists() for f in FILES):
+            return out
+        require("xorriso", "xorriso")
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        argv = ["xorriso", "-osirrox", "on", "-indev", str(base_iso)]
+        for f in FILES:
+            argv += ["-extract", f"/{f}", str(tmp / f)]
+        run(argv, timeout=300)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        return out
+
+    def _write_private(self, path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        tmp.replace(path)
+
+
+def _hostname(label: str) -> str:
+    """A DHCP host name from a node's label (letters, digits, '-')."""
+    name = "".join(c if c.isalnum() else "-" for c in label).strip("-")[:63]
+    return name or "node"
