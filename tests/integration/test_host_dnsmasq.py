@@ -94,3 +94,29 @@ def test_dhcp_answers_only_the_macs_it_boots(wire, tmp_path):
     finally:
         server.stop()
     assert not server.running()
+
+
+@pytest.mark.timeout(60)
+def test_tftp_serves_the_chain_loader_and_ipxe_gets_the_script_url(wire, tmp_path):
+    srv_ns, cli_ns, srv_if, cli_if = wire
+    tftp = tmp_path / "tftp"
+    tftp.mkdir()
+    (tftp / "undionly.kpxe").write_bytes(b"ipxe stand-in" * 100)
+    server = DhcpServer(state_dir=tmp_path / "dhcp", interface=srv_if, subnet=SUBNET, netns=srv_ns, tftp_root=tftp,
+                        chain_file="undionly.kpxe", chain_file_efi="snponly.efi",
+                        script_url="http://192.168.253.1:8080/v1/deploy/boot/${mac}")
+    conf = server.config()
+    assert "dhcp-boot=tag:ipxe,http://192.168.253.1:8080/v1/deploy/boot/${mac}" in conf
+    assert "dhcp-boot=tag:efi64,tag:!ipxe,snponly.efi" in conf and "dhcp-boot=tag:!ipxe,tag:!efi64,undionly.kpxe" in conf
+    server.start([BootHost(KNOWN, "192.168.253.10", "node-0")])
+    try:
+        sh("nsenter", f"--net={cli_ns}", "ip", "addr", "add", "192.168.253.10/24", "dev", cli_if)
+        got = sh("nsenter", f"--net={cli_ns}", "busybox", "tftp", "-g", "-r", "undionly.kpxe",
+                 "-l", str(tmp_path / "fetched"), "192.168.253.1", check=False)
+        assert got.returncode == 0, got.stderr
+        assert (tmp_path / "fetched").read_bytes() == (tftp / "undionly.kpxe").read_bytes()
+        got = sh("nsenter", f"--net={cli_ns}", "busybox", "tftp", "-g", "-r", "../dhcp/hosts",
+                 "-l", str(tmp_path / "escaped"), "192.168.253.1", check=False)
+        assert got.returncode != 0  # nothing outside the TFTP root
+    finally:
+        server.stop()

@@ -64,13 +64,15 @@ def lab(uc_home, tmp_path, request):
     why = available()
     if why:
         pytest.skip(f"the virtual lab cannot run here: {why}")
-    for var, value in getattr(request, "param", {}).items():
+    params = dict(getattr(request, "param", {}))
+    bmc_type = params.pop("bmc", "redfish")
+    for var, value in params.items():
         os.environ[var] = value  # read by the service this test starts
     try:
         for args in (("overcloud-full", "--type", "qcow2"), ("deploy-ramdisk",)):
             r = run_cli("image", "build", *args, timeout=1800)
             assert r.returncode == 0, r.stderr[-2000:]
-        r = run_cli("lab", "up", "--nodes", "1", "--bmc", "redfish", "--memory", "2048", "--disk", "8", timeout=300)
+        r = run_cli("lab", "up", "--nodes", "1", "--bmc", bmc_type, "--memory", "2048", "--disk", "8", timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         lab = Lab(uc_home)
         env = json.loads(lab.instackenv.read_text())
@@ -83,7 +85,7 @@ def lab(uc_home, tmp_path, request):
         assert node_state(node)["provision_state"] == "available"
         yield {"home": uc_home, "lab": lab, "node": node, "tmp": tmp_path}
     finally:
-        for var in getattr(request, "param", {}):
+        for var in params:
             os.environ.pop(var, None)
         bmc = (Lab(uc_home).state().get("bmc") or {}).get("pid")
         if bmc:
@@ -166,6 +168,38 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     assert cli_json("server", "list") == []
     assert leftovers(lab, srv["id"]) == {"deploy files": False, "addresses": {}, "media copies": 0,
                                          "media inserted": None}
+
+
+@pytest.mark.parametrize("lab", [{"bmc": "ipmi"}], indirect=True)
+def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):
+    """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE, DHCP from
+    the undercloud's dnsmasq on the lab bridge, kernel and initramfs over HTTP)."""
+    t0 = time.monotonic()
+    r = stack_create(lab, "bm")
+    assert r.returncode == 0, r.stderr[-3000:] + "\n" + json.dumps(node_state(lab["node"]))
+    deployed = time.monotonic() - t0
+    srv = server()
+    node = node_state(lab["node"])
+    assert srv["status"] == "ACTIVE" and node["provision_state"] == "active"
+    assert redfish(lab).boot_device() == ("disk", True)  # the lab's IPMI BMC, through the same driver
+    events = [e["message"] for e in cli_json("node", "events", lab["node"])]
+    assert any("wait call-back -> active" in e for e in events)
+    dhcp_log = (Path(lab["home"].path) / "netboot" / "dhcp" / "dnsmasq.log").read_text()
+    mac = node["ports"][0]
+    assert "DHCPACK(br-" in dhcp_log and mac in dhcp_log  # the node was answered by our DHCP
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while not (srv := server())["agent_checked_in"]:
+        assert time.monotonic() < deadline, f"the deployed node's agent did not check in: {srv}"
+        time.sleep(3)
+    print(f"bare metal by PXE: stack create -> active {deployed:.0f} s, "
+          f"-> agent check-in {time.monotonic() - t0:.0f} s")
+    r = run_cli("stack", "delete", "bm", "--wait", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    node = wait_node(lab["node"], {"available"}, 300)
+    assert node["instance_uuid"] is None and node["power_state"] == "off"
+    netboot = Path(lab["home"].path) / "netboot"
+    assert not list((netboot / "armed").glob("*.json")) and not (netboot / "dhcp" / "dnsmasq.pid").exists()
+    assert not (Path(lab["home"].path) / "baremetal" / srv["id"]).exists()
 
 
 @pytest.mark.parametrize("lab", [{"UNDERCLOUD_DEPLOY_CALLBACK_TIMEOUT": "15"}], indirect=True)

@@ -7,7 +7,8 @@ range is `static`, so even a forgotten ignore hands out nothing). The known host
 a file dnsmasq re-reads on SIGHUP, so adding or removing a node never restarts it. No DNS
 (`port=0`).
 
-Boot: a plain PXE ROM is sent `chain_file` (iPXE itself, over TFTP from `tftp_root`); iPXE
+Boot: a plain PXE ROM is sent `chain_file` (iPXE itself, over TFTP from `tftp_root`;
+`chain_file_efi` for UEFI firmware, DHCP client architecture 7 or 9); iPXE
 (DHCP option 175 set) is sent `script_url`, where `${mac}` is left for iPXE to fill in,
 so one URL serves every node its own script.
 """
@@ -45,7 +46,8 @@ class DhcpServer:
     subnet: str                # its CIDR: every host address must be inside it
     netns: str | None = None   # path of the namespace the interface lives in (None: this one)
     tftp_root: Path | None = None
-    chain_file: str | None = None   # what a PXE ROM loads over TFTP (e.g. undionly.kpxe)
+    chain_file: str | None = None   # what a BIOS PXE ROM loads over TFTP (e.g. undionly.kpxe)
+    chain_file_efi: str | None = None   # the same for x86-64 UEFI firmware (e.g. snponly.efi)
     script_url: str | None = None   # what iPXE loads (e.g. http://<undercloud>/v1/boot/${mac})
     gateway: str | None = None      # the router the nodes are told, if any
 
@@ -90,8 +92,11 @@ class DhcpServer:
             lines += ["enable-tftp", f"tftp-root={self.tftp_root}", "tftp-secure"]
         if self.script_url:
             lines += ["dhcp-match=set:ipxe,175", f"dhcp-boot=tag:ipxe,{self.script_url}"]
+        if self.chain_file_efi:
+            lines += ["dhcp-match=set:efi64,option:client-arch,7", "dhcp-match=set:efi64,option:client-arch,9",
+                      f"dhcp-boot=tag:efi64,tag:!ipxe,{self.chain_file_efi}"]
         if self.chain_file:
-            lines.append(f"dhcp-boot=tag:!ipxe,{self.chain_file}")
+            lines.append(f"dhcp-boot=tag:!ipxe,tag:!efi64,{self.chain_file}")
         return "\n".join(lines) + "\n"
 
     def running(self) -> bool:

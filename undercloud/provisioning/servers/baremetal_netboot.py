@@ -9,8 +9,8 @@ passes the request's URL on the kernel command line, where the ramdisk finds it
 (agent/deploy.request_from_cmdline). The request holds the deploy token, so its URL has a
 secret of this boot; disarming (call-back, undeploy, abort) removes it all.
 
-Firmware without iPXE (real PXE ROMs) gets `undionly.kpxe` over TFTP, when Debian's `ipxe`
-package provides it; the lab's QEMU NICs boot iPXE themselves.
+Firmware without iPXE (real PXE ROMs) gets `undionly.kpxe` (BIOS) or `snponly.efi` (UEFI)
+over TFTP, from Debian's `ipxe` package; the lab's QEMU NICs boot iPXE themselves.
 
 State, under <home>/netboot/ (root only): `armed/<mac>.json` per armed node, `files/<iso
 sha256>/` the kernel and initramfs, `dhcp/` dnsmasq's config, hosts, leases and log.
@@ -33,7 +33,9 @@ from undercloud.host.dnsmasq import BootHost, DhcpServer
 from undercloud.host.run import require, run
 from undercloud.provisioning.servers.base import RealiserError
 
-IPXE_CHAIN = Path("/usr/lib/ipxe/undionly.kpxe")  # Debian's `ipxe` package
+# iPXE for firmware without it, from Debian's `ipxe` package: BIOS PXE ROMs, UEFI (SNP).
+IPXE_CHAIN = Path("/usr/lib/ipxe/undionly.kpxe")
+IPXE_CHAIN_EFI = Path("/usr/lib/ipxe/snponly.efi")
 FILES = ("vmlinuz", "initrd")
 
 
@@ -142,15 +144,17 @@ class NetBoot:
     def _dhcp(self) -> DhcpServer:
         netns, bridge, gateway = self.network()
         subnet = f"{gateway}/24"
-        chain = IPXE_CHAIN.name if IPXE_CHAIN.exists() else None
-        tftp = None
-        if chain:
-            tftp = self.root / "tftp"
-            tftp.mkdir(parents=True, exist_ok=True)
-            if not (tftp / chain).exists():
-                shutil.copyfile(IPXE_CHAIN, tftp / chain)
+        tftp = self.root / "tftp"
+        chains = {}
+        for which, path in (("bios", IPXE_CHAIN), ("efi", IPXE_CHAIN_EFI)):
+            if path.exists():
+                tftp.mkdir(parents=True, exist_ok=True)
+                if not (tftp / path.name).exists():
+                    shutil.copyfile(path, tftp / path.name)
+                chains[which] = path.name
         return DhcpServer(state_dir=self.root / "dhcp", interface=bridge, subnet=subnet, netns=netns,
-                          tftp_root=tftp, chain_file=chain,
+                          tftp_root=tftp if chains else None, chain_file=chains.get("bios"),
+                          chain_file_efi=chains.get("efi"),
                           script_url=f"http://{gateway}:{self.api_port}/v1/deploy/boot/${{mac}}")
 
     def _files(self, base_iso: Path, sha256: str) -> Path:
