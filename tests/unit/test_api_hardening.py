@@ -248,6 +248,16 @@ def test_bad_node_requests(svc):
     healthy(svc)
 
 
+def test_network_boot_answers_only_an_armed_mac(svc):
+    """PUBLIC routes a node's firmware calls: nothing is armed here, so every MAC, secret and
+    file name, odd or not, gets a 404 and one line."""
+    for path in ("/v1/deploy/boot/52:54:00:aa:bb:01", "/v1/deploy/boot/${mac}", "/v1/deploy/boot/" + "a" * 5000,
+                 "/v1/deploy/boot/52:54:00:aa:bb:01/secret/vmlinuz", "/v1/deploy/boot/52:54:00:aa:bb:01/s/request",
+                 "/v1/deploy/boot/..%2F..%2Fadmin.token/s/initrd", "/v1/deploy/boot/52-54-00-aa-bb-01/s/..%2Fx"):
+        refused(httpx.get(svc.url + path), 404)
+    healthy(svc)
+
+
 def test_admin_token_odd_values_are_401_not_500(svc):
     refused(httpx.get(svc.url + "/v1/flavors", headers={"X-Undercloud-Token": "wrong"}), 401)
     refused(httpx.get(svc.url + "/v1/flavors"), 401)
