@@ -153,6 +153,7 @@ def test_ipmi_power_and_boot_device(ipmi_lab):
     assert boot_order(name)[0] == "hd"
     driver.set_power("reboot")
     assert domstate(name) == "running"
+    assert driver.boot_device()[0] == "disk"  # the reboot booted the device set before it
     driver.set_power("off")
     assert domstate(name) == "shut off" and driver.get_power() == "off"
 

@@ -107,8 +107,14 @@ class IpmiDriver(Driver):
         return self._call("read power", lambda c: c.get_power()["powerstate"])
 
     def set_power(self, action: str) -> None:
-        state = {"on": "on", "off": "off", "reboot": "boot"}[action]
-        self._call(f"power {action}", lambda c: c.set_power(state, wait=POWER_WAIT))
+        if action == "reboot":
+            # Off, then on (as Ironic's ipmitool does): a boot device set just before then
+            # applies on every BMC. virtualbmc applies one only when the domain starts again,
+            # so a reset would boot the device of before.
+            self._call("power off (reboot)", lambda c: c.set_power("off", wait=POWER_WAIT))
+            self._call("power on (reboot)", lambda c: c.set_power("on", wait=POWER_WAIT))
+            return
+        self._call(f"power {action}", lambda c: c.set_power(action, wait=POWER_WAIT))
 
     def set_boot_device(self, device: str, persistent: bool = False) -> None:
         self._call(f"set boot device {device}", lambda c: c.set_bootdev(BOOT[device], persist=persistent))
