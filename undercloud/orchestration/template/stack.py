@@ -56,8 +56,7 @@ from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, V
 
 MAX_NESTING_DEPTH = LIMITS.nested_depth  # the default; the limit in force is LIMITS.nested_depth
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
-
-
+# a top stack has no parent resource: resource_facade sees these defaults
 _PARENT_RES_DEFAULT = {"metadata": {}, "deletion_policy": "Delete", "update_policy": {}}
 
 
@@ -85,15 +84,16 @@ class StackTemplate:
         self.resources: dict[str, ResourceDefinition] = {}
         self.all_resources: set[str] = set()
         self.outputs: dict[str, OutputDefinition] = {}
-        self._values: dict[str, Any] = {}
         self.conditions = Conditions(self)
-        self._check_params = True
-        self._trees: dict[int, tuple[Any, Any]] = {}
+        # Filled while the sections are read (definitions.py, conditions.py: this package only)
+        self._values: dict[str, Any] = {}  # parameter -> its value in its type (Unknown if none)
+        self._trees: dict[int, tuple[Any, Any]] = {}  # id(snippet) -> (snippet, its parsed tree)
+        self._rdeps: dict[str, set[str]] = {}  # resource -> the resources its snippets name
+        self._dep_sink: set[str] | None = None  # where parsed functions note the resource they name
+        self._check_params = True  # False while parsing what may name a missing parameter
         self._deps: dict[str, set[str]] | None = None
         self._collecting = False
         self._collected = 0
-        self._dep_sink: set[str] | None = None
-        self._rdeps: dict[str, set[str]] = {}
         # texts of hidden values (this template's and those its parent passed down): masked in messages
         self.secrets: frozenset[str] = secrets
         # resources of the tree below, as far as validation knows (group counts known from parameters)

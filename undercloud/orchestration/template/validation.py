@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 
 def validate_resource(t: StackTemplate, rd: ResourceDefinition) -> None:
+    """Check a resource of `t` beyond its definition, as its type asks."""
     if rd.template_file:
         _validate_child(t, rd)
     elif rd.type == "OS::Heat::ResourceGroup":
