@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from undercloud.orchestration.template import Bundle, load
-from undercloud.orchestration.template.stack import PlaceholderResolver
+from undercloud.orchestration.template.evaluation import PlaceholderResolver
 
 OVERCLOUD = Path(__file__).resolve().parents[2] / "undercloud" / "overcloud"
 SERVICES = OVERCLOUD / "services"

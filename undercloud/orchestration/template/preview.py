@@ -7,9 +7,10 @@ from collections.abc import Mapping
 
 from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
 from undercloud.orchestration.template.bundle import show
+from undercloud.orchestration.template.evaluation import PlaceholderResolver
 from undercloud.orchestration.template.functions import Unknown, render
 from undercloud.orchestration.template.source import TemplateError, line_of, problem
-from undercloud.orchestration.template.stack import PlaceholderResolver, StackTemplate
+from undercloud.orchestration.template.stack import StackTemplate
 
 GROUP = "OS::Heat::ResourceGroup"
 

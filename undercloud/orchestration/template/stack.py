@@ -3,19 +3,29 @@
 `load` builds the top StackTemplate and validates the whole tree (template resources are
 built as children with their properties resolved as far as they can be). Problems are
 collected, not raised one by one, so a user sees every mistake at once.
+
+StackTemplate coordinates; the parts live beside it: `definitions.py` reads the sections
+into parameters, resources and outputs, `conditions.py` the conditions, `validation.py`
+checks the resources (properties, groups, chains, nested stacks), `evaluation.py` resolves.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from undercloud.orchestration.limits import BY_NAME, LIMITS, exceeded
 from undercloud.orchestration.template import functions as fn
 from undercloud.orchestration.template.bundle import Bundle, ref_key, show
+from undercloud.orchestration.template.conditions import Conditions
+from undercloud.orchestration.template.definitions import (
+    OutputDefinition,
+    ResourceDefinition,
+    build_outputs,
+    build_parameters,
+    build_resources,
+)
 from undercloud.orchestration.template.environment import (
     SECTIONS as ENV_SECTIONS,
 )
@@ -25,13 +35,13 @@ from undercloud.orchestration.template.environment import (
     check_env,
     merge,
 )
-from undercloud.orchestration.template.parameters import (
-    PSEUDO,
-    Parameter,
-    mask_texts,
-    parse_schema,
-    secret_texts,
+from undercloud.orchestration.template.evaluation import (
+    Evaluation,
+    NullResolver,
+    PlaceholderResolver,
+    Resolver,
 )
+from undercloud.orchestration.template.parameters import PSEUDO, Parameter, mask_texts
 from undercloud.orchestration.template.source import (
     TOO_DEEP,
     FnError,
@@ -41,114 +51,12 @@ from undercloud.orchestration.template.source import (
     line_of,
     problem,
 )
-from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version, condition_table
+from undercloud.orchestration.template.validation import find_cycle, validate_resource
+from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version
 
 MAX_NESTING_DEPTH = LIMITS.nested_depth  # the default; the limit in force is LIMITS.nested_depth
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
-
-def known_types() -> frozenset[str]:
-    """The resource types the engine implements (its plugins' registry)."""
-    from undercloud.orchestration.resources import registry  # the language itself needs no plugins
-
-    return registry.known_types()
-
-
-def _properties_schema(rtype: str) -> Mapping | None:
-    """The plugin's properties schema (name -> {type, required, ...}) if it declares one."""
-    from undercloud.orchestration.resources import registry
-
-    return registry.properties_schema(rtype)
-
-
-def property_type_problem(ptype: str, value: Any) -> str | None:
-    """Why a known property value is not of its schema type, in Heat's words (None if it is).
-    As Heat: a string may be given as a number or boolean, an integer or number as a numeric
-    string (or a float or boolean), a boolean only as a boolean or "true"/"false"."""
-    if value is None or isinstance(value, fn.Unknown):
-        return None
-    if ptype == "string":
-        return f"Value must be a string; got {value!r}" if isinstance(value, Mapping | list) else None
-    if ptype in ("integer", "number"):
-        convert = int if ptype == "integer" else float
-        try:
-            convert(value)
-        except ValueError:
-            return f"Value '{value}' is not an integer" if ptype == "integer" else \
-                f"could not convert string to float: {value!r}"
-        except TypeError:
-            return f"Value '{fn.brief(value)}' is not {'an integer' if ptype == 'integer' else 'a number'}"
-        return None
-    if ptype == "boolean":
-        ok = isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false"))
-        return None if ok else f'"{value}" is not a valid boolean'
-    if ptype == "list":
-        return f'"{value!r}" is not a list' if isinstance(value, str | Mapping) or not isinstance(value, list) else None
-    if ptype == "map":
-        return None if isinstance(value, Mapping) else f'"{value}" is not a map'
-    return None
-
-
-class Resolver(Protocol):
-    """What the engine supplies at runtime to resolve get_resource / get_attr."""
-
-    def get_resource(self, name: str) -> Any: ...
-
-    def get_attr(self, name: str, attr: str | None, path: list) -> Any: ...
-
-
-class PlaceholderResolver:
-    """For validation and preview: every runtime value is Unknown (rendered as its snippet)."""
-
-    def get_resource(self, name: str) -> Any:
-        return fn.Unknown({"get_resource": name})
-
-    def get_attr(self, name: str, attr: str | None, path: list) -> Any:
-        return fn.Unknown({"get_attr": [name] + ([attr] if attr is not None else []) + list(path)})
-
-
-def select_path(value: Any, path: list) -> Any:
-    """Walk `path` into an attribute value as Heat does (a miss gives None)."""
-    for key in path:
-        if isinstance(value, list | tuple) and isinstance(key, str):
-            try:
-                key = int(key)
-            except ValueError:
-                return None
-        try:
-            value = value[key]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return value
-
-
-@dataclass
-class ResourceDefinition:
-    name: str
-    type: str
-    template_file: str | None = None
-    properties: Any = field(default_factory=dict)
-    metadata: Any = field(default_factory=dict)
-    depends_on: list[str] = field(default_factory=list)
-    update_policy: Any = field(default_factory=dict)
-    deletion_policy: str = "Delete"
-    external_id: Any = None
-    condition: Any = None
-    description: str = ""
-    declared_type: str = ""     # as written in the template, before the registry
-    registry_key: str | None = None  # the registry entry that mapped it, if any
-    file: str = ""
-    line: int = 0
-
-
-@dataclass
-class OutputDefinition:
-    name: str
-    description: str = ""
-    value: Any = None
-    condition: Any = None
-    line: int = 0
-
-
+# a top stack has no parent resource: resource_facade sees these defaults
 _PARENT_RES_DEFAULT = {"metadata": {}, "deletion_policy": "Delete", "update_policy": {}}
 
 
@@ -161,7 +69,7 @@ class StackTemplate:
                  facade: Mapping | None = None, top: bool = True, given_where: Any = None,
                  secrets: frozenset[str] = frozenset(), check_values: bool | None = None):
         self.bundle, self.key, self.doc, self.environment = bundle, key, doc, env
-        # Property values are computed at validation (see _validate_properties) for the tree
+        # Property values are computed at validation (see validate_properties) for the tree
         # a stack is created or updated from, as Heat does; by `template validate` and preview
         # (partial) only when every parameter has a value; not again for each nested stack the
         # engine builds while it runs.
@@ -176,18 +84,16 @@ class StackTemplate:
         self.resources: dict[str, ResourceDefinition] = {}
         self.all_resources: set[str] = set()
         self.outputs: dict[str, OutputDefinition] = {}
-        self._values: dict[str, Any] = {}
-        self._cond_defs: dict[str, Any] = {}
-        self._cond_parsed: dict[str, Any] = {}
-        self._cond_values: dict[str, bool] = {}
-        self._cond_busy: list[str] = []
-        self._check_params = True
-        self._trees: dict[int, tuple[Any, Any]] = {}
+        self.conditions = Conditions(self)
+        # Filled while the sections are read (definitions.py, conditions.py: this package only)
+        self._values: dict[str, Any] = {}  # parameter -> its value in its type (Unknown if none)
+        self._trees: dict[int, tuple[Any, Any]] = {}  # id(snippet) -> (snippet, its parsed tree)
+        self._rdeps: dict[str, set[str]] = {}  # resource -> the resources its snippets name
+        self._dep_sink: set[str] | None = None  # where parsed functions note the resource they name
+        self._check_params = True  # False while parsing what may name a missing parameter
         self._deps: dict[str, set[str]] | None = None
         self._collecting = False
         self._collected = 0
-        self._dep_sink: set[str] | None = None
-        self._rdeps: dict[str, set[str]] = {}
         # texts of hidden values (this template's and those its parent passed down): masked in messages
         self.secrets: frozenset[str] = secrets
         # resources of the tree below, as far as validation knows (group counts known from parameters)
@@ -246,13 +152,17 @@ class StackTemplate:
                 self.add((section,), f'"{section}" is not a valid template section{extra}')
         desc = doc.get("description")
         self.description = desc if isinstance(desc, str) else ("" if desc is None else str(desc))
-        self._build_parameters(params, given_where)
-        self._build_conditions()
-        self._build_resources()
-        self._build_outputs()
-        self._check_cycles()
+        build_parameters(self, params, given_where)
+        self.conditions.build()
+        build_resources(self)
+        for rd in self.resources.values():
+            validate_resource(self, rd)
+        build_outputs(self)
+        cycle = find_cycle(self.dependencies())
+        if cycle:
+            self.add(("resources", cycle[0]), f"Circular Dependency Found: {' -> '.join(cycle)}")
 
-    def _section(self, name: str) -> Mapping:
+    def section(self, name: str) -> Mapping:
         s = self.doc.get(name)
         if s is None:
             return {}
@@ -261,388 +171,7 @@ class StackTemplate:
             return {}
         return s
 
-    def _build_parameters(self, given: Mapping, given_where: Any) -> None:
-        section = self._section("parameters")
-        for name, schema in section.items():
-            try:
-                self.parameters[name] = parse_schema(str(name), schema, self.version, ("parameters", name))
-            except FnError as e:
-                self.add(e.path, e.message)
-        self._check_groups()
-        defaults = self.environment.parameter_defaults
-        for name in given:
-            if name not in self.parameters:
-                if self.top:
-                    self._given_problem(given_where, name, f"The Parameter ({name}) was not defined in template.")
-                else:
-                    self._given_problem(given_where, name, f"Unknown Property {name}")
-        for name, p in self.parameters.items():
-            raw = given.get(name)
-            if raw is None and name in defaults:
-                p.default = defaults[name] if defaults[name] is not None else p.default
-            p.user_value = raw
-            src = raw if raw is not None else p.default
-            if src is None:
-                if self.partial and self.top:
-                    self._values[name] = fn.Unknown({"get_param": name})
-                    self.check_values = False  # validated without it: values are not all known
-                else:
-                    msg = (f"The Parameter ({name}) was not provided." if self.top
-                           else f"Property {name} not assigned")
-                    self._given_problem(given_where, name, msg, ("parameters", name))
-                    self._values[name] = fn.Unknown({"get_param": name})
-                continue
-            try:
-                self._values[name] = p.validate(src)
-                p.value = self._values[name]
-            except ValueError as exc:
-                msg = str(exc)
-                if raw is None:
-                    self.add(("parameters", name, "default"), msg)
-                else:
-                    self._given_problem(given_where, name, msg, ("parameters", name))
-                self._values[name] = fn.Unknown({"get_param": name})
-        hidden = [self._values[n] for n, p in self.parameters.items()
-                  if p.hidden and not isinstance(self._values.get(n), fn.Unknown | None)]
-        if hidden:
-            self.secrets = self.secrets | secret_texts(hidden)
-        pseudo = {"OS::stack_name": self.stack_name, "OS::stack_id": self.stack_id,
-                  "OS::project_id": self.project_id, "OS::region": "regionOne"}
-        for name in PSEUDO:
-            self._values[name] = pseudo[name]
-
-    def _given_problem(self, given_where: Any, name: str, message: str, fallback: tuple = ("parameters",)) -> None:
-        """A problem with a value given from outside: at the parent's property when nested."""
-        if self.secrets:
-            message = self.scrub(message)
-        if callable(given_where):
-            self.problems.append(given_where(name, message))
-        else:
-            self.add(fallback, message)
-
-    def _check_groups(self) -> None:
-        groups = self.doc.get("parameter_groups")
-        if groups is None:
-            return
-        if not isinstance(groups, list):
-            self.add(("parameter_groups",), "parameter_groups must be a list")
-            return
-        seen: set[str] = set()
-        for i, g in enumerate(groups):
-            p = ("parameter_groups", i)
-            if not isinstance(g, Mapping):
-                self.add(p, "each parameter group must be a map")
-                continue
-            names = g.get("parameters")
-            if not isinstance(names, list):
-                self.add(p, "Parameters must be provided for each Parameter Group.")
-                continue
-            for j, n in enumerate(names):
-                if not isinstance(n, str) or n not in self.parameters:
-                    self.add(p + ("parameters", j),
-                             f"The Parameter name ({n}) does not reference an existing parameter.")
-                    continue
-                if n in seen:
-                    self.add(p + ("parameters", j), f"The {n} parameter must be assigned to one parameter group only.")
-                seen.add(n)
-
-    def _build_conditions(self) -> None:
-        if not self.version.has_conditions:
-            return
-        self._cond_defs = dict(self._section("conditions"))
-        # Each definition is checked now, but evaluated only where something uses it (as
-        # Heat: an unused condition may name a parameter the template does not have).
-        for name in self._cond_defs:
-            try:
-                self._condition_tree(name, params=False)
-            except FnError as e:
-                self.add(e.path, e.message)
-
-    def _build_resources(self) -> None:
-        section = self._section("resources")
-        self.all_resources = set(section)
-        v = self.version
-        enabled: dict[str, Mapping] = {}
-        for name, body in section.items():
-            p = ("resources", name)
-            if not isinstance(body, Mapping):
-                self.add(p, f"Resources must contain Resource. Found a [{kind(body)}] instead")
-                continue
-            bad = [k for k in body if k not in v.resource_keys]
-            if bad:
-                hint = ""
-                if any(k in ("condition", "external_id") for k in bad):
-                    hint = " (condition and external_id need heat_template_version 2016-10-14 or later)"
-                self.add(p + (bad[0],), f"Invalid keyword(s) inside a resource definition: {', '.join(map(str, bad))}{hint}")
-            if "type" not in body:
-                self.add(p, f'Resource {name} is missing "type"')
-                continue
-            if not isinstance(body["type"], str):
-                self.add(p + ("type",), f"Resource {name} type type must be string")
-                continue
-            cond = body.get("condition")
-            if cond is not None and v.has_conditions:
-                try:
-                    if not self.resource_condition(cond, p + ("condition",)):
-                        continue
-                except FnError as e:
-                    self.add(e.path, e.message)
-                    continue
-            enabled[name] = body
-        for name, body in enabled.items():
-            rd = self._resource(name, body)
-            if rd is not None:
-                self.resources[name] = rd
-        self.tree_size += len(self.resources)
-        for rd in self.resources.values():
-            if rd.template_file:
-                self._validate_child(rd)
-            elif rd.type == "OS::Heat::ResourceGroup":
-                self._validate_group(rd)
-            elif rd.type == "OS::Heat::ResourceChain":
-                self._validate_chain(rd)
-            else:
-                self._validate_properties(rd)
-
-    def _resource(self, name: str, body: Mapping) -> ResourceDefinition | None:
-        p = ("resources", name)
-        rtype = body["type"]
-        rd = ResourceDefinition(name=name, type=rtype, declared_type=rtype, file=self.file,
-                                line=line_of(self.doc, p))
-        ok = True
-        needs: set[str] = set()
-        try:
-            target, used = self.environment.registry.lookup(rtype, name, known_types())
-            rd.registry_key = used
-            if isinstance(target, FileRef):
-                rd.template_file = ref_key(self.key, target.key) if target.raw else target.key
-                if rd.template_file not in self.bundle.files:
-                    self.add(p + ("type",), f"{show(rd.template_file)}: file not found")
-                    ok = False
-            else:
-                rd.type = target
-        except ValueError as exc:
-            self.add(p + ("type",), str(exc))
-            ok = False
-        for key, kinds, what in (("properties", (Mapping,), "object"), ("metadata", (Mapping,), "object"),
-                                 ("update_policy", (Mapping,), "object")):
-            if key not in body or body[key] is None:
-                continue
-            self._dep_sink = needs if key != "update_policy" else None
-            try:
-                tree = self.parse_all(body[key], p + (key,))
-            except FnError as e:
-                self.add(e.path, e.message)
-                ok = False
-                continue
-            finally:
-                self._dep_sink = None
-            if not isinstance(tree, kinds + (fn.Function,)):
-                self.add(p + (key,), f"Resource {name} {key} type must be {what}")
-                ok = False
-                continue
-            self._trees[id(body[key])] = (body[key], tree)
-            setattr(rd, key, body[key])
-        deps = body.get("depends_on")
-        if isinstance(deps, str):
-            deps = [deps]
-        if deps is not None:
-            if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-                self.add(p + ("depends_on",), f"Resource {name} depends_on must be a list of strings")
-                ok = False
-            else:
-                for i, d in enumerate(deps):
-                    if d not in self.resources and d not in self.all_resources:
-                        self.add(p + ("depends_on", i) if isinstance(body["depends_on"], list) else p + ("depends_on",),
-                                 f'The specified reference "{d}" (in {name}) is incorrect.')
-                        ok = False
-                rd.depends_on = list(deps)
-        if "deletion_policy" in body:
-            dp = body["deletion_policy"]
-            try:
-                dp = self.static_value(self.parse(dp, p + ("deletion_policy",)))
-            except FnError as e:
-                self.add(e.path, e.message)
-                dp = None
-            if dp not in self.version.deletion_policies:
-                self.add(p + ("deletion_policy",), f'Invalid deletion policy "{dp}"')
-                ok = False
-            else:
-                rd.deletion_policy = str(dp).capitalize()
-        if "external_id" in body:
-            try:
-                rd.external_id = self.static_value(self.parse(body["external_id"], p + ("external_id",)))
-            except FnError as e:
-                self.add(e.path, e.message)
-        self._rdeps[name] = needs
-        rd.condition = body.get("condition")
-        desc = body.get("description")
-        if desc is not None and not isinstance(desc, str):
-            self.add(p + ("description",), f"Resource {name} description type must be string")
-        rd.description = desc or ""
-        return rd if ok else None
-
-    def _build_outputs(self) -> None:
-        for name, body in self._section("outputs").items():
-            p = ("outputs", name)
-            if not isinstance(body, Mapping):
-                self.add(p, f'"outputs" must contain a map of output maps. Found a [{kind(body)}] instead')
-                continue
-            # Other keys are ignored, as Heat 27 does (TripleO has an output with `firewall_rules`
-            # beside its value).
-            if "value" not in body:
-                self.add(p, "Each output must contain a value key.")
-                continue
-            cond = body.get("condition") if self.version.has_conditions else None  # before: ignored, as Heat
-            if cond is not None:
-                try:
-                    if not self.resource_condition(cond, p + ("condition",)):
-                        # Heat still lists an output whose condition is false, as null.
-                        self.outputs[name] = OutputDefinition(name, str(body.get("description") or ""),
-                                                              None, cond, line_of(self.doc, p))
-                        continue
-                except FnError as e:
-                    self.add(e.path, e.message)
-                    continue
-            # A parameter the template lacks fails the output when it is shown, not the
-            # template (as Heat: the output is then null with its error).
-            self._check_params = False
-            try:
-                tree = self.parse_all(body["value"], p + ("value",))
-            except FnError as e:
-                self.add(e.path, e.message)
-                continue
-            finally:
-                self._check_params = True
-            self._trees[id(body["value"])] = (body["value"], tree)
-            self.outputs[name] = OutputDefinition(name, str(body.get("description") or ""), body["value"],
-                                                  cond, line_of(self.doc, p))
-
-    # ------------------------------------------------------ template resources & groups
-    def _props_placeholder(self, rd: ResourceDefinition) -> dict:
-        """The resource's properties with every runtime value left Unknown."""
-        try:
-            props = self.resolve(rd.properties, PlaceholderResolver())
-        except TemplateError as exc:
-            self.problems.extend(exc.problems)
-            return {}
-        return props if isinstance(props, dict) else {}
-
-    def _validate_child(self, rd: ResourceDefinition) -> None:
-        props = self._props_placeholder(rd)
-        try:
-            self.tree_size += self.nested(rd.name, props, validating=True).tree_size
-        except TemplateError as exc:
-            self.problems.extend(exc.problems)
-
-    def _group_count(self, rd: ResourceDefinition, resolved: Mapping) -> int:
-        """A ResourceGroup's count when parameters tell it (else 0), checked against the limit."""
-        count = resolved.get("count", 1)
-        if count is None:
-            return 1
-        if fn.has_unknown(count):
-            return 0
-        path = ("resources", rd.name, "properties", "count")
-        try:
-            if isinstance(count, bool | Mapping | list):
-                raise TypeError
-            n = int(count)
-        except (TypeError, ValueError, OverflowError):  # a value not an integer: its schema said so
-            return 0
-        if n < 0:
-            self.add(path, f"count must be 0 or more, not {n}")
-        elif n > LIMITS.group_count:
-            self.add(path, exceeded("group_count", "the count of members", n))
-            return 0
-        return max(n, 0)
-
-    def _validate_chain(self, rd: ResourceDefinition) -> None:
-        """ResourceChain members: each type in `resources` (when known) must be one."""
-        resolved = self._props_placeholder(rd)
-        self._validate_properties(rd, resolved)
-        types = resolved.get("resources")
-        if not isinstance(types, list):
-            return
-        path = ("resources", rd.name, "properties", "resources")
-        self.tree_size += len(types)
-        for i, mtype in enumerate(types):
-            if not isinstance(mtype, str):
-                continue
-            try:
-                target, _used = self.environment.registry.lookup(mtype, None, known_types())
-            except ValueError as exc:
-                self.add(path + (i,), str(exc))
-                continue
-            if isinstance(target, FileRef):
-                key = ref_key(self.key, target.key) if target.raw else target.key
-                if key not in self.bundle.files:
-                    self.add(path + (i,), f"{show(key)}: file not found")
-
-    def _validate_group(self, rd: ResourceDefinition) -> None:
-        """ResourceGroup members: their type must be known (the engine builds them later)."""
-        props = rd.properties if isinstance(rd.properties, Mapping) else {}
-        rdef = props.get("resource_def")
-        path = ("resources", rd.name, "properties", "resource_def")
-        resolved = self._props_placeholder(rd)
-        self._validate_properties(rd, resolved)
-        count = self._group_count(rd, resolved)
-        if not isinstance(rdef, Mapping):
-            if "resource_def" not in props:
-                self.add(("resources", rd.name, "properties"), "Property resource_def not assigned")
-            return
-        mtype = rdef.get("type")
-        if not isinstance(mtype, str):
-            return
-        self.tree_size += count
-        try:
-            target, used = self.environment.registry.lookup(mtype, None, known_types())
-        except ValueError as exc:
-            self.add(path + ("type",), str(exc))
-            return
-        if isinstance(target, FileRef):
-            key = ref_key(self.key, target.key) if target.raw else target.key
-            if key not in self.bundle.files:
-                self.add(path + ("type",), f"{show(key)}: file not found")
-                return
-            rprops = resolved.get("resource_def")
-            mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
-            var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
-            from undercloud.orchestration.resources.group import replace_index  # as the engine will
-
-            mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")
-            try:
-                self.tree_size += count * self._child(key, used, "0", mprops, path, None, True).tree_size
-            except TemplateError as exc:
-                self.problems.extend(exc.problems)
-
-    def _validate_properties(self, rd: ResourceDefinition, resolved: Mapping | None = None) -> None:
-        """As Heat at validation: names against the plugin's schema, then the values known
-        now (parameters, literals: a function failing on them is a problem here) against
-        their types. `resolved`: the properties with runtime values Unknown, if made already."""
-        schema = _properties_schema(rd.type)
-        if not schema or not isinstance(rd.properties, Mapping) or rd.external_id is not None:
-            return  # an external resource is adopted as it is: Heat checks no properties
-        p = ("resources", rd.name, "properties")
-        for k in rd.properties:
-            if k not in schema:
-                self.add(p + (k,), f"Unknown Property {k}")
-        for k, s in schema.items():
-            if isinstance(s, Mapping) and s.get("required") and k not in rd.properties and s.get("default") is None:
-                self.add(p, f"Property {k} not assigned")
-        if resolved is None:
-            if not self.check_values:
-                return  # a nested stack the engine builds while it runs: a bad value fails its resource
-            resolved = self._props_placeholder(rd)
-        for k, v in resolved.items():
-            if k not in schema:
-                continue
-            why = property_type_problem(schema[k].get("type", "any"), v)
-            allowed = schema[k].get("allowed")
-            if not why and allowed is not None and isinstance(v, str | int | float) and v not in allowed:
-                why = f'"{v}" is not an allowed value {json.dumps(allowed)}'
-            if why:
-                self.add(p + (k,), why)
-
+    # ----------------------------------------------------------------- nested stacks
     def nested(self, resource_name: str, properties: Mapping, *, validating: bool = False,
                metadata: Any = None) -> StackTemplate:
         """The child StackTemplate of a template resource; its parameters are `properties`."""
@@ -653,11 +182,11 @@ class StackTemplate:
         facade = {"metadata": metadata if metadata is not None else self._safe_resolve(rd.metadata),
                   "deletion_policy": rd.deletion_policy,
                   "update_policy": self._safe_resolve(rd.update_policy)}
-        return self._child(rd.template_file, rd.registry_key, resource_name, properties,
-                           ("resources", resource_name), facade, validating)
+        return self.child_from_file(rd.template_file, rd.registry_key, resource_name, properties,
+                                    ("resources", resource_name), facade, validating)
 
-    def _child(self, key: str, registry_key: str | None, resource_name: str, properties: Mapping,
-               p: tuple, facade: Mapping | None, validating: bool) -> StackTemplate:
+    def child_from_file(self, key: str, registry_key: str | None, resource_name: str, properties: Mapping,
+                        p: tuple, facade: Mapping | None, validating: bool) -> StackTemplate:
         """Build the nested stack of template file `key`; problems with the given values are
         reported at `p` (the resource definition in this template)."""
         if self.depth + 1 > LIMITS.nested_depth:
@@ -718,32 +247,6 @@ class StackTemplate:
                 deps[name] = {x for x in d if x in self.resources and x != name}
             self._deps = deps
         return {k: set(v) for k, v in self._deps.items()}
-
-    def _check_cycles(self) -> None:
-        deps = self.dependencies()
-        state: dict[str, int] = {}
-        stack: list[str] = []
-
-        def visit(n: str) -> list[str] | None:
-            state[n] = 1
-            stack.append(n)
-            for m in sorted(deps.get(n, ())):
-                if state.get(m) == 1:
-                    return stack[stack.index(m):] + [m]
-                if m not in state:
-                    found = visit(m)
-                    if found:
-                        return found
-            stack.pop()
-            state[n] = 2
-            return None
-
-        for n in deps:
-            if n not in state:
-                cycle = visit(n)
-                if cycle:
-                    self.add(("resources", cycle[0]), f"Circular Dependency Found: {' -> '.join(cycle)}")
-                    return
 
     # ---------------------------------------------------------------------- parsing
     def parse(self, snippet: Any, path: tuple, table: Mapping | None = None) -> Any:
@@ -843,11 +346,11 @@ class StackTemplate:
             raise FnError(f'The specified reference "{name}" is a resource whose condition is false', path)
 
     def _disabled(self, name: str) -> bool:
-        body = self._section("resources").get(name)
+        body = self.section("resources").get(name)
         if not isinstance(body, Mapping) or body.get("condition") is None:
             return False
         try:
-            return not self.resource_condition(body["condition"], ("resources", name, "condition"))
+            return not self.conditions.holds(body["condition"], ("resources", name, "condition"))
         except FnError:
             return False
 
@@ -856,7 +359,7 @@ class StackTemplate:
         if not isinstance(tree, fn.Function):
             return tree
         try:
-            v = Evaluation(self, _NullResolver()).eval(tree)
+            v = Evaluation(self, NullResolver()).eval(tree)
         except FnError:
             return None
         return None if fn.has_unknown(v) else v
@@ -869,71 +372,11 @@ class StackTemplate:
         return text
 
     def check_condition_ref(self, arg: Any, path: tuple) -> None:
-        if isinstance(arg, str) and arg not in self._cond_defs:
-            raise FnError(f'Invalid condition "{arg}"', path)
+        self.conditions.check_ref(arg, path)
 
     def eval_condition(self, snippet: Any, path: tuple) -> bool:
         """The `if` condition: a name, a boolean or (newer versions) a condition function."""
-        return self.resource_condition(snippet, path)
-
-    def resource_condition(self, snippet: Any, path: tuple) -> bool:
-        if isinstance(snippet, bool):
-            return snippet
-        if isinstance(snippet, str):
-            if snippet not in self._cond_defs:
-                raise FnError(f'Invalid condition "{snippet}"', path)
-            return self.condition_value(snippet, ("conditions", snippet))
-        tree = self.parse(snippet, path, condition_table(self.version))
-        return self._as_condition(self._decide(tree), path)
-
-    def condition_value(self, name: str, path: tuple) -> bool:
-        if name in self._cond_values:
-            return self._cond_values[name]
-        if name in self._cond_busy:
-            raise FnError(f'Circular definition for condition "{name}"', path)
-        self._cond_busy.append(name)
-        try:
-            value = self._decide(self._condition_tree(name))
-            result = self._as_condition(value, ("conditions", name))
-        finally:
-            self._cond_busy.pop()
-        self._cond_values[name] = result
-        return result
-
-    def _condition_tree(self, name: str, params: bool = True) -> Any:
-        """A condition's definition parsed; `params=False`: the parameters it names may be
-        missing (they are checked when it is used)."""
-        raw = self._cond_defs[name]
-        if not isinstance(raw, bool | Mapping):
-            raise FnError(f'The definition of condition "{name}" is invalid: {raw}', ("conditions", name))
-        self._check_params = params
-        try:
-            tree = self.parse(raw, ("conditions", name), condition_table(self.version))
-        finally:
-            self._check_params = True
-        if not isinstance(tree, bool | fn.Function):
-            raise FnError(f'The definition of condition "{name}" is invalid: {fn.render(raw)}', ("conditions", name))
-        return tree
-
-    def _decide(self, tree: Any) -> Any:
-        """A condition's value; one that depends on what is not known yet (validate,
-        preview: a parameter a parent stack passes from an attribute) takes that as null."""
-        value = Evaluation(self, _NullResolver()).eval(tree)
-        if isinstance(value, fn.Unknown):
-            try:
-                value = Evaluation(self, _NullResolver(), unknown_as_none=True).eval(tree)
-            except (FnError, TemplateError, TypeError, ValueError):
-                pass  # a function that refuses a null: left unknown (false)
-        return value
-
-    def _as_condition(self, value: Any, path: tuple) -> bool:
-        if isinstance(value, fn.Unknown):
-            return False  # depends on a parameter nobody gave (validation only)
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value in self._cond_defs:
-            return self.condition_value(value, ("conditions", value))
-        raise FnError(f'Invalid condition "{value}"', path)
+        return self.conditions.holds(snippet, path)
 
     # -------------------------------------------------------------------- resolving
     def resolve(self, snippet: Any, resolver: Resolver, *, mask_hidden: bool = False) -> Any:
@@ -959,74 +402,6 @@ class StackTemplate:
     def param_value(self, name: str) -> Any:
         """A parameter's value in its type (Unknown when validate/preview had none)."""
         return self._values.get(name)
-
-
-class _NullResolver:
-    def get_resource(self, name: str) -> Any:
-        return fn.Unknown({"get_resource": name})
-
-    def get_attr(self, name: str, attr: str | None, path: list) -> Any:
-        return fn.Unknown({"get_attr": [name, attr, *path]})
-
-
-class Evaluation:
-    """One resolution pass: a template, and the resolver for runtime values."""
-
-    __slots__ = ("t", "resolver", "mask_hidden", "unknown_as_none")
-
-    def __init__(self, t: StackTemplate, resolver: Any, mask_hidden: bool = False, unknown_as_none: bool = False):
-        self.t, self.resolver, self.mask_hidden = t, resolver, mask_hidden
-        # a condition previewed: what is not known yet counts as null, as Heat's preview has it
-        self.unknown_as_none = unknown_as_none
-
-    def eval(self, x: Any) -> Any:
-        if isinstance(x, str | int | float | bool) or x is None:
-            return x
-        if isinstance(x, fn.Function):
-            return x.value(self)
-        if isinstance(x, dict):
-            out = {}
-            for k, v in x.items():
-                r = self.eval(v)
-                if r is not fn.REMOVED:
-                    out[k] = r
-            return out
-        if isinstance(x, list):
-            return [r for r in (self.eval(v) for v in x) if r is not fn.REMOVED]
-        return x
-
-
-    def param(self, name: str, path: tuple) -> Any:
-        if name not in self.t._values:
-            raise FnError(f"The Parameter ({name}) was not provided.", path)
-        if self.mask_hidden and name in self.t.parameters and self.t.parameters[name].hidden:
-            return fn.Unknown({"get_param": name})
-        return self.t._values[name]
-
-    def _check(self, name: Any, path: tuple) -> bool:
-        """True for a resource of the template; False for one whose definition was refused
-        (its problem is reported already: a reference to it is not another one)."""
-        if isinstance(name, str) and name in self.t.resources:
-            return True
-        if isinstance(name, str) and name in self.t.all_resources and self.t.problems:
-            return False
-        raise FnError(f'The specified reference "{name}" (in {dotted(path[:3])}) is incorrect.', path)
-
-    def get_resource(self, name: Any, path: tuple) -> Any:
-        if not self._check(name, path):
-            return fn.Unknown({"get_resource": name})
-        return self.resolver.get_resource(name)
-
-    def get_attr(self, name: Any, attr: Any, sub: list, path: tuple) -> Any:
-        if not self._check(name, path):
-            return fn.Unknown({"get_attr": [name, attr, *sub]})
-        return self.resolver.get_attr(name, attr, sub)
-
-    def condition(self, v: Any, path: tuple) -> bool:
-        return self.t._as_condition(v, path)
-
-    def facade(self, attr: str) -> Any:
-        return self.t.facade.get(attr)
 
 
 # ------------------------------------------------------------------------------- load

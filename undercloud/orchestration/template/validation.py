@@ -1,0 +1,225 @@
+"""Validation of a template's resources beyond their definitions, as Heat's validate: the
+properties against their plugin's schema, the members of groups and chains, and the nested
+stack of each template resource (built with its properties resolved as far as they can be).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from undercloud.orchestration.limits import LIMITS, exceeded
+from undercloud.orchestration.template import functions as fn
+from undercloud.orchestration.template.bundle import ref_key, show
+from undercloud.orchestration.template.definitions import ResourceDefinition, known_types
+from undercloud.orchestration.template.environment import FileRef
+from undercloud.orchestration.template.evaluation import PlaceholderResolver
+from undercloud.orchestration.template.source import TemplateError
+
+if TYPE_CHECKING:
+    from undercloud.orchestration.template.stack import StackTemplate
+
+
+def validate_resource(t: StackTemplate, rd: ResourceDefinition) -> None:
+    """Check a resource of `t` beyond its definition, as its type asks."""
+    if rd.template_file:
+        _validate_child(t, rd)
+    elif rd.type == "OS::Heat::ResourceGroup":
+        _validate_group(t, rd)
+    elif rd.type == "OS::Heat::ResourceChain":
+        _validate_chain(t, rd)
+    else:
+        validate_properties(t, rd)
+
+
+def properties_schema(rtype: str) -> Mapping | None:
+    """The plugin's properties schema (name -> {type, required, ...}) if it declares one."""
+    from undercloud.orchestration.resources import registry
+
+    return registry.properties_schema(rtype)
+
+
+def property_type_problem(ptype: str, value: Any) -> str | None:
+    """Why a known property value is not of its schema type, in Heat's words (None if it is).
+    As Heat: a string may be given as a number or boolean, an integer or number as a numeric
+    string (or a float or boolean), a boolean only as a boolean or "true"/"false"."""
+    if value is None or isinstance(value, fn.Unknown):
+        return None
+    if ptype == "string":
+        return f"Value must be a string; got {value!r}" if isinstance(value, Mapping | list) else None
+    if ptype in ("integer", "number"):
+        convert = int if ptype == "integer" else float
+        try:
+            convert(value)
+        except ValueError:
+            return f"Value '{value}' is not an integer" if ptype == "integer" else \
+                f"could not convert string to float: {value!r}"
+        except TypeError:
+            return f"Value '{fn.brief(value)}' is not {'an integer' if ptype == 'integer' else 'a number'}"
+        return None
+    if ptype == "boolean":
+        ok = isinstance(value, bool) or (isinstance(value, str) and value.lower() in ("true", "false"))
+        return None if ok else f'"{value}" is not a valid boolean'
+    if ptype == "list":
+        return f'"{value!r}" is not a list' if isinstance(value, str | Mapping) or not isinstance(value, list) else None
+    if ptype == "map":
+        return None if isinstance(value, Mapping) else f'"{value}" is not a map'
+    return None
+
+
+def placeholder_properties(t: StackTemplate, rd: ResourceDefinition) -> dict:
+    """The resource's properties with every runtime value left Unknown."""
+    try:
+        props = t.resolve(rd.properties, PlaceholderResolver())
+    except TemplateError as exc:
+        t.problems.extend(exc.problems)
+        return {}
+    return props if isinstance(props, dict) else {}
+
+
+def _validate_child(t: StackTemplate, rd: ResourceDefinition) -> None:
+    props = placeholder_properties(t, rd)
+    try:
+        t.tree_size += t.nested(rd.name, props, validating=True).tree_size
+    except TemplateError as exc:
+        t.problems.extend(exc.problems)
+
+
+def _group_count(t: StackTemplate, rd: ResourceDefinition, resolved: Mapping) -> int:
+    """A ResourceGroup's count when parameters tell it (else 0), checked against the limit."""
+    count = resolved.get("count", 1)
+    if count is None:
+        return 1
+    if fn.has_unknown(count):
+        return 0
+    path = ("resources", rd.name, "properties", "count")
+    try:
+        if isinstance(count, bool | Mapping | list):
+            raise TypeError
+        n = int(count)
+    except (TypeError, ValueError, OverflowError):  # a value not an integer: its schema said so
+        return 0
+    if n < 0:
+        t.add(path, f"count must be 0 or more, not {n}")
+    elif n > LIMITS.group_count:
+        t.add(path, exceeded("group_count", "the count of members", n))
+        return 0
+    return max(n, 0)
+
+
+def _validate_chain(t: StackTemplate, rd: ResourceDefinition) -> None:
+    """ResourceChain members: each type in `resources` (when known) must be one."""
+    resolved = placeholder_properties(t, rd)
+    validate_properties(t, rd, resolved)
+    types = resolved.get("resources")
+    if not isinstance(types, list):
+        return
+    path = ("resources", rd.name, "properties", "resources")
+    t.tree_size += len(types)
+    for i, mtype in enumerate(types):
+        if not isinstance(mtype, str):
+            continue
+        try:
+            target, _used = t.environment.registry.lookup(mtype, None, known_types())
+        except ValueError as exc:
+            t.add(path + (i,), str(exc))
+            continue
+        if isinstance(target, FileRef):
+            key = ref_key(t.key, target.key) if target.raw else target.key
+            if key not in t.bundle.files:
+                t.add(path + (i,), f"{show(key)}: file not found")
+
+
+def _validate_group(t: StackTemplate, rd: ResourceDefinition) -> None:
+    """ResourceGroup members: their type must be known (the engine builds them later)."""
+    props = rd.properties if isinstance(rd.properties, Mapping) else {}
+    rdef = props.get("resource_def")
+    path = ("resources", rd.name, "properties", "resource_def")
+    resolved = placeholder_properties(t, rd)
+    validate_properties(t, rd, resolved)
+    count = _group_count(t, rd, resolved)
+    if not isinstance(rdef, Mapping):
+        if "resource_def" not in props:
+            t.add(("resources", rd.name, "properties"), "Property resource_def not assigned")
+        return
+    mtype = rdef.get("type")
+    if not isinstance(mtype, str):
+        return
+    t.tree_size += count
+    try:
+        target, used = t.environment.registry.lookup(mtype, None, known_types())
+    except ValueError as exc:
+        t.add(path + ("type",), str(exc))
+        return
+    if isinstance(target, FileRef):
+        key = ref_key(t.key, target.key) if target.raw else target.key
+        if key not in t.bundle.files:
+            t.add(path + ("type",), f"{show(key)}: file not found")
+            return
+        rprops = resolved.get("resource_def")
+        mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
+        var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
+        from undercloud.orchestration.resources.group import replace_index  # as the engine will
+
+        mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")
+        try:
+            t.tree_size += count * t.child_from_file(key, used, "0", mprops, path, None, True).tree_size
+        except TemplateError as exc:
+            t.problems.extend(exc.problems)
+
+
+def validate_properties(t: StackTemplate, rd: ResourceDefinition, resolved: Mapping | None = None) -> None:
+    """As Heat at validation: names against the plugin's schema, then the values known
+    now (parameters, literals: a function failing on them is a problem here) against
+    their types. `resolved`: the properties with runtime values Unknown, if made already."""
+    schema = properties_schema(rd.type)
+    if not schema or not isinstance(rd.properties, Mapping) or rd.external_id is not None:
+        return  # an external resource is adopted as it is: Heat checks no properties
+    p = ("resources", rd.name, "properties")
+    for k in rd.properties:
+        if k not in schema:
+            t.add(p + (k,), f"Unknown Property {k}")
+    for k, s in schema.items():
+        if isinstance(s, Mapping) and s.get("required") and k not in rd.properties and s.get("default") is None:
+            t.add(p, f"Property {k} not assigned")
+    if resolved is None:
+        if not t.check_values:
+            return  # a nested stack the engine builds while it runs: a bad value fails its resource
+        resolved = placeholder_properties(t, rd)
+    for k, v in resolved.items():
+        if k not in schema:
+            continue
+        why = property_type_problem(schema[k].get("type", "any"), v)
+        allowed = schema[k].get("allowed")
+        if not why and allowed is not None and isinstance(v, str | int | float) and v not in allowed:
+            why = f'"{v}" is not an allowed value {json.dumps(allowed)}'
+        if why:
+            t.add(p + (k,), why)
+
+
+def find_cycle(deps: Mapping[str, set[str]]) -> list[str] | None:
+    """A circular dependency (its names, the first one again at the end), if there is one."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(deps.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in deps:
+        if n not in state:
+            cycle = visit(n)
+            if cycle:
+                return cycle
+    return None
