@@ -71,8 +71,8 @@ def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:
 
     if node_cloud(hypervisor):
         return {}
-    net = client.get(f"/v1/hypervisors/{hypervisor}/network")
-    vip = addresses.choose_virtual_ip(client.home.path, stack, net.get("virtual_ips") or [])
+    net = client.post(f"/v1/hypervisors/{hypervisor}/network/virtual-ip", json={"stack": stack})
+    vip = net["virtual_ip"]
     params = {"PublicVirtualIP": vip,
               "KeepalivedVirtualRouterId": addresses.virtual_router_id(client.home.instance, vip)}
     if net.get("provider_interface"):
