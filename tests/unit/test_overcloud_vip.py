@@ -95,6 +95,35 @@ def test_the_virtual_ip_files_of_an_older_home_are_taken_into_the_table(tmp_path
     assert (stack_dir(home, "elsewhere") / "virtual-ip").exists()  # another network's: left for it
 
 
+def test_deploy_gets_the_stacks_virtual_ip_from_the_service(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from undercloud.api.app import create_app
+    from undercloud.api.context import Context
+    from undercloud.config import Home
+    from undercloud.provisioning.servers.fake import FakeRealiser
+
+    class OnALab(FakeRealiser):
+        def network_info(self) -> dict:
+            return {"network": NET, "subnet": "10.1.2.0/24", "gateway": "10.1.2.1",
+                    "virtual_ips": base.virtual_ips("10.1.2.0/24")}
+
+    ctx = Context(Home(tmp_path / "home"))
+    ctx.servers._realisers["container"] = OnALab(ctx.servers.env)
+    api = TestClient(create_app(ctx))
+    admin = {"X-Undercloud-Token": ctx.admin_token}
+    url = "/v1/hypervisors/container/network/virtual-ip"
+    first = api.post(url, json={"stack": "overcloud"}, headers=admin)
+    assert first.status_code == 200, first.text
+    assert first.json()["virtual_ip"] == "10.1.2.250" and first.json()["subnet"] == "10.1.2.0/24"
+    assert api.post(url, json={"stack": "overcloud"}, headers=admin).json()["virtual_ip"] == "10.1.2.250"
+    assert api.post(url, json={"stack": "other"}, headers=admin).json()["virtual_ip"] == "10.1.2.251"
+    assert ctx.addresses.on(NET) == {"10.1.2.250": "vip:overcloud", "10.1.2.251": "vip:other"}
+    bad = api.post(url, json={"stack": "../x"}, headers=admin)
+    assert bad.status_code in (400, 422) and ctx.addresses.held("vip:../x") is None
+    ctx.stacks.stop()
+
+
 FRONTENDS = [{"name": "keystone_public", "port": 5000, "backend_port": 15000, "mode": "http", "check": "GET /v3",
               "servers": ["10.1.2.2"]},
              {"name": "db", "port": 3306, "backend_port": 13306, "mode": "tcp", "check": "",

@@ -79,3 +79,23 @@ def test_adopt_records_what_the_old_allocators_held_once(table):
     assert not table.adopt(NET, "s1", "10.9.0.6")  # s1 holds one already
     assert table.on(NET) == {"10.9.0.5": "s1"}
     assert table.claim(NET, "s1", POOL[:10]) == "10.9.0.5"
+
+
+def test_the_lab_addresses_file_of_an_older_home_is_imported_once(table, tmp_path):
+    import json
+
+    from undercloud.config import Home
+    from undercloud.provisioning.servers.base import RealiserError
+    from undercloud.provisioning.servers.vm_net import Addresses
+
+    home = Home(tmp_path / "uc")
+    old = home.path / "servers" / "lab-addresses.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"192.168.77.100": "s1", "192.168.77.10": "s2"}))
+    addrs = Addresses(home, "192.168.77.1", table)
+    assert addrs.held() == {"192.168.77.10": "s2", "192.168.77.100": "s1"}
+    assert not old.exists() and old.with_suffix(".json.imported").exists()
+    assert addrs.take("s3") == "192.168.77.101"  # never one an older create holds
+    assert addrs.take("s1") == "192.168.77.100" and addrs.take("s2") == "192.168.77.10"
+    with pytest.raises(RealiserError, match=r"fixed_ip 192.168.77.100 is held by server s1"):
+        addrs.take("s4", "192.168.77.100")
