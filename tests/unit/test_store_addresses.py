@@ -99,3 +99,6 @@ def test_the_lab_addresses_file_of_an_older_home_is_imported_once(table, tmp_pat
     assert addrs.take("s1") == "192.168.77.100" and addrs.take("s2") == "192.168.77.10"
     with pytest.raises(RealiserError, match=r"fixed_ip 192.168.77.100 is held by server s1"):
         addrs.take("s4", "192.168.77.100")
+    # An overcloud's VIP on the lab network is no server's: the network may go without it.
+    table.claim(addrs.network, "vip:overcloud", ["192.168.77.250"])
+    assert addrs.held() == {"192.168.77.10": "s2", "192.168.77.100": "s1", "192.168.77.101": "s3"}

@@ -52,9 +52,12 @@ class NoFreeAddress(Conflict):
         self.held = held
 
 
+VIP = "vip:"  # holders of overclouds' virtual IPs; every other holder is a server
+
+
 def vip_holder(stack: str) -> str:
     """The holder of an overcloud's virtual IP: released with its root stack (engine purge)."""
-    return f"vip:{stack}"
+    return f"{VIP}{stack}"
 
 
 class AddressTable:

@@ -15,13 +15,13 @@ def choose_virtual_ip(table, home: Path, network: str, stack: str, candidates: l
     for VIPs, which no node gets), held in the address table (`table`, on `network`) by
     `vip:<stack>`: the same at every deploy, released when the stack is deleted, and never
     one another stack holds."""
-    from undercloud.store.addresses import NoFreeAddress, vip_holder
+    from undercloud.store.addresses import VIP, NoFreeAddress, vip_holder
 
     _adopt_files(table, home, network, candidates)
     try:
         return table.claim(network, vip_holder(stack), candidates)
     except NoFreeAddress as exc:
-        held = sorted({h.removeprefix("vip:") for h in exc.held.values()})
+        held = sorted({h.removeprefix(VIP) for h in exc.held.values()})
         raise InvalidInput(f"the virtual IPs of the nodes' network ({', '.join(candidates) or 'none'}) are all "
                            f"held by other overclouds ({', '.join(held)}): delete one", "--stack") from None
 

@@ -127,7 +127,11 @@ class Addresses:
         return self.table.release(server_id)
 
     def held(self, server_id: str | None = None) -> dict[str, str]:
-        return {a: s for a, s in self.table.on(self.network).items() if server_id is None or s == server_id}
+        """{address: server id} of the servers on the lab network (an overcloud's VIP is none)."""
+        from undercloud.store.addresses import VIP
+
+        return {a: s for a, s in self.table.on(self.network).items()
+                if not s.startswith(VIP) and (server_id is None or s == server_id)}
 
 
 def bind_in_netns(netns: str, host: str, port: int) -> socket.socket:
