@@ -86,6 +86,27 @@ def need(tool: str) -> None:
         pytest.skip(f"{tool} is not installed")
 
 
+def address_table(home):
+    """The address table of a home's store (store/addresses.py), as its service has it."""
+    from undercloud.api.context import key_file
+    from undercloud.store import Store
+    from undercloud.store.addresses import AddressTable
+
+    return AddressTable(Store(home.db_url, key_file(home)).create_schema())
+
+
+def lab_addresses(home, network: str | None = None) -> dict[str, str]:
+    """{address: holder} of a home's network in the address table (default: the VM and
+    bare-metal lab network)."""
+    from undercloud.provisioning.servers.vm_net import lab_network_key
+
+    table = address_table(home)
+    try:
+        return table.on(network or lab_network_key(home))
+    finally:
+        table.store.engine.dispose()
+
+
 def need_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root")

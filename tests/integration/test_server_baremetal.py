@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need_root, run_cli
+from tests.conftest import lab_addresses, need_root, run_cli
 
 DEPLOY_TIMEOUT = 1500  # stack create -> active (ramdisk boot, 280 MB download + write under TCG)
 BOOT_TIMEOUT = 600     # active -> the deployed OS's agent checks in
@@ -121,10 +121,7 @@ def leftovers(lab, server_id: str) -> dict:
 
     home = Path(lab["home"].path)
     pool, _ = lab["lab"].media_pool()
-    try:
-        addresses = json.loads((home / "servers" / "lab-addresses.json").read_text())
-    except OSError:
-        addresses = {}
+    addresses = lab_addresses(lab["home"])
     return {
         "deploy files": (home / "baremetal" / server_id).exists(),
         "addresses": addresses,
@@ -200,6 +197,7 @@ def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab)
     netboot = Path(lab["home"].path) / "netboot"
     assert not list((netboot / "armed").glob("*.json")) and not (netboot / "dhcp" / "dnsmasq.pid").exists()
     assert not (Path(lab["home"].path) / "baremetal" / srv["id"]).exists()
+    assert lab_addresses(lab["home"]) == {}
 
 
 @pytest.mark.parametrize("lab", [{"UNDERCLOUD_DEPLOY_CALLBACK_TIMEOUT": "15"}], indirect=True)

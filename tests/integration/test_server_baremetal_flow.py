@@ -32,6 +32,7 @@ from undercloud.provisioning.scheduler import Request, Scheduler
 from undercloud.provisioning.servers import baremetal
 from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, SHUTOFF, Env, Spec
 from undercloud.store import Store
+from undercloud.store.addresses import AddressTable
 
 GATEWAY = "192.0.2.1"
 
@@ -69,7 +70,8 @@ def world(tmp_path, monkeypatch):
     # The lab network is the lab's business (root, libvirtd): not needed to follow the flow.
     monkeypatch.setattr(baremetal, "lab_network", lambda _home: ("/proc/self/ns/net", "br-test", GATEWAY))
     monkeypatch.setattr(baremetal, "serve_api", lambda *_a: None)
-    env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images)
+    env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images,
+              addresses=AddressTable(store))
     realiser = baremetal.BaremetalRealiser(env)
     yield realiser, nodes, images
     nodes.close()
@@ -245,7 +247,7 @@ def test_inspection_boots_the_ramdisk_and_applies_what_it_reports(world):
     assert n["ports"] == ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]  # a NIC found on the machine
     assert machine["power"] == "off" and machine["media"] is None
     assert not realiser._dir(f"inspect-{node_id}").exists()
-    assert baremetal.Addresses(realiser.env.home, GATEWAY).held() == {}
+    assert baremetal.Addresses(realiser.env.home, GATEWAY, realiser.env.addresses).held() == {}
 
 
 def test_without_a_ramdisk_image_inspection_reads_the_bmc(world):
@@ -307,7 +309,7 @@ def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monke
     realiser.delete(spec)
     n = wait_state(nodes, {states.AVAILABLE}, name="os-node")
     assert n["instance_uuid"] is None and srv.status == "SHUTOFF"
-    assert baremetal.Addresses(realiser.env.home, GATEWAY).held() == {}  # no lab address was taken
+    assert baremetal.Addresses(realiser.env.home, GATEWAY, realiser.env.addresses).held() == {}  # no lab address was taken
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import need, need_root, run_cli
+from tests.conftest import address_table, need, need_root, run_cli
 
 SERVER = """\
 heat_template_version: wallaby
@@ -246,7 +246,7 @@ def test_realiser_create_is_idempotent_and_delete_repeatable(uc, tmp_path):
     fb = Home(uc.path).path / "servers" / "s-idem" / "first-boot"
     fb.mkdir(parents=True)
     (fb / "config.json").write_text("{}")
-    r = ContainerRealiser(Env(home=Home(uc.path), api_port=1))
+    r = ContainerRealiser(Env(home=Home(uc.path), api_port=1, addresses=address_table(uc)))
     spec = Spec(id="s-idem", name="idem", hypervisor_type="container", flavor={"vcpus": 1, "ram": 128},
                 image=img, image_path=None, first_boot={}, networks=[], volumes=[{"name": "v", "path": "/v"}])
     try:
@@ -326,7 +326,7 @@ def test_limits_refused_by_cgroups_run_without_and_say_so(uc, monkeypatch):
     fb = Home(uc.path).path / "servers" / "s-lim" / "first-boot"
     fb.mkdir(parents=True)
     (fb / "config.json").write_text("{}")
-    r = container.ContainerRealiser(Env(home=Home(uc.path), api_port=1))
+    r = container.ContainerRealiser(Env(home=Home(uc.path), api_port=1, addresses=address_table(uc)))
     spec = Spec(id="s-lim", name="lim", hypervisor_type="container", flavor={"vcpus": 1, "ram": 128},
                 image=img, image_path=None, first_boot={}, networks=[])
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need_root, run_cli
+from tests.conftest import lab_addresses, need_root, run_cli
 from undercloud.host.accel import accelerator
 
 IMAGES = Path("/var/lib/libvirt/images")
@@ -58,13 +58,6 @@ def bridge_exists(home) -> bool:
     pid = libvirtd_pid()
     return pid is not None and subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "link", "show",
                                                f"br-{home.instance}"], capture_output=True).returncode == 0
-
-
-def lab_addresses(home) -> dict:
-    try:
-        return json.loads((Path(home.path) / "servers" / "lab-addresses.json").read_text())
-    except OSError:
-        return {}
 
 
 @pytest.fixture

@@ -13,14 +13,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.conftest import own_store_url
 from undercloud.config import Home
 from undercloud.provisioning.servers.base import RealiserError
 from undercloud.provisioning.servers.vm_net import Addresses, serve_api, server_mac
+from undercloud.store import Store
+from undercloud.store.addresses import AddressTable
 
 
 @pytest.fixture
 def addrs(tmp_path):
-    return Addresses(Home(tmp_path / "uc"), "192.168.77.1")
+    store = Store(own_store_url(tmp_path / "uc.db"), tmp_path / "store.key").create_schema()
+    return Addresses(Home(tmp_path / "uc"), "192.168.77.1", AddressTable(store))
 
 
 def test_addresses_are_stable_per_server_unique_and_released(addrs):

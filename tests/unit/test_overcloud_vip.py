@@ -7,12 +7,14 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import own_store_url, run_cli
 from undercloud.errors import InvalidInput
 from undercloud.orchestration.overcloud import addresses as oc
 from undercloud.orchestration.overcloud.library import LIBRARY
 from undercloud.orchestration.overcloud.secrets import stack_dir
 from undercloud.provisioning.servers import base
+
+NET = "uc1-lab"
 
 
 def test_virtual_ips_are_kept_out_of_the_server_ranges():
@@ -23,41 +25,103 @@ def test_virtual_ips_are_kept_out_of_the_server_ranges():
     assert 254 not in base.VIP_HOSTS  # the host's own lab link (labnet.HOST_ADDRESS)
 
 
+def table(tmp_path):
+    from undercloud.store import Store
+    from undercloud.store.addresses import AddressTable
+
+    return AddressTable(Store(own_store_url(tmp_path / "uc.db"), tmp_path / "store.key").create_schema())
+
+
 def test_container_addresses_skip_the_virtual_ips(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from undercloud.provisioning.servers import container
 
-    taken = [{"Labels": {"undercloud.ip": f"10.1.2.{n}"}} for n in range(2, 250)]
+    # containers made before the address table: their labels say which addresses they hold
+    taken = [{"Labels": {"undercloud.ip": f"10.1.2.{n}", "undercloud.server": f"s{n}"}} for n in range(2, 250)]
     monkeypatch.setattr(container.hp, "podman", lambda *a, **k: SimpleNamespace(stdout=json.dumps(taken)))
-    env = SimpleNamespace(home=SimpleNamespace(instance="uc1", path=tmp_path))
+    env = SimpleNamespace(home=SimpleNamespace(instance="uc1", path=tmp_path), addresses=table(tmp_path))
     r = container.ContainerRealiser(env)
     info = {"subnet": "10.1.2.0/24", "gateway": "10.1.2.1"}
-    spec = SimpleNamespace(networks=[], state={})
+    spec = SimpleNamespace(id="new", networks=[], state={})
     assert r._allocate(spec, info) == "10.1.2.254"  # .250-.253 skipped
     with pytest.raises(base.RealiserError, match="fixed_ip 10.1.2.251 is kept for virtual IPs"):
-        r._allocate(SimpleNamespace(networks=[{"fixed_ip": "10.1.2.251"}], state={}), info)
+        r._allocate(SimpleNamespace(id="other", networks=[{"fixed_ip": "10.1.2.251"}], state={}), info)
+    with pytest.raises(base.RealiserError, match="fixed_ip 10.1.2.7 is held by server s7"):
+        r._allocate(SimpleNamespace(id="other", networks=[{"fixed_ip": "10.1.2.7"}], state={}), info)
+    with pytest.raises(base.RealiserError, match=r"the lab network 10.1.2.0/24 has no free address"):
+        r._allocate(SimpleNamespace(id="other", networks=[], state={}), info)
+    assert r._allocate(SimpleNamespace(id="new", networks=[], state={"ip": "10.1.2.254"}), info) == "10.1.2.254"
 
 
 def test_each_stack_keeps_its_own_virtual_ip_until_deleted(tmp_path):
+    from undercloud.orchestration.engine import StackService
+    from undercloud.orchestration.template import Bundle
+
     home = tmp_path / "home"
+    t = table(tmp_path)
     kept = base.virtual_ips("10.1.2.0/24")
-    a = oc.choose_virtual_ip(home, "overcloud", kept)
+    a = oc.choose_virtual_ip(t, home, NET, "overcloud", kept)
     assert a == "10.1.2.250"
-    assert oc.choose_virtual_ip(home, "overcloud", kept) == a  # the same at every deploy
-    b = oc.choose_virtual_ip(home, "other", kept)
+    assert oc.choose_virtual_ip(t, home, NET, "overcloud", kept) == a  # the same at every deploy
+    b = oc.choose_virtual_ip(t, home, NET, "other", kept)
     assert b == "10.1.2.251"
     for name in ("c", "d"):
-        oc.choose_virtual_ip(home, name, kept)
+        oc.choose_virtual_ip(t, home, NET, name, kept)
     with pytest.raises(InvalidInput, match=r"all held by other overclouds \(c, d, other, overcloud\)"):
-        oc.choose_virtual_ip(home, "e", kept)
-    # Deleting an overcloud (its directory) frees its VIP.
-    import shutil
-    shutil.rmtree(stack_dir(home, "other"))
-    assert oc.choose_virtual_ip(home, "e", kept) == b
+        oc.choose_virtual_ip(t, home, NET, "e", kept)
+    # Deleting an overcloud (its stack) frees its VIP.
+    stacks = StackService(t.store)
+    path = tmp_path / "empty.yaml"
+    path.write_text("heat_template_version: wallaby\nresources: {}\n")
+    stacks.create("other", Bundle.from_paths(str(path)).to_json(), {}, wait=True)
+    stacks.delete("other", wait=True)
+    assert oc.choose_virtual_ip(t, home, NET, "e", kept) == b
     # VRRP router ids: distinct for the VIPs of one home, in 1..255.
     ids = {oc.virtual_router_id("uc123456", v) for v in kept}
     assert len(ids) == len(kept) and all(1 <= i <= 255 for i in ids)
+
+
+def test_the_virtual_ip_files_of_an_older_home_are_taken_into_the_table(tmp_path):
+    home = tmp_path / "home"
+    t = table(tmp_path)
+    kept = base.virtual_ips("10.1.2.0/24")
+    for stack, vip in (("old", "10.1.2.250"), ("elsewhere", "10.9.9.250")):
+        stack_dir(home, stack).mkdir(parents=True)
+        (stack_dir(home, stack) / "virtual-ip").write_text(vip + "\n")
+    assert oc.choose_virtual_ip(t, home, NET, "new", kept) == "10.1.2.251"  # never the old one's
+    assert oc.choose_virtual_ip(t, home, NET, "old", kept) == "10.1.2.250"  # which keeps it
+    assert not (stack_dir(home, "old") / "virtual-ip").exists()
+    assert (stack_dir(home, "elsewhere") / "virtual-ip").exists()  # another network's: left for it
+
+
+def test_deploy_gets_the_stacks_virtual_ip_from_the_service(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from undercloud.api.app import create_app
+    from undercloud.api.context import Context
+    from undercloud.config import Home
+    from undercloud.provisioning.servers.fake import FakeRealiser
+
+    class OnALab(FakeRealiser):
+        def network_info(self) -> dict:
+            return {"network": NET, "subnet": "10.1.2.0/24", "gateway": "10.1.2.1",
+                    "virtual_ips": base.virtual_ips("10.1.2.0/24")}
+
+    ctx = Context(Home(tmp_path / "home"))
+    ctx.servers._realisers["container"] = OnALab(ctx.servers.env)
+    api = TestClient(create_app(ctx))
+    admin = {"X-Undercloud-Token": ctx.admin_token}
+    url = "/v1/hypervisors/container/network/virtual-ip"
+    first = api.post(url, json={"stack": "overcloud"}, headers=admin)
+    assert first.status_code == 200, first.text
+    assert first.json()["virtual_ip"] == "10.1.2.250" and first.json()["subnet"] == "10.1.2.0/24"
+    assert api.post(url, json={"stack": "overcloud"}, headers=admin).json()["virtual_ip"] == "10.1.2.250"
+    assert api.post(url, json={"stack": "other"}, headers=admin).json()["virtual_ip"] == "10.1.2.251"
+    assert ctx.addresses.on(NET) == {"10.1.2.250": "vip:overcloud", "10.1.2.251": "vip:other"}
+    bad = api.post(url, json={"stack": "../x"}, headers=admin)
+    assert bad.status_code in (400, 422) and ctx.addresses.held("vip:../x") is None
+    ctx.stacks.stop()
 
 
 FRONTENDS = [{"name": "keystone_public", "port": 5000, "backend_port": 15000, "mode": "http", "check": "GET /v3",

@@ -82,8 +82,16 @@ class Context:
         from undercloud.provisioning.servers.service import ServersService
 
         env = Env(home=self.home, api_port=self.home.api_port(), listen=self.listeners.listen,
-                  nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds)
+                  nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds,
+                  addresses=self.addresses)
         return ServersService(self.store, env)
+
+    @cached_property
+    def addresses(self):
+        """Who holds which address of the lab networks: servers and overcloud VIPs."""
+        from undercloud.store.addresses import AddressTable
+
+        return AddressTable(self.store)
 
     @cached_property
     def listeners(self):

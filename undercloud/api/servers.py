@@ -102,6 +102,27 @@ def hypervisor_network(hypervisor_type: str, ctx: Context = Depends(_ctx)):
     return ctx.servers.network(hypervisor_type)
 
 
+class VirtualIpBody(BaseModel):
+    stack: str
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, v: str) -> str:
+        return check_name(v, "stack", "stack")
+
+
+@router.post("/v1/hypervisors/{hypervisor_type}/network/virtual-ip")
+def hypervisor_virtual_ip(hypervisor_type: str, body: VirtualIpBody, ctx: Context = Depends(_ctx)):
+    """The network, with the virtual IP of an overcloud stack on it (`undercloud deploy`):
+    one the network keeps for VIPs, the same at every deploy of the stack, released when
+    the stack is deleted (orchestration/overcloud/addresses.py)."""
+    from undercloud.orchestration.overcloud.addresses import choose_virtual_ip
+
+    net = ctx.servers.network(hypervisor_type)
+    vip = choose_virtual_ip(ctx.addresses, ctx.home.path, net["network"], body.stack, net.get("virtual_ips") or [])
+    return {**net, "virtual_ip": vip}
+
+
 # ---- servers -------------------------------------------------------------------------
 class ActionBody(BaseModel):
     action: str = Field(max_length=32)  # power-on | power-off | rebuild

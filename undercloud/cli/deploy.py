@@ -60,8 +60,9 @@ def build_images(client: Client, hypervisor: str, library, current: dict | None 
 
 
 def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:
-    """PublicVirtualIP (an address the nodes' network keeps for VIPs, the same at every
-    deploy of the stack; keepalived holds it on the haproxy nodes) and keepalived's
+    """PublicVirtualIP (an address the nodes' network keeps for VIPs, which the service
+    holds for the stack: the same at every deploy; keepalived holds it on the haproxy
+    nodes) and keepalived's
     virtual_router_id. An environment may set both. Where the nodes have a port on the lab
     bridge without an address (container nodes), Neutron's flat provider network
     `datacentre` is bridged to it: the overcloud's instances can then be on the lab network.
@@ -71,8 +72,8 @@ def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:
 
     if node_cloud(hypervisor):
         return {}
-    net = client.get(f"/v1/hypervisors/{hypervisor}/network")
-    vip = addresses.choose_virtual_ip(client.home.path, stack, net.get("virtual_ips") or [])
+    net = client.post(f"/v1/hypervisors/{hypervisor}/network/virtual-ip", json={"stack": stack})
+    vip = net["virtual_ip"]
     params = {"PublicVirtualIP": vip,
               "KeepalivedVirtualRouterId": addresses.virtual_router_id(client.home.instance, vip)}
     if net.get("provider_interface"):

@@ -5,6 +5,7 @@ Each domain keeps its tables in its own module of this package (`store/stacks.py
 """
 
 from undercloud.store import (  # noqa: F401
+    addresses,
     agent,
     clouds,
     images,

@@ -414,12 +414,19 @@ class StackService:
         wr.flush()
 
     def _purge(self, root_id: str) -> None:
+        """The deleted stack's rows go, and with them the address held for it (an
+        overcloud's virtual IP, `vip:<name>`: store/addresses.py)."""
         from sqlalchemy import delete
 
+        from undercloud.store.addresses import Address, vip_holder
+
         with self.store.engine.begin() as conn:
+            name = conn.execute(select(STACKS.c.name).where(STACKS.c.id == root_id)).scalar()
             conn.execute(delete(RES).where(RES.c.root_id == root_id))
             conn.execute(delete(EVENTS).where(EVENTS.c.root_id == root_id))
             conn.execute(delete(STACKS).where(STACKS.c.root_id == root_id))
+            if name is not None:
+                conn.execute(delete(Address).where(Address.holder == vip_holder(name)))
 
     def plan(self, root: dict, bundle: dict, params: dict) -> dict:
         p = Plan()

@@ -1,35 +1,45 @@
-"""The overcloud's virtual IP: an address of its own, kept per stack, and keepalived's router id."""
+"""The overcloud's virtual IP: an address of its own, held per stack in the store's address
+table (the service chooses it: POST /v1/hypervisors/{type}/network/virtual-ip), and
+keepalived's router id."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 from pathlib import Path
 
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud.secrets import stack_dir
 
 
-def choose_virtual_ip(home: Path, stack: str, candidates: list[str]) -> str:
+def choose_virtual_ip(table, home: Path, network: str, stack: str, candidates: list[str]) -> str:
     """The stack's virtual IP: one of `candidates` (the addresses the nodes' network keeps
-    for VIPs, which no node gets), the same at every deploy (kept in the stack's directory,
-    so deleting the overcloud frees it) and never one another stack of this home holds."""
-    base = home / "overcloud"
-    mine = stack_dir(home, stack) / "virtual-ip"
-    mine.parent.mkdir(parents=True, exist_ok=True)
-    with open(base / ".virtual-ip.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        kept = mine.read_text().strip() if mine.exists() else ""
-        if kept in candidates:
-            return kept
-        held = {p.read_text().strip(): p.parent.name for p in base.glob("*/virtual-ip") if p != mine}
-        free = [a for a in candidates if a not in held]
-        if not free:
-            raise InvalidInput(f"the virtual IPs of the nodes' network ({', '.join(candidates) or 'none'}) are all "
-                               f"held by other overclouds ({', '.join(sorted(set(held.values())))}): delete one",
-                               "--stack")
-        mine.write_text(free[0] + "\n")
-        return free[0]
+    for VIPs, which no node gets), held in the address table (`table`, on `network`) by
+    `vip:<stack>`: the same at every deploy, released when the stack is deleted, and never
+    one another stack holds."""
+    from undercloud.store.addresses import VIP, NoFreeAddress, vip_holder
+
+    _adopt_files(table, home, network, candidates)
+    try:
+        return table.claim(network, vip_holder(stack), candidates)
+    except NoFreeAddress as exc:
+        held = sorted({h.removeprefix(VIP) for h in exc.held.values()})
+        raise InvalidInput(f"the virtual IPs of the nodes' network ({', '.join(candidates) or 'none'}) are all "
+                           f"held by other overclouds ({', '.join(held)}): delete one", "--stack") from None
+
+
+def _adopt_files(table, home: Path, network: str, candidates: list[str]) -> None:
+    """Homes from before the address table kept each stack's VIP in `overcloud/<stack>/
+    virtual-ip`: those of this network go into the table (then the file), so an upgrade
+    hands none out twice."""
+    from undercloud.store.addresses import vip_holder
+
+    for path in (home / "overcloud").glob("*/virtual-ip"):
+        try:
+            vip = path.read_text().strip()
+        except OSError:
+            continue
+        if vip in candidates:
+            table.adopt(network, vip_holder(path.parent.name), vip)
+            path.unlink(missing_ok=True)
 
 
 def virtual_router_id(instance: str, vip: str) -> int:

@@ -206,7 +206,7 @@ class BaremetalRealiser(Realiser):
             gateway, address, prefix, mac = None, net["address"], net["prefix"], net["mac"]
         else:
             _ns, _bridge, gateway = lab_network(self.env.home)
-            address = Addresses(self.env.home, gateway).take(spec.id, fixed_ip(spec))
+            address = Addresses(self.env.home, gateway, self.env.addresses).take(spec.id, fixed_ip(spec))
             prefix, mac = PREFIX, macs[0]
         token = secrets.token_urlsafe(32)
         d = self._dir(spec.id)
@@ -309,7 +309,7 @@ class BaremetalRealiser(Realiser):
         shutil.rmtree(self._dir(spec.id), ignore_errors=True)
         rec_gateway = spec.state.get("gateway")
         if rec_gateway:
-            Addresses(self.env.home, rec_gateway).release(spec.id)
+            Addresses(self.env.home, rec_gateway, self.env.addresses).release(spec.id)
 
     def console(self, spec: Spec, lines: int = 100) -> str:
         node = self._node(spec)
@@ -353,7 +353,7 @@ class BaremetalRealiser(Realiser):
             return None
         serve_api(ns, gateway, self.env.api_port)
         ident = f"inspect-{node.id}"
-        address = Addresses(self.env.home, gateway).take(ident)
+        address = Addresses(self.env.home, gateway, self.env.addresses).take(ident)
         token = secrets.token_urlsafe(32)
         d = self._dir(ident)
         d.mkdir(parents=True, exist_ok=True)
@@ -450,7 +450,7 @@ class BaremetalRealiser(Realiser):
         except DriverError as exc:
             ok, error = False, f"finishing the inspection: {drivers.scrub(str(exc), record.driver_info)}"
         _drop_lab_media_copy(self.env.home, record)
-        Addresses(self.env.home, rec["gateway"]).release(ident)
+        Addresses(self.env.home, rec["gateway"], self.env.addresses).release(ident)
         shutil.rmtree(self._dir(ident), ignore_errors=True)
         inv = {k: v for k, v in (inventory or {}).items() if k in ("cpus", "memory_mb", "local_gb", "cpu_arch", "macs")}
         try:

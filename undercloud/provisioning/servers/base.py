@@ -83,6 +83,7 @@ class Env:
     scheduler: Any = None          # provisioning.scheduler.Scheduler (bare metal)
     images: Any = None             # images.store.ImageStore (image content by checksum)
     clouds: Any = None             # provisioning.clouds.Clouds (openstack servers)
+    addresses: Any = None          # store.addresses.AddressTable: who holds which lab address
 
 
 @dataclass
@@ -173,8 +174,9 @@ class Realiser:
         return []
 
     def network_info(self) -> dict:
-        """The network servers of this type are on, made when missing: {"subnet", "gateway",
-        "virtual_ips"} (`virtual_ips(subnet)`: addresses no server gets, for an overcloud's VIP)."""
+        """The network servers of this type are on, made when missing: {"network" (its key in
+        the address table), "subnet", "gateway", "virtual_ips"} (`virtual_ips(subnet)`:
+        addresses no server gets, for an overcloud's VIP)."""
         raise RealiserError(f"{self.hypervisor_type} servers have no lab network with virtual IPs here")
 
 

@@ -18,7 +18,8 @@
   `<instance>-provider`, IPAM none): an overcloud's Neutron bridges its flat provider
   network to it, so instances it boots are on the lab network and reach the undercloud.
 - Addresses: the first free one of the subnet, never the gateway nor the ones kept for
-  virtual IPs (`base.virtual_ips`: .250-.253, which `network_info()` offers to deploy).
+  virtual IPs (`base.virtual_ips`: .250-.253, which `network_info()` offers to deploy);
+  held in the store's address table (store/addresses.py) from create to delete.
 - cpu/memory limits from the flavor (`--cpus`, `--memory`); where this host's cgroups
   refuse them the server runs without and says so in its notes.
 - First-boot data mounted read-only at /etc/undercloud-agent (config.json, user-data: run
@@ -88,7 +89,7 @@ class ContainerRealiser(Realiser):
         self._lock = threading.Lock()
         self._creating = 0  # creates in flight: the network must not be removed under them
         self._net_info: dict | None = None
-        self._reserved: set[str] = set()  # addresses handed to creates still in flight
+        self._adopted = False  # the labelled addresses of older containers are in the table
 
     def available(self) -> str | None:
         if os.geteuid() != 0:
@@ -195,7 +196,8 @@ class ContainerRealiser(Realiser):
     def network_info(self) -> dict:
         with self._lock:
             info = self._network()
-        return {**info, "virtual_ips": virtual_ips(info["subnet"]), "provider_interface": PROVIDER_INTERFACE}
+        return {"network": self.network, **info, "virtual_ips": virtual_ips(info["subnet"]),
+                "provider_interface": PROVIDER_INTERFACE}
 
     def startup(self) -> None:
         with self._lock:
@@ -297,18 +299,17 @@ class ContainerRealiser(Realiser):
         image = self._image(spec)
         with self._lock:
             info = self._network()
-            ip = self._allocate(spec, info)
-        try:
-            self._run(spec, image)
-        finally:
-            with self._lock:
-                self._reserved.discard(ip)
+            self._allocate(spec, info)
+        self._run(spec, image)
 
     def _allocate(self, spec: Spec, info: dict) -> str:
         """The server's address: requested, kept from before (rebuild), or the first free one.
 
         Every container gets a static address (podman would otherwise hand out a new one at
-        each start), labelled on the container so the next allocation sees it taken."""
+        each start), held in the store's address table (`env.addresses`, keyed by the podman
+        network's name) until the server is deleted; the `undercloud.ip` label shows it."""
+        from undercloud.store.addresses import AddressTaken, NoFreeAddress
+
         subnet = ipaddress.ip_network(info["subnet"])
         want = next((n.get("fixed_ip") for n in spec.networks if n.get("fixed_ip")), None) or spec.state.get("ip")
         if want:
@@ -318,18 +319,36 @@ class ContainerRealiser(Realiser):
             if want in virtual_ips(info["subnet"]):
                 raise RealiserError(f"fixed_ip {want} is kept for virtual IPs on the lab network {subnet} "
                                     f"({', '.join(virtual_ips(info['subnet']))})")
-            spec.state["ip"] = want
-            return want
+        self._adopt_labelled()
+        try:
+            if want:
+                ip = self.env.addresses.claim(self.network, spec.id, exact=want)
+            else:
+                # never the gateway, nor an overcloud's VIP (keepalived may hold one)
+                kept = {info["gateway"], *virtual_ips(info["subnet"])}
+                ip = self.env.addresses.claim(self.network, spec.id,
+                                              [str(h) for h in subnet.hosts() if str(h) not in kept])
+        except AddressTaken as exc:
+            raise RealiserError(f"fixed_ip {want} is held by server {exc.holder} on the lab network {subnet}") \
+                from None
+        except NoFreeAddress:
+            raise RealiserError(f"the lab network {subnet} has no free address") from None
+        spec.state["ip"] = ip
+        return ip
+
+    def _adopt_labelled(self) -> None:
+        """Containers made before the address table carry their address only in their
+        `undercloud.ip` label: taken into the table once per process, so that an upgrade
+        hands none of them out twice."""
+        if self._adopted:
+            return
         rows = json.loads(hp.podman("ps", "-a", "--format", "json", "--filter",
                                     f"label=undercloud.instance={self.instance}").stdout or "[]")
-        used = {(r.get("Labels") or {}).get("undercloud.ip") for r in rows} | self._reserved | {info["gateway"]}
-        used |= set(virtual_ips(info["subnet"]))  # an overcloud's VIP (keepalived) may hold one
-        for host in subnet.hosts():
-            if str(host) not in used:
-                self._reserved.add(str(host))
-                spec.state["ip"] = str(host)
-                return str(host)
-        raise RealiserError(f"the lab network {subnet} has no free address")
+        for r in rows:
+            labels = r.get("Labels") or {}
+            if labels.get("undercloud.server") and labels.get("undercloud.ip"):
+                self.env.addresses.adopt(self.network, labels["undercloud.server"], labels["undercloud.ip"])
+        self._adopted = True
 
     def _run(self, spec: Spec, image: str) -> None:
         name = self._name(spec)
@@ -428,6 +447,7 @@ class ContainerRealiser(Realiser):
             vols += hp.podman("volume", "ls", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
         for v in vols:
             hp.podman("volume", "rm", "-f", v, check=False)
+        self.env.addresses.release(spec.id)
 
     def _remove(self, name: str) -> None:
         """The node container and the service containers the kube hook joined to its network

@@ -6,7 +6,7 @@ id) and kept in /var/lib/libvirt/images, where the qemu user can read them:
   NAME.qcow2          the server's disk: a copy-on-write overlay on the base, flavor-sized
   NAME-config.iso     first-boot data as a config drive (vm_configdrive.py), attached as a CD
   NAME-console.log    the serial console (`server console`)
-plus one lab address (vm_net.Addresses) and a MAC derived from the server id. The node
+plus one lab address (vm_net.Addresses, in the store's address table) and a MAC derived from the server id. The node
 image's agent unit runs `undercloud.agent.deploy firstboot` first, which applies the
 config drive (hostname, static address, agent configuration); the agent then reaches the
 undercloud at its lab address (Env.listen), the bridge's `.1`.
@@ -83,7 +83,7 @@ class VMRealiser(Realiser):
         return lab_network(self.env.home)
 
     def _addresses(self, gateway: str) -> Addresses:
-        return Addresses(self.env.home, gateway)
+        return Addresses(self.env.home, gateway, self.env.addresses)
 
     # ---- interface -------------------------------------------------------------------
     def available(self) -> str | None:
@@ -229,11 +229,7 @@ class VMRealiser(Realiser):
                 raise RealiserError(f"cannot remove domain {name}: {r.stderr.strip()[:200]}")
         for p in self.files(spec).values():
             p.unlink(missing_ok=True)
-        gateway = spec.state.get("gateway")
-        self._release(spec.id, gateway)
-
-    def _release(self, server_id: str, gateway: str | None) -> None:
-        Addresses(self.env.home, gateway or f"{LabNetwork(self.env.home.instance).subnet}.1").release(server_id)
+        self.env.addresses.release(spec.id)
 
     def rebuild(self, spec: Spec) -> None:
         """A new disk from `spec.image` (the address, MAC and domain stay); the config drive is
@@ -257,7 +253,7 @@ class VMRealiser(Realiser):
         removes them."""
         net = LabNetwork(self.env.home.instance)
         if (lab_state_file(self.env.home).exists() or libvirtd_pid() is None
-                or Addresses(self.env.home, f"{net.subnet}.1").held()):
+                or Addresses(self.env.home, f"{net.subnet}.1", self.env.addresses).held()):
             return []
         return net.remove()
 

@@ -4,8 +4,8 @@ The network itself (libvirtd, its namespace, the bridge `br-<instance>` with the
 undercloud's address `.1`) is the host's (`host/labnet.LabNetwork.up()`, which the virtual
 lab uses too; made here when missing, recording nothing, so `lab up` still works after
 it). Here:
-- `addresses`: a small allocator of lab addresses per server, in a JSON file of the home
-  under a file lock (several threads and processes may create servers at once). VM and
+- `Addresses`: lab addresses per server, rows of the store's address table
+  (store/addresses.py, whose claims are safe across threads and processes). VM and
   bare-metal servers take theirs from RANGE; a requested `fixed_ip` is taken as asked.
 - `serve_api`: the undercloud's API on the lab network. The bridge lives in libvirtd's
   namespace (its taps are made there) while the service runs in the host's, so
@@ -18,14 +18,12 @@ it). Here:
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import ipaddress
 import json
 import os
 import socket
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 
 from undercloud.provisioning.servers.base import RealiserError
@@ -58,7 +56,7 @@ def lab_network_info(home) -> dict:
 
     _ns, _bridge, gateway = lab_network(home)
     subnet = f"{LabNetwork(home.instance).subnet}.0/{PREFIX}"
-    return {"subnet": subnet, "gateway": gateway, "virtual_ips": virtual_ips(subnet)}
+    return {"network": lab_network_key(home), "subnet": subnet, "gateway": gateway, "virtual_ips": virtual_ips(subnet)}
 
 
 def server_mac(server_id: str) -> str:
@@ -67,67 +65,73 @@ def server_mac(server_id: str) -> str:
     return f"fa:16:3e:{h[0]:02x}:{h[1]:02x}:{h[2]:02x}"
 
 
-class Addresses:
-    """Lab addresses held by servers: {address: server_id} in <home>/servers/lab-addresses.json."""
+def lab_network_key(home) -> str:
+    """The lab network's key in the address table: its bridge (one per home)."""
+    from undercloud.host.labnet import LabNetwork
 
-    def __init__(self, home, subnet_gateway: str):
-        self.file = Path(home.path) / "servers" / "lab-addresses.json"
+    return LabNetwork(home.instance).bridge
+
+
+class Addresses:
+    """Lab addresses held by VM and bare-metal servers: rows of the store's address table
+    (`env.addresses`), on the lab network's key. Servers take theirs from RANGE."""
+
+    def __init__(self, home, subnet_gateway: str, table):
+        self.table = table
+        self.network = lab_network_key(home)
         self.net = ipaddress.ip_interface(f"{subnet_gateway}/{PREFIX}").network
         self.gateway = subnet_gateway
+        self._adopt_file(Path(home.path) / "servers" / "lab-addresses.json")
 
-    @contextmanager
-    def _locked(self):
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.file.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                held = json.loads(self.file.read_text())
-            except (OSError, ValueError):
-                held = {}
-            yield held
-            tmp = self.file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(held, indent=1, sort_keys=True))
-            tmp.replace(self.file)
+    def _adopt_file(self, file: Path) -> None:
+        """Homes from before the table kept {address: server_id} in this file: its
+        addresses go into the table once (then the file is renamed), so none is handed out twice."""
+        try:
+            held = json.loads(file.read_text())
+        except (OSError, ValueError):
+            return
+        for address, server_id in held.items():
+            self.table.adopt(self.network, server_id, address)
+        try:
+            file.rename(file.with_suffix(".json.imported"))
+        except OSError:
+            pass  # another thread did it
 
     def take(self, server_id: str, fixed_ip: str | None = None) -> str:
         """The server's address (the same one again when it holds one already)."""
-        with self._locked() as held:
-            mine = [a for a, s in held.items() if s == server_id]
-            if fixed_ip:
-                try:
-                    ip = ipaddress.ip_address(fixed_ip)
-                except ValueError:
-                    raise RealiserError(f"networks: fixed_ip {fixed_ip!r} is not an IP address") from None
-                if ip not in self.net or ip in (self.net.network_address, self.net.broadcast_address) \
-                        or str(ip) == self.gateway:
-                    raise RealiserError(f"networks: fixed_ip {fixed_ip} is not a free host address of "
-                                        f"{NETWORK} ({self.net}; {self.gateway} is the undercloud)")
-                if held.get(str(ip), server_id) != server_id:
-                    raise RealiserError(f"networks: fixed_ip {fixed_ip} is held by server {held[str(ip)]}")
-                for a in mine:
-                    held.pop(a)
-                held[str(ip)] = server_id
-                return str(ip)
-            if mine:
-                return mine[0]
-            base = int(self.net.network_address)
-            for host in RANGE:
-                ip = str(ipaddress.ip_address(base + host))
-                if ip not in held:
-                    held[ip] = server_id
-                    return ip
-            raise RealiserError(f"no free address left on {NETWORK} ({len(RANGE)} in use)")
+        from undercloud.store.addresses import AddressTaken, NoFreeAddress
+
+        if fixed_ip:
+            try:
+                ip = ipaddress.ip_address(fixed_ip)
+            except ValueError:
+                raise RealiserError(f"networks: fixed_ip {fixed_ip!r} is not an IP address") from None
+            if ip not in self.net or ip in (self.net.network_address, self.net.broadcast_address) \
+                    or str(ip) == self.gateway:
+                raise RealiserError(f"networks: fixed_ip {fixed_ip} is not a free host address of "
+                                    f"{NETWORK} ({self.net}; {self.gateway} is the undercloud)")
+            try:
+                return self.table.claim(self.network, server_id, exact=str(ip))
+            except AddressTaken as exc:
+                raise RealiserError(f"networks: fixed_ip {fixed_ip} is held by server {exc.holder}") from None
+        mine = self.table.held(server_id)
+        if mine is not None and mine[0] == self.network:
+            return mine[1]
+        base = int(self.net.network_address)
+        try:
+            return self.table.claim(self.network, server_id, [str(ipaddress.ip_address(base + h)) for h in RANGE])
+        except NoFreeAddress:
+            raise RealiserError(f"no free address left on {NETWORK} ({len(RANGE)} in use)") from None
 
     def release(self, server_id: str) -> list[str]:
-        with self._locked() as held:
-            gone = [a for a, s in held.items() if s == server_id]
-            for a in gone:
-                held.pop(a)
-            return gone
+        return self.table.release(server_id)
 
     def held(self, server_id: str | None = None) -> dict[str, str]:
-        with self._locked() as held:
-            return {a: s for a, s in held.items() if server_id is None or s == server_id}
+        """{address: server id} of the servers on the lab network (an overcloud's VIP is none)."""
+        from undercloud.store.addresses import VIP
+
+        return {a: s for a, s in self.table.on(self.network).items()
+                if not s.startswith(VIP) and (server_id is None or s == server_id)}
 
 
 def bind_in_netns(netns: str, host: str, port: int) -> socket.socket:
