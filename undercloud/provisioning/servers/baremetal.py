@@ -39,7 +39,7 @@ from pathlib import Path
 
 from undercloud.errors import Conflict, NotFound, UndercloudError
 from undercloud.images.disk import RAMDISK_ARGS
-from undercloud.provisioning import drivers, states
+from undercloud.provisioning import drivers, network, states
 from undercloud.provisioning.drivers import DriverError
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
 from undercloud.provisioning.servers.baremetal_netboot import NetBoot
@@ -57,10 +57,8 @@ from undercloud.provisioning.servers.base import (
 from undercloud.provisioning.servers.vm import fixed_ip
 from undercloud.provisioning.servers.vm_net import (
     NETWORK,
-    PREFIX,
     Addresses,
     lab_network,
-    lab_network_info,
     serve_api,
 )
 
@@ -90,7 +88,10 @@ class BaremetalRealiser(Realiser):
     def __init__(self, env):
         super().__init__(env)
         self.root = Path(env.home.path) / "baremetal"
-        self.netboot = NetBoot(env.home, env.api_port, lambda: lab_network(env.home))
+        # undercloud.conf's provisioning network, checked once (a mistake stops the service's
+        # start, which makes this realiser), else the lab's
+        self.configured = network.configured(env.home)
+        self.netboot = NetBoot(env.home, env.api_port, self.network)
         if env.nodes is not None:  # the node state machine's deploy/undeploy work is ours
             env.nodes.deploy_hook = self._deploy_step
             env.nodes.undeploy_hook = self._undeploy_step
@@ -142,21 +143,37 @@ class BaremetalRealiser(Realiser):
             return "xorriso is not installed (apt-get install xorriso)"
         return None
 
+    def network(self) -> network.ProvisioningNetwork:
+        """Where the nodes boot and reach this undercloud (the lab's is made when missing)."""
+        if self.configured is not None:
+            return self.configured
+        return network.lab(self.env.home, lab_network(self.env.home))
+
+    def _serve_api(self, net: network.ProvisioningNetwork) -> str:
+        """The API on the provisioning network; returns its URL there."""
+        if net.netns:
+            serve_api(net.netns, net.address, self.env.api_port)
+        else:
+            self.env.listen(net.address)
+        return f"http://{net.address}:{self.env.api_port}"
+
+    def _addresses(self, net: network.ProvisioningNetwork) -> Addresses:
+        return Addresses(self.env.home, net.address, self.env.addresses,
+                         net if net is self.configured else None)
+
     def network_info(self) -> dict:
-        return lab_network_info(self.env.home)
+        net = self.network()
+        return {"network": net.key, "subnet": net.cidr, "gateway": net.address, "virtual_ips": list(net.virtual_ips)}
 
     def agent_url(self, spec: Spec) -> str:
         net = self._driver_network(spec.node["uuid"]) if spec.node else None
         if net:  # a node elsewhere (a cloud's server): its ramdisk and agent call this host's address there
             self.env.listen(net["undercloud"])
             return f"http://{net['undercloud']}:{self.env.api_port}"
-        ns, _bridge, gateway = lab_network(self.env.home)
-        serve_api(ns, gateway, self.env.api_port)
-        return f"http://{gateway}:{self.env.api_port}"
+        return self._serve_api(self.network())
 
     def startup(self) -> None:
-        ns, _bridge, gateway = lab_network(self.env.home)
-        serve_api(ns, gateway, self.env.api_port)
+        self._serve_api(self.network())
         self.netboot.resume()
         for rec in self.root.glob("*/deploy.json") if self.root.is_dir() else ():
             listen = self._record(rec.parent.name).get("listen")
@@ -205,9 +222,10 @@ class BaremetalRealiser(Realiser):
         if net:  # the node's own network (a cloud's port): its address, no lab address
             gateway, address, prefix, mac = None, net["address"], net["prefix"], net["mac"]
         else:
-            _ns, _bridge, gateway = lab_network(self.env.home)
-            address = Addresses(self.env.home, gateway, self.env.addresses).take(spec.id, fixed_ip(spec))
-            prefix, mac = PREFIX, macs[0]
+            prov = self.network()
+            gateway = prov.address
+            address = self._addresses(prov).take(spec.id, fixed_ip(spec))
+            prefix, mac = prov.prefix, macs[0]
         token = secrets.token_urlsafe(32)
         d = self._dir(spec.id)
         d.mkdir(parents=True, exist_ok=True)
@@ -348,12 +366,13 @@ class BaremetalRealiser(Realiser):
         try:
             deploy_image = self._deploy_image()
             base_iso = self.env.images.blob_path(deploy_image["checksum"])
-            ns, _bridge, gateway = lab_network(self.env.home)
+            prov = self.network()
         except RealiserError:
             return None
-        serve_api(ns, gateway, self.env.api_port)
+        gateway = prov.address
+        self._serve_api(prov)
         ident = f"inspect-{node.id}"
-        address = Addresses(self.env.home, gateway, self.env.addresses).take(ident)
+        address = self._addresses(prov).take(ident)
         token = secrets.token_urlsafe(32)
         d = self._dir(ident)
         d.mkdir(parents=True, exist_ok=True)
@@ -361,9 +380,10 @@ class BaremetalRealiser(Realiser):
         self._save_record(ident, {"node_id": node.id, "token_sha256": _sha(token), "mode": "inspect",
                                   "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac})
         request = {"mode": "inspect", "url": f"http://{gateway}:{self.env.api_port}", "server_id": ident,
-                   "token": token, "node": node.label, "network": {"mac": mac, "address": address, "prefix": PREFIX}}
+                   "token": token, "node": node.label,
+                   "network": {"mac": mac, "address": address, "prefix": prov.prefix}}
         if boot == "pxe":
-            self.netboot.arm(mac=mac, ident=ident, node=node.label, address=address, prefix=PREFIX,
+            self.netboot.arm(mac=mac, ident=ident, node=node.label, address=address, prefix=prov.prefix,
                              base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
                              config_drive=None, kernel_args=RAMDISK_ARGS)
             _boot_from_network(driver)

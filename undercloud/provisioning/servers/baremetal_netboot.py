@@ -1,7 +1,8 @@
 """Network boot of the deploy ramdisk (Ironic's `pxe` boot interface), for BMCs without
 virtual media (IPMI) or where it is asked.
 
-While a node is being deployed or inspected, it is *armed*: DHCP on the lab network
+While a node is being deployed or inspected, it is *armed*: DHCP on the provisioning
+network (provisioning/network.py: the lab's, or undercloud.conf's)
 answers its MAC (and only the armed MACs: host/dnsmasq.py), with its address and, for
 iPXE, the URL of its boot script on the undercloud's API (`/v1/deploy/boot/<mac>`). The
 script loads the ramdisk's kernel and initramfs (taken once from the deploy ISO) and
@@ -31,6 +32,7 @@ from pathlib import Path
 from undercloud.host import dnsmasq
 from undercloud.host.dnsmasq import BootHost, DhcpServer
 from undercloud.host.run import require, run
+from undercloud.provisioning.network import ProvisioningNetwork
 from undercloud.provisioning.servers.base import RealiserError
 
 # iPXE for firmware without it, from Debian's `ipxe` package: BIOS PXE ROMs, UEFI (SNP).
@@ -40,9 +42,9 @@ FILES = ("vmlinuz", "initrd")
 
 
 class NetBoot:
-    def __init__(self, home, api_port: int, network: Callable[[], tuple[str, str, str]]):
-        """`network()`: (netns path, bridge, undercloud address) of the lab network, made if
-        missing; asked only when DHCP must answer."""
+    def __init__(self, home, api_port: int, network: Callable[[], ProvisioningNetwork]):
+        """`network()`: the provisioning network (the lab's is made when missing); asked
+        only when DHCP must answer."""
         self.root = Path(home.path) / "netboot"
         self.api_port = api_port
         self.network = network
@@ -53,7 +55,7 @@ class NetBoot:
             iso_sha256: str, request: dict, config_drive: Path | None, kernel_args: str) -> None:
         """Answer `mac` from now on with `request` (a deploy's or an inspection's)."""
         files = self._files(base_iso, iso_sha256)
-        _ns, _bridge, gateway = self.network()
+        gateway = self.network().address
         body = dict(request)
         if config_drive is not None:
             body["config_drive"] = base64.b64encode(config_drive.read_bytes()).decode()
@@ -142,8 +144,7 @@ class NetBoot:
         return out
 
     def _dhcp(self) -> DhcpServer:
-        netns, bridge, gateway = self.network()
-        subnet = f"{gateway}/24"
+        net = self.network()
         tftp = self.root / "tftp"
         chains = {}
         for which, path in (("bios", IPXE_CHAIN), ("efi", IPXE_CHAIN_EFI)):
@@ -152,10 +153,10 @@ class NetBoot:
                 if not (tftp / path.name).exists():
                     shutil.copyfile(path, tftp / path.name)
                 chains[which] = path.name
-        return DhcpServer(state_dir=self.root / "dhcp", interface=bridge, subnet=subnet, netns=netns,
+        return DhcpServer(state_dir=self.root / "dhcp", interface=net.interface, subnet=net.cidr, netns=net.netns,
                           tftp_root=tftp if chains else None, chain_file=chains.get("bios"),
-                          chain_file_efi=chains.get("efi"),
-                          script_url=f"http://{gateway}:{self.api_port}/v1/deploy/boot/${{mac}}")
+                          chain_file_efi=chains.get("efi"), gateway=net.gateway,
+                          script_url=f"http://{net.address}:{self.api_port}/v1/deploy/boot/${{mac}}")
 
     def _files(self, base_iso: Path, sha256: str) -> Path:
         """The ramdisk's kernel and initramfs, read once out of the deploy ISO."""

@@ -74,13 +74,20 @@ def lab_network_key(home) -> str:
 
 class Addresses:
     """Lab addresses held by VM and bare-metal servers: rows of the store's address table
-    (`env.addresses`), on the lab network's key. Servers take theirs from RANGE."""
+    (`env.addresses`), on the lab network's key. Servers take theirs from RANGE; on a
+    configured provisioning network (`network`), from its DHCP range."""
 
-    def __init__(self, home, subnet_gateway: str, table):
+    def __init__(self, home, subnet_gateway: str, table, network=None):
         self.table = table
+        self.gateway = subnet_gateway
+        if network is not None:  # provisioning/network.ProvisioningNetwork
+            self.network, self.net, self.pool = network.key, ipaddress.ip_network(network.cidr), list(network.pool)
+            self.name = f"the provisioning network on {network.interface}"
+            return
         self.network = lab_network_key(home)
         self.net = ipaddress.ip_interface(f"{subnet_gateway}/{PREFIX}").network
-        self.gateway = subnet_gateway
+        self.pool = [str(self.net.network_address + h) for h in RANGE]
+        self.name = NETWORK
         self._adopt_file(Path(home.path) / "servers" / "lab-addresses.json")
 
     def _adopt_file(self, file: Path) -> None:
@@ -109,7 +116,7 @@ class Addresses:
             if ip not in self.net or ip in (self.net.network_address, self.net.broadcast_address) \
                     or str(ip) == self.gateway:
                 raise RealiserError(f"networks: fixed_ip {fixed_ip} is not a free host address of "
-                                    f"{NETWORK} ({self.net}; {self.gateway} is the undercloud)")
+                                    f"{self.name} ({self.net}; {self.gateway} is the undercloud)")
             try:
                 return self.table.claim(self.network, server_id, exact=str(ip))
             except AddressTaken as exc:
@@ -117,11 +124,10 @@ class Addresses:
         mine = self.table.held(server_id)
         if mine is not None and mine[0] == self.network:
             return mine[1]
-        base = int(self.net.network_address)
         try:
-            return self.table.claim(self.network, server_id, [str(ipaddress.ip_address(base + h)) for h in RANGE])
+            return self.table.claim(self.network, server_id, self.pool)
         except NoFreeAddress:
-            raise RealiserError(f"no free address left on {NETWORK} ({len(RANGE)} in use)") from None
+            raise RealiserError(f"no free address left on {self.name} ({len(self.pool)} in use)") from None
 
     def release(self, server_id: str) -> list[str]:
         return self.table.release(server_id)

@@ -1,0 +1,138 @@
+"""The provisioning network: where bare-metal nodes boot the deploy ramdisk and reach the
+undercloud.
+
+By default it is the virtual lab's network (host/labnet.py, made when first needed): the
+lab's namespace and bridge, the undercloud at .1, nodes at .100-.249. For real racks it is
+configured in `<home>/undercloud.conf`, with TripleO's names for it:
+
+    [DEFAULT]
+    local_interface = eth1            # this host's interface on the provisioning network
+    local_ip = 192.168.24.1/24        # the undercloud's address there (on that interface)
+    local_subnet = ctlplane-subnet    # the section below (this default when left out)
+
+    [ctlplane-subnet]
+    cidr = 192.168.24.0/24
+    dhcp_start = 192.168.24.5         # nodes get addresses from dhcp_start to dhcp_end
+    dhcp_end = 192.168.24.24
+    gateway = 192.168.24.254          # the nodes' router (optional; none by default)
+
+Other keys of a TripleO undercloud.conf are left alone. It is read when the service starts,
+and any mistake stops the start with one line naming the key (`configured`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from undercloud.errors import InvalidInput
+from undercloud.host.run import run
+from undercloud.provisioning.servers.base import VIP_HOSTS
+
+CONFIG = "undercloud.conf"
+
+
+@dataclass(frozen=True)
+class ProvisioningNetwork:
+    key: str                  # its name in the store's address table
+    netns: str | None         # the namespace its interface is in (None: the service's own)
+    interface: str
+    address: str              # the undercloud's address on it
+    cidr: str
+    pool: tuple[str, ...]     # the addresses nodes get
+    gateway: str | None       # the nodes' router, if any
+    virtual_ips: tuple[str, ...]
+
+    @property
+    def prefix(self) -> int:
+        return ipaddress.ip_network(self.cidr).prefixlen
+
+
+def config_file(home) -> Path:
+    return Path(home.path) / CONFIG
+
+
+def configured(home) -> ProvisioningNetwork | None:
+    """The provisioning network of `<home>/undercloud.conf`, checked; None when the file
+    names none (no local_interface): the lab's is used. Raises InvalidInput, one line."""
+    path = config_file(home)
+    if not path.exists():
+        return None
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
+    try:
+        parser.read_string(path.read_text(), source=str(path))
+    except (configparser.Error, UnicodeDecodeError, OSError) as exc:
+        raise InvalidInput(f"{CONFIG}: {' '.join(str(exc).split())}", CONFIG) from None
+    d = parser.defaults()
+    if not d.get("local_interface"):
+        return None
+
+    def bad(section: str, key: str, why: str) -> InvalidInput:
+        return InvalidInput(f"{CONFIG}: [{section}] {key}: {why}", f"{CONFIG} [{section}] {key}")
+
+    interface = d["local_interface"].strip()
+    if "/" in interface or not Path(f"/sys/class/net/{interface}").exists():
+        raise bad("DEFAULT", "local_interface", f"no interface {interface!r} on this host")
+    try:
+        local = ipaddress.ip_interface(d.get("local_ip", "").strip())
+    except ValueError:
+        raise bad("DEFAULT", "local_ip", f"{d.get('local_ip', '')!r} is not an address with a prefix "
+                                         "(like 192.168.24.1/24)") from None
+    if local.network.prefixlen == local.max_prefixlen:
+        raise bad("DEFAULT", "local_ip", f"{local} has no prefix (like 192.168.24.1/24)")
+    section = d.get("local_subnet", "ctlplane-subnet").strip()
+    if not parser.has_section(section):
+        raise InvalidInput(f"{CONFIG}: no [{section}] section (local_subnet)", CONFIG)
+    s = parser[section]
+
+    def address(key: str, required: bool = True) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+        text = s.get(key, "").strip()
+        if not text:
+            if required:
+                raise bad(section, key, "missing")
+            return None
+        try:
+            return ipaddress.ip_address(text)
+        except ValueError:
+            raise bad(section, key, f"{text!r} is not an IP address") from None
+
+    try:
+        cidr = ipaddress.ip_network(s.get("cidr", "").strip())
+    except ValueError:
+        raise bad(section, "cidr", f"{s.get('cidr', '')!r} is not a network (like 192.168.24.0/24)") from None
+    if local.network != cidr:
+        raise bad("DEFAULT", "local_ip", f"{local} is not in cidr {cidr}")
+    start, end, gateway = address("dhcp_start"), address("dhcp_end"), address("gateway", required=False)
+    hosts = (cidr.network_address, cidr.broadcast_address)
+    for key, ip in (("dhcp_start", start), ("dhcp_end", end), ("gateway", gateway)):
+        if ip is not None and (ip not in cidr or ip in hosts):
+            raise bad(section, key, f"{ip} is not a host address of cidr {cidr}")
+    if int(start) > int(end):
+        raise bad(section, "dhcp_end", f"{end} comes before dhcp_start {start}")
+    for name, ip in (("local_ip", local.ip), ("gateway", gateway)):
+        if ip is not None and int(start) <= int(ip) <= int(end):
+            raise bad(section, "dhcp_start", f"the range {start}-{end} holds the {name} {ip}")
+    addrs = run(["ip", "-o", "addr", "show", "dev", interface], check=False, timeout=10).stdout
+    if f" {local} " not in addrs:
+        raise bad("DEFAULT", "local_ip", f"{local} is not on {interface} (ip addr add {local} dev {interface})")
+    pool = tuple(str(ipaddress.ip_address(i)) for i in range(int(start), int(end) + 1))
+    taken = set(pool) | {str(local.ip), str(gateway)}
+    vips = tuple(str(cidr.network_address + n) for n in VIP_HOSTS
+                 if n < cidr.num_addresses - 1 and str(cidr.network_address + n) not in taken)
+    return ProvisioningNetwork(key=f"provisioning-{interface}", netns=None, interface=interface,
+                               address=str(local.ip), cidr=str(cidr), pool=pool,
+                               gateway=str(gateway) if gateway else None, virtual_ips=vips)
+
+
+def lab(home, made: tuple[str, str, str]) -> ProvisioningNetwork:
+    """The virtual lab's network as the provisioning network; `made`: (netns, bridge, the
+    undercloud's address) from servers/vm_net.lab_network, which makes it when missing."""
+    from undercloud.provisioning.servers.vm_net import PREFIX, RANGE, lab_network_key
+
+    ns, bridge, gateway = made
+    cidr = ipaddress.ip_interface(f"{gateway}/{PREFIX}").network
+    return ProvisioningNetwork(key=lab_network_key(home), netns=ns, interface=bridge, address=gateway,
+                               cidr=str(cidr), pool=tuple(str(cidr.network_address + h) for h in RANGE),
+                               gateway=None, virtual_ips=tuple(str(cidr.network_address + h) for h in VIP_HOSTS))
