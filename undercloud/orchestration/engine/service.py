@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError, internal_error
-from undercloud.orchestration.engine.walk import INTERNAL, Plan, StackNode, Walk, new_root_row
+from undercloud.orchestration.engine.walk import INTERNAL, Plan, Signal, StackNode, Walk, new_root_row
 from undercloud.orchestration.engine.writer import Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
 from undercloud.orchestration.resources import registry
@@ -499,7 +499,7 @@ class StackService:
         if walk is not None:
             done = threading.Event()
             errors: list[Exception] = []
-            walk.inbox.put(("signal", stack_id, resource, payload, done, errors))
+            walk.inbox.put(Signal(stack_id, resource, payload, done, errors))
             walk.wake.set()
             if done.wait(30) and not errors:
                 return
