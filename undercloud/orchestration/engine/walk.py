@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import UndercloudError, internal_error
-from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.engine.writer import RES, ResourceRow, Writer
 from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import (
@@ -158,15 +159,11 @@ def oversize(value: Any, what: str) -> str | None:
     return None
 
 
-def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = "") -> dict:
+def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = "") -> ResourceRow:
     now = time.time()
-    return {
-        "uuid": str(uuidlib.uuid4()), "stack_id": stack.row["id"], "root_id": stack.row["root_id"],
-        "name": name, "type": rtype, "action": action, "status": Status.IN_PROGRESS, "status_reason": reason,
-        "physical_id": None, "ref": None, "requires": [], "properties": None, "rsrc_metadata": None,
-        "attributes": None, "data": {}, "nested_id": None, "replaced_by": None,
-        "deletion_policy": "Delete", "created_at": now, "updated_at": now,
-    }
+    return ResourceRow(uuid=str(uuidlib.uuid4()), stack_id=stack.row["id"], root_id=stack.row["root_id"],
+                       name=name, type=rtype, action=action, status=Status.IN_PROGRESS, status_reason=reason,
+                       created_at=now, updated_at=now)
 
 
 def is_group_member(task: ResTask) -> bool:
@@ -177,18 +174,18 @@ def is_group_member(task: ResTask) -> bool:
 class StackNode:
     """One stack of the tree in this walk: its template, stored rows and progress."""
 
-    def __init__(self, row: dict, tmpl: Any, rows: list[dict], parent_task: ResTask | None = None):
+    def __init__(self, row: dict, tmpl: Any, rows: list[ResourceRow], parent_task: ResTask | None = None):
         self.row = row
         self.tmpl = tmpl
         self.parent_task = parent_task
-        self.current: dict[str, dict] = {}  # name -> row in use
-        self.replaced: list[dict] = []      # old rows of replacements, deleted at cleanup
+        self.current: dict[str, ResourceRow] = {}  # name -> row in use
+        self.replaced: list[ResourceRow] = []      # old rows of replacements, deleted at cleanup
         self.refs: dict[str, str] = {}     # reference id / physical id -> name (find_peer in O(1))
         for r in rows:
-            if r.get("replaced_by"):
+            if r.replaced_by:
                 self.replaced.append(r)
             else:
-                self.current[r["name"]] = r
+                self.current[r.name] = r
                 self.index(r)
         self.tasks: dict[str, ResTask] = {}
         self.remaining = 0
@@ -196,10 +193,10 @@ class StackNode:
         self.failed = False
         self.announced = False  # its IN_PROGRESS event of this operation is written
 
-    def index(self, row: dict) -> None:
-        for key in (row.get("ref"), row.get("physical_id")):
+    def index(self, row: ResourceRow) -> None:
+        for key in (row.ref, row.physical_id):
             if isinstance(key, str):
-                self.refs[key] = row["name"]
+                self.refs[key] = row.name
 
     @property
     def ref(self) -> StackRef:
@@ -221,17 +218,17 @@ class Resolver:
     def get_resource(self, name: str) -> Any:
         self.used_refs.add(name)
         row = self.stack.current.get(name)
-        return row.get("ref") if row and row.get("ref") is not None else None
+        return row.ref if row and row.ref is not None else None
 
     def get_attr(self, name: str, attr: str, path: list) -> Any:
         self.used_attrs.add(name)
         row = self.stack.current.get(name)
-        if not row or row.get("attributes") is None:
+        if not row or row.attributes is None:
             return None
-        cls = plugin_class(row["type"], "nested" if row.get("nested_id") and not registry.get(row["type"]) else None)
+        cls = plugin_class(row.type, "nested" if row.nested_id and not registry.get(row.type) else None)
         if attr is None:  # get_attr [name] alone: every attribute
-            return dict(row["attributes"])
-        return cls.resolve_attribute(row["attributes"], attr, list(path or []))
+            return dict(row.attributes)
+        return cls.resolve_attribute(row.attributes, attr, list(path or []))
 
 
 class Plan:
@@ -263,8 +260,8 @@ class ResTask:
         self.dependents: list[ResTask] = []
         self.state = TaskState.WAIT
         self.action = ""
-        self.row: dict | None = stack.current.get(name)
-        self.old_row: dict | None = None
+        self.row: ResourceRow | None = stack.current.get(name)
+        self.old_row: ResourceRow | None = None
         self.plugin: Plugin | None = None
         self.props: dict = {}
         self.metadata: Any = None
@@ -304,7 +301,7 @@ class ResTask:
         self.props = with_defaults(cls.properties_schema, props if isinstance(props, dict) else {})
         self.metadata = metadata
         row = self.row
-        restore = w.restore.get(row["uuid"]) if row is not None and w.restore else None
+        restore = w.restore.get(row.uuid) if row is not None and w.restore else None
         if restore is not None and is_group_member(self):
             # rolled back within an earlier max_fail and changed by the update that failed:
             # what it had then, not the previous definition (the one it failed on)
@@ -319,21 +316,21 @@ class ResTask:
         w, row, rd = self.w, self.row, self.rd
         if row is None:
             return Decision.CREATE, ""
-        old = row.get("properties") or {}
-        if row["status"] == Status.IN_PROGRESS and row["action"] in (Action.CREATE, Action.UPDATE) and w.resuming:
+        old = row.properties or {}
+        if row.status == Status.IN_PROGRESS and row.action in (Action.CREATE, Action.UPDATE) and w.resuming:
             return Decision.RESUME, ""
-        if row["type"] != rd.type:
-            return Decision.REPLACE, f"type {row['type']} -> {rd.type}"
-        if row["status"] != Status.COMPLETE and row["action"] not in (Action.UPDATE, Action.ROLLBACK) and not row.get("nested_id"):
+        if row.type != rd.type:
+            return Decision.REPLACE, f"type {row.type} -> {rd.type}"
+        if row.status != Status.COMPLETE and row.action not in (Action.UPDATE, Action.ROLLBACK) and not row.nested_id:
             # never completed (or half deleted): make a new one
-            return Decision.REPLACE, f"was {row['action']}_{row['status']}"
-        if row["status"] != Status.COMPLETE:
+            return Decision.REPLACE, f"was {row.action}_{row.status}"
+        if row.status != Status.COMPLETE:
             # a failed update (or a nested stack that failed): converge it in place
-            return Decision.UPDATE, f"was {row['action']}_{row['status']}"
-        if old != self.props or row.get("rsrc_metadata") != self.metadata:
+            return Decision.UPDATE, f"was {row.action}_{row.status}"
+        if old != self.props or row.rsrc_metadata != self.metadata:
             changed = {k for k in set(old) | set(self.props) if old.get(k) != self.props.get(k)}
-            probe = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
-                        data=dict(row.get("data") or {}), physical_id=row.get("physical_id"))
+            probe = cls(name=self.name, uuid=row.uuid, stack=self.stack.ref, properties=self.props,
+                        data=dict(row.data or {}), physical_id=row.physical_id)
             schema = cls.properties_schema
             in_place = cls.update_any or all(k in schema and schema[k].update_allowed for k in changed)
             if in_place and not probe.needs_replace(changed, old):
@@ -347,7 +344,7 @@ class ResTask:
             moved |= {n for n in resolver.used_refs if (sid, n) in w.plan.new_refs}
             if moved:
                 return Decision.UPDATE, "inputs from " + ", ".join(sorted(moved))
-        return (Decision.NESTED if row.get("nested_id") else Decision.UNCHANGED), ""
+        return (Decision.NESTED if row.nested_id else Decision.UNCHANGED), ""
 
     def apply_decision(self, decision: Decision, note: str, cls: type[Plugin], restore: list | None) -> bool:
         """Start what `decision` says; True when a plugin call follows (write-ahead flush)."""
@@ -356,25 +353,25 @@ class ResTask:
             self.done_quiet()
             return False
         if decision == Decision.NESTED:
-            child = w.stack_rows.get(row["nested_id"])
+            child = w.stack_rows.get(row.nested_id)
             if w.same_files and not w.resuming and child is not None and child["status"] == Status.COMPLETE:
                 self.done_quiet()
                 return False
             self.action = Action.UPDATE
             self.phase = Phase.NESTED_QUIET
-            self.old_props = dict(row.get("properties") or {})
+            self.old_props = dict(row.properties or {})
             return True
         if decision == Decision.RESUME:
             if not cls.resumable:
-                self.action = row["action"]
+                self.action = row.action
                 self.fail(f"interrupted by a restart of the undercloud service; {rd.type} cannot resume safely")
                 return False
-            self.action, self.resume = row["action"], True
-            self.old_props = dict(row.get("properties") or {})
+            self.action, self.resume = row.action, True
+            self.old_props = dict(row.properties or {})
             return True
         if decision == Decision.UPDATE and restore is not None:
             self.action = Action.ROLLBACK
-            self.old_props = dict(row.get("properties") or {})
+            self.old_props = dict(row.properties or {})
             self.transition(row, Action.ROLLBACK, Status.IN_PROGRESS, "back to its properties before the failed update")
             return True
         if decision == Decision.UPDATE:
@@ -385,16 +382,16 @@ class ResTask:
                 self.done_quiet()
                 return False
             self.action, self.phase = Action.UPDATE, Phase.UPDATE
-            self.old_props = dict(row.get("properties") or {})
-            self.old_metadata = row.get("rsrc_metadata")
-            if row["action"] == Action.ROLLBACK and row["status"] == Status.COMPLETE and is_group_member(self):
-                w.behind[row["uuid"]] = [self.old_props, self.old_metadata]  # what a stack rollback restores
+            self.old_props = dict(row.properties or {})
+            self.old_metadata = row.rsrc_metadata
+            if row.action == Action.ROLLBACK and row.status == Status.COMPLETE and is_group_member(self):
+                w.behind[row.uuid] = [self.old_props, self.old_metadata]  # what a stack rollback restores
             self.transition(row, Action.UPDATE, Status.IN_PROGRESS, "state changed")
             return True
         if decision == Decision.REPLACE:
             self.old_row = row
-            self.row = new_row(stack, self.name, rd.type, Action.CREATE, f"replacing {row['uuid']}")
-            if cls.replace_policy == "delete_before_create" and not row.get("nested_id"):
+            self.row = new_row(stack, self.name, rd.type, Action.CREATE, f"replacing {row.uuid}")
+            if cls.replace_policy == "delete_before_create" and not row.nested_id:
                 self.phase = Phase.PREDELETE
             self.start_create(note or "replacing")
             return True
@@ -414,7 +411,7 @@ class ResTask:
             w.plan.unchanged += 1
         if decision == Decision.REPLACE and self.row:
             w.plan.add("delete", self.path, "replaced")
-        descend = self.row is None or decision != Decision.REPLACE or not self.row.get("nested_id")
+        descend = self.row is None or decision != Decision.REPLACE or not self.row.nested_id
         if note.startswith("inputs from") and descend and (
                 cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
             # the nested stack's inputs are only known once those resources changed
@@ -435,20 +432,20 @@ class ResTask:
     def start_create(self, reason: str) -> None:
         w, row = self.w, self.row
         self.action = Action.CREATE
-        row["action"], row["status"], row["status_reason"] = Action.CREATE, Status.IN_PROGRESS, reason
-        row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
+        row.action, row.status, row.status_reason = Action.CREATE, Status.IN_PROGRESS, reason
+        row.deletion_policy = (self.rd.deletion_policy or "Delete").capitalize()
         w.writer.insert_row(row)
         self.stack.current[self.name] = row
         if self.old_row is not None:
-            self.old_row["replaced_by"] = row["uuid"]
+            self.old_row.replaced_by = row.uuid
             w.writer.touch_row(self.old_row)
             self.stack.replaced.append(self.old_row)
         w.changed(self.stack)
         w.event(self.stack, row, Action.CREATE, Status.IN_PROGRESS, reason)
 
-    def transition(self, row: dict, action: str, status: str, reason: str) -> None:
-        row["action"], row["status"], row["status_reason"] = action, status, reason
-        row["updated_at"] = time.time()
+    def transition(self, row: ResourceRow, action: str, status: str, reason: str) -> None:
+        row.action, row.status, row.status_reason = action, status, reason
+        row.updated_at = time.time()
         self.w.changed(self.stack)
         self.w.writer.touch_row(row)
         self.w.event(self.stack, row, action, status, reason)
@@ -456,10 +453,10 @@ class ResTask:
     # -- act --------------------------------------------------------------------------
     def make_plugin(self, cls: type[Plugin]) -> Plugin:
         row = self.row
-        if row.get("data") is None:
-            row["data"] = {}
-        p = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
-                data=row["data"], physical_id=row.get("physical_id"), services=self.w.services,
+        if row.data is None:
+            row.data = {}
+        p = cls(name=self.name, uuid=row.uuid, stack=self.stack.ref, properties=self.props,
+                data=row.data, physical_id=row.physical_id, services=self.w.services,
                 metadata=self.metadata, update_policy=self.update_policy or {})
         p.action = self.action
         p.find_peer = self.w.peer_finder(self.stack)  # type: ignore[method-assign]
@@ -473,9 +470,9 @@ class ResTask:
         self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
         if self.phase == Phase.PREDELETE:
             old = self.old_row
-            self.plugin = plugin_class(old["type"])(
-                name=self.name, uuid=old["uuid"], stack=self.stack.ref, properties=old.get("properties") or {},
-                data=old.setdefault("data", {}), physical_id=old.get("physical_id"), services=w.services)
+            self.plugin = plugin_class(old.type)(
+                name=self.name, uuid=old.uuid, stack=self.stack.ref, properties=old.properties or {},
+                data=old.data, physical_id=old.physical_id, services=w.services)
             self.plugin.action = Action.DELETE
             w.call(self, self.plugin.delete, Action.DELETE)
             return
@@ -493,16 +490,16 @@ class ResTask:
 
     def start_nested(self, cls: type[Plugin], plan: bool = False) -> None:
         w = self.w
-        plugin = self.plugin or cls(name=self.name, uuid=(self.row or {}).get("uuid", "plan"),
+        row = self.row  # None only in a plan of a new resource
+        plugin = self.plugin or cls(name=self.name, uuid=row.uuid if row else "plan",
                                     stack=self.stack.ref, properties=self.props,
-                                    data=dict((self.row or {}).get("data") or {}),
+                                    data=dict(row.data or {}) if row else {},
                                     update_policy=self.update_policy or {})
         plugin.action = self.action
-        row = self.row or {}
-        child_id = row.get("nested_id")
+        child_id = row.nested_id if row else None
         child_rows = w.rows_for(child_id) if child_id else []
-        plugin.nested = NestedView(child_id or "", {}, {r["name"]: (r.get("ref"), r.get("attributes") or {})
-                                                        for r in child_rows if not r.get("replaced_by")})
+        plugin.nested = NestedView(child_id or "", {}, {r.name: (r.ref, r.attributes or {})
+                                                        for r in child_rows if not r.replaced_by})
         if isinstance(plugin, TemplateResource):
             child_tmpl = self.stack.tmpl.nested(self.name, self.props)
         else:
@@ -515,7 +512,7 @@ class ResTask:
         else:
             srow = w.new_stack_row(self.stack, self.name, child_tmpl, self.props)
             if not plan:
-                row["nested_id"] = srow["id"]
+                row.nested_id = srow["id"]
                 w.writer.touch_row(row)
         child = StackNode(srow, child_tmpl, child_rows, parent_task=self)
         if new and not plan:
@@ -566,7 +563,7 @@ class ResTask:
         if self.child is not None:
             p.physical_id = p.physical_id or self.child.row["id"]  # as Heat: the nested stack's id
             p.nested = NestedView(self.child.row["id"], self.child.row.get("outputs") or {},
-                                  {n: (r.get("ref"), r.get("attributes") or {})
+                                  {n: (r.ref, r.attributes or {})
                                    for n, r in self.child.current.items()})
         try:
             attrs = p.attributes()
@@ -574,12 +571,12 @@ class ResTask:
         except Exception as exc:
             self.fail(f"attributes: {exc}")
             return
-        row["properties"], row["rsrc_metadata"] = self.props, self.metadata
-        row["attributes"], row["ref"], row["physical_id"] = attrs, ref, p.physical_id
+        row.properties, row.rsrc_metadata = self.props, self.metadata
+        row.attributes, row.ref, row.physical_id = attrs, ref, p.physical_id
         self.stack.index(row)
-        row["data"] = p.data
-        row["requires"] = sorted(self.needs)
-        row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
+        row.data = p.data
+        row.requires = sorted(self.needs)
+        row.deletion_policy = (self.rd.deletion_policy or "Delete").capitalize()
         self.transition(row, self.action, Status.COMPLETE, reason)
         self.state = TaskState.DONE
         self.w.finished(self)
@@ -610,7 +607,7 @@ class ResTask:
         if row is not None:
             if self.phase == Phase.PREDELETE and self.old_row is not None:
                 row = self.old_row
-            self.transition(row, self.action or row["action"], Status.FAILED, message)
+            self.transition(row, self.action or row.action, Status.FAILED, message)
         self.w.failed_task(self, f"{self.action or 'CREATE'} of {self.path} failed: {message}")
 
     def revert(self, message: str) -> None:
@@ -645,7 +642,7 @@ class DelTask:
     __slots__ = ("w", "stack", "row", "waiting", "dependents", "state", "plugin", "deadline", "started",
                  "action")
 
-    def __init__(self, w: Walk, stack: dict, row: dict):
+    def __init__(self, w: Walk, stack: dict, row: ResourceRow):
         self.w, self.stack, self.row = w, stack, row
         self.waiting = 0
         self.dependents: list[DelTask] = []
@@ -658,7 +655,7 @@ class DelTask:
     @property
     def path(self) -> str:
         p = self.stack["path"]
-        return f"{p}.{self.row['name']}" if p else self.row["name"]
+        return f"{p}.{self.row.name}" if p else self.row.name
 
     def begin(self) -> bool:
         row = self.row
@@ -668,9 +665,9 @@ class DelTask:
             self.w.finished(self)
             return False
         self.w.stack_deleting(self.stack)
-        if row["action"] == Action.DELETE and row["status"] == Status.IN_PROGRESS:
+        if row.action == Action.DELETE and row.status == Status.IN_PROGRESS:
             return True  # resumed: delete is idempotent
-        row["action"], row["status"], row["status_reason"] = Action.DELETE, Status.IN_PROGRESS, "state changed"
+        row.action, row.status, row.status_reason = Action.DELETE, Status.IN_PROGRESS, "state changed"
         self.w.writer.touch_row(row)
         self.w.event_for(self.stack, row, Action.DELETE, Status.IN_PROGRESS, "state changed")
         return True
@@ -678,16 +675,16 @@ class DelTask:
     def act(self) -> None:
         w, row = self.w, self.row
         self.started = time.monotonic()
-        if row.get("deletion_policy") == "Retain" or row.get("nested_id") or row["status"] == Status.INIT:
-            self.finish("retained" if row.get("deletion_policy") == "Retain" else "state changed")
+        if row.deletion_policy == "Retain" or row.nested_id or row.status == Status.INIT:
+            self.finish("retained" if row.deletion_policy == "Retain" else "state changed")
             return
-        cls = registry.get(row["type"]) or Plugin
+        cls = registry.get(row.type) or Plugin
         limit = cls.timeout if cls.timeout is not None else w.timeout
         self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
         ref = StackRef(self.stack["id"], self.stack["name"], self.stack["root_id"], self.stack["path"])
-        self.plugin = cls(name=row["name"], uuid=row["uuid"], stack=ref, properties=row.get("properties") or {},
-                          data=row.setdefault("data", {}) or {}, physical_id=row.get("physical_id"),
-                          services=w.services, metadata=row.get("rsrc_metadata"))
+        self.plugin = cls(name=row.name, uuid=row.uuid, stack=ref, properties=row.properties or {},
+                          data=row.data or {}, physical_id=row.physical_id,
+                          services=w.services, metadata=row.rsrc_metadata)
         self.plugin.action = Action.DELETE
         w.call(self, self.plugin.delete, Action.DELETE)
 
@@ -699,14 +696,14 @@ class DelTask:
 
     def finish(self, reason: str) -> None:
         w, row = self.w, self.row
-        child = w.stack_rows.get(row.get("nested_id") or "")
+        child = w.stack_rows.get(row.nested_id or "")
         if child is not None:  # its last resource is gone (or it had none)
             w.stack_deleting(child)
             w.stack_event(child, Action.DELETE, Status.COMPLETE, "Stack DELETE completed successfully")
         w.event_for(self.stack, row, Action.DELETE, Status.COMPLETE, reason)
         w.writer.drop_row(row)
-        if row.get("nested_id"):
-            w.writer.drop_stack(row["nested_id"])
+        if row.nested_id:
+            w.writer.drop_stack(row.nested_id)
         self.state = TaskState.DONE
         w.finished(self)
 
@@ -715,7 +712,7 @@ class DelTask:
             return
         self.state = TaskState.FAILED
         row = self.row
-        row["action"], row["status"], row["status_reason"] = Action.DELETE, Status.FAILED, message
+        row.action, row.status, row.status_reason = Action.DELETE, Status.FAILED, message
         self.w.writer.touch_row(row)
         self.w.event_for(self.stack, row, Action.DELETE, Status.FAILED, message)
         message = f"DELETE of {self.path} failed: {message}"
@@ -733,7 +730,7 @@ class DelTask:
                 return self.plugin.waiting_for(Action.DELETE)
             except Exception:  # noqa: BLE001
                 pass
-        return f"{self.row['type']} to be deleted"
+        return f"{self.row.type} to be deleted"
 
 
 class Walk:
@@ -760,7 +757,7 @@ class Walk:
         self.inflight: dict[Any, None] = {}  # tasks with a blocking call in the pool
         self.failure: str | None = None
         self.stack_rows: dict[str, dict] = {}
-        self.rows_by_stack: dict[str, list[dict]] = {}
+        self.rows_by_stack: dict[str, list[ResourceRow]] = {}
         self.lazy = False
         # True when the files and environments are those of the last operation: a nested
         # stack whose parameters did not change is then unchanged too and is not walked.
@@ -820,41 +817,32 @@ class Walk:
         """A group member deploying to a server that failed earlier in this walk; or, in a
         stack rollback, a member rolled back within max_fail: it has its previous
         properties already (the previous definition may be the one it failed on)."""
-        row = task.row or {}
+        row = task.row
         if self.nested_action == Action.ROLLBACK:
-            return row.get("action") == Action.ROLLBACK and row.get("status") == Status.COMPLETE \
-                and row.get("uuid") not in self.restore and is_group_member(task)
+            return row is not None and row.action == Action.ROLLBACK and row.status == Status.COMPLETE \
+                and row.uuid not in self.restore and is_group_member(task)
         return bool(self.skipped_servers) and task.props.get("server") in self.skipped_servers \
             and is_group_member(task)
 
     # -- loading ------------------------------------------------------------------------
-    def load_rows(self, stack_rows: list[dict], res_rows: list[dict] | None) -> None:
+    def load_rows(self, stack_rows: list[dict], res_rows: list[ResourceRow] | None) -> None:
         """Stack rows, and resource rows (None: each stack's rows are read when it is visited,
         so an update that skips unchanged nested stacks never reads theirs)."""
         self.stack_rows = {s["id"]: s for s in stack_rows}
         self.lazy = res_rows is None
         for r in res_rows or []:
-            self.rows_by_stack.setdefault(r["stack_id"], []).append(r)
+            self.rows_by_stack.setdefault(r.stack_id, []).append(r)
 
-    def rows_for(self, stack_id: str) -> list[dict]:
+    def rows_for(self, stack_id: str) -> list[ResourceRow]:
         rows = self.rows_by_stack.get(stack_id)
         if rows is None:
             rows = self.rows_by_stack[stack_id] = self.read_rows(stack_id) if self.lazy else []
         return rows
 
-    def read_rows(self, stack_id: str) -> list[dict]:
-        from sqlalchemy import select
-
-        from undercloud.orchestration.engine.writer import RES
-
+    def read_rows(self, stack_id: str) -> list[ResourceRow]:
         with self.store.engine.connect() as conn:
-            rows = [dict(r) for r in conn.execute(select(RES).where(RES.c.stack_id == stack_id)
-                                                  .order_by(RES.c.id)).mappings()]
-        for r in rows:
-            r.pop("id", None)
-            if r.get("data") is None:
-                r["data"] = {}
-        return rows
+            return [ResourceRow.from_store(r) for r in conn.execute(
+                select(RES).where(RES.c.stack_id == stack_id).order_by(RES.c.id)).mappings()]
 
     def new_stack_row(self, parent: StackNode, resource: str, tmpl: Any, params: dict) -> dict:
         now = time.time()
@@ -871,12 +859,12 @@ class Walk:
             self.writer.insert_stack(row)
         return row
 
-    def event(self, stack: StackNode, row: dict, action: str, status: str, reason: str) -> None:
+    def event(self, stack: StackNode, row: ResourceRow, action: str, status: str, reason: str) -> None:
         self.event_for(stack.row, row, action, status, reason)
 
-    def event_for(self, stack: dict, row: dict, action: str, status: str, reason: str) -> None:
+    def event_for(self, stack: dict, row: ResourceRow, action: str, status: str, reason: str) -> None:
         if self.plan is None:
-            self.writer.event(self.root_id, stack, row["name"], row["type"], row.get("physical_id"),
+            self.writer.event(self.root_id, stack, row.name, row.type, row.physical_id,
                               action, status, reason)
 
     def stack_event(self, srow: dict, action: str, status: str, reason: str) -> None:
@@ -921,13 +909,13 @@ class Walk:
                 row = stack.current.get(name) if name is not None else None
                 if row is None:
                     continue
-                if row.get("ref") == reference_id or row.get("physical_id") == reference_id or name == reference_id:
+                if row.ref == reference_id or row.physical_id == reference_id or name == reference_id:
                     task = stack.tasks.get(name)
                     if task is not None and task.plugin is not None:
                         return task.plugin
-                    cls = registry.get(row["type"]) or Plugin
-                    return cls(name=name, uuid=row["uuid"], stack=stack.ref, properties=row.get("properties") or {},
-                               data=row.get("data") or {}, physical_id=row.get("physical_id"))
+                    cls = registry.get(row.type) or Plugin
+                    return cls(name=name, uuid=row.uuid, stack=stack.ref, properties=row.properties or {},
+                               data=row.data or {}, physical_id=row.physical_id)
             return None
         return find
 
@@ -1202,11 +1190,11 @@ class Walk:
             task = node.tasks.get(name)
             plugin = task.plugin if task is not None and task.plugin is not None else None
             if plugin is None:
-                cls = registry.get(row["type"]) or Plugin
-                plugin = cls(name=name, uuid=row["uuid"], stack=node.ref, properties=row.get("properties") or {},
-                             data=row.setdefault("data", {}), physical_id=row.get("physical_id"))
+                cls = registry.get(row.type) or Plugin
+                plugin = cls(name=name, uuid=row.uuid, stack=node.ref, properties=row.properties or {},
+                             data=row.data, physical_id=row.physical_id)
             plugin.signal(payload)
-            row["data"] = plugin.data
+            row.data = plugin.data
             self.writer.touch_row(row)
             self.event(node, row, Action.SIGNAL, Status.COMPLETE, "Signal received")
         except Exception as exc:  # noqa: BLE001 - reported to the sender
@@ -1225,9 +1213,9 @@ class Walk:
             self.writer.flush()
 
     # -- the cleanup phase ----------------------------------------------------------------
-    def cleanup_rows(self, visited: list[StackNode]) -> list[tuple[dict, dict]]:
+    def cleanup_rows(self, visited: list[StackNode]) -> list[tuple[dict, ResourceRow]]:
         """(stack row, resource row) pairs the new definition no longer has."""
-        out: list[tuple[dict, dict]] = []
+        out: list[tuple[dict, ResourceRow]] = []
         for st in visited:
             if st.failed:
                 continue
@@ -1236,35 +1224,35 @@ class Walk:
                     out.append((st.row, row))
             out.extend((st.row, r) for r in st.replaced)
         # whole subtrees below removed/replaced nested resources
-        todo = [r.get("nested_id") for _, r in out if r.get("nested_id")]
+        todo = [r.nested_id for _, r in out if r.nested_id]
         while todo:
             sid = todo.pop()
             srow = self.stack_rows.get(sid)
             if srow is None:
                 continue
             for r in self.rows_for(sid):
-                if self.writer is not None and r["uuid"] in self.writer.gone_rows:
+                if self.writer is not None and r.uuid in self.writer.gone_rows:
                     continue
                 out.append((srow, r))
-                if r.get("nested_id"):
-                    todo.append(r["nested_id"])
+                if r.nested_id:
+                    todo.append(r.nested_id)
         return out
 
-    def delete_tasks(self, pairs: list[tuple[dict, dict]]) -> list[DelTask]:
+    def delete_tasks(self, pairs: list[tuple[dict, ResourceRow]]) -> list[DelTask]:
         tasks = [DelTask(self, s, r) for s, r in pairs]
         by_name: dict[tuple[str, str], list[DelTask]] = {}
         by_stack: dict[str, list[DelTask]] = {}
         for t in tasks:
-            by_name.setdefault((t.row["stack_id"], t.row["name"]), []).append(t)
-            by_stack.setdefault(t.row["stack_id"], []).append(t)
+            by_name.setdefault((t.row.stack_id, t.row.name), []).append(t)
+            by_stack.setdefault(t.row.stack_id, []).append(t)
         for t in tasks:
             # t must wait for: rows that required it, and every row of its nested stack
-            for req in t.row.get("requires") or []:
-                for target in by_name.get((t.row["stack_id"], req), []):
+            for req in t.row.requires or []:
+                for target in by_name.get((t.row.stack_id, req), []):
                     if target is not t:
                         t.dependents.append(target)
                         target.waiting += 1
-            for child in by_stack.get(t.row.get("nested_id") or "", []):
+            for child in by_stack.get(t.row.nested_id or "", []):
                 child.dependents.append(t)
                 t.waiting += 1
         for t in tasks:
@@ -1285,4 +1273,5 @@ def new_root_row(name: str, bundle: dict, parameters: dict, description: str, ac
     }
 
 
-__all__ = ["Walk", "Signal", "CallDone", "Action", "Status", "TaskState", "StackNode", "ResTask", "DelTask", "Plan", "Resolver", "new_root_row"]
+__all__ = ["Walk", "Signal", "CallDone", "Action", "Status", "TaskState", "StackNode", "ResTask", "DelTask", "Plan",
+           "Resolver", "new_root_row"]
