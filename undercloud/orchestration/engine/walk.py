@@ -7,9 +7,10 @@ same walk as their parent resource starts. The cleanup phase deletes, in reverse
 order, what the new definition no longer has: removed resources, replaced ones, and whole
 nested stacks below them. A stack delete is a cleanup phase of everything.
 
-State is in memory (rows as dicts) and written by `Writer` in batches: before any plugin call
-of a scheduling round the IN_PROGRESS rows are flushed (write-ahead: a plugin always finds its
-`uuid` persisted), the rest every FLUSH_EVERY seconds and at the end.
+State is in memory (resource rows as `ResourceRow`, stack rows as dicts) and written by
+`Writer` in batches: before any plugin call of a scheduling round the IN_PROGRESS rows are
+flushed (write-ahead: a plugin always finds its `uuid` persisted), the rest every
+FLUSH_EVERY seconds and at the end.
 """
 
 from __future__ import annotations
