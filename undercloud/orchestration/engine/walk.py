@@ -376,19 +376,7 @@ class ResTask:
             self.transition(row, Action.ROLLBACK, Status.IN_PROGRESS, "back to its properties before the failed update")
             return True
         if decision == Decision.UPDATE:
-            if w.skips(self):
-                if w.nested_action != Action.ROLLBACK:  # marked as held back: a stack rollback leaves it too
-                    self.transition(row, Action.ROLLBACK, Status.COMPLETE, f"{HELD_BACK}: its server "
-                                    f"{self.props.get('server')} failed earlier in this update")
-                self.done_quiet()
-                return False
-            self.action, self.phase = Action.UPDATE, Phase.UPDATE
-            self.old_props = dict(row.properties or {})
-            self.old_metadata = row.rsrc_metadata
-            if row.action == Action.ROLLBACK and row.status == Status.COMPLETE and is_group_member(self):
-                w.behind[row.uuid] = [self.old_props, self.old_metadata]  # what a stack rollback restores
-            self.transition(row, Action.UPDATE, Status.IN_PROGRESS, "state changed")
-            return True
+            return self.start_update()
         if decision == Decision.REPLACE:
             self.old_row = row
             self.row = new_row(stack, self.name, rd.type, Action.CREATE, f"replacing {row.uuid}")
@@ -398,6 +386,23 @@ class ResTask:
             return True
         self.row = new_row(stack, self.name, rd.type, Action.CREATE)
         self.start_create("state changed")
+        return True
+
+    def start_update(self) -> bool:
+        """An update in place; True when a plugin call follows (False: a held back member)."""
+        w, row = self.w, self.row
+        if w.skips(self):
+            if w.nested_action != Action.ROLLBACK:  # marked as held back: a stack rollback leaves it too
+                self.transition(row, Action.ROLLBACK, Status.COMPLETE, f"{HELD_BACK}: its server "
+                                f"{self.props.get('server')} failed earlier in this update")
+            self.done_quiet()
+            return False
+        self.action, self.phase = Action.UPDATE, Phase.UPDATE
+        self.old_props = dict(row.properties or {})
+        self.old_metadata = row.rsrc_metadata
+        if row.action == Action.ROLLBACK and row.status == Status.COMPLETE and is_group_member(self):
+            w.behind[row.uuid] = [self.old_props, self.old_metadata]  # what a stack rollback restores
+        self.transition(row, Action.UPDATE, Status.IN_PROGRESS, "state changed")
         return True
 
     def plan_step(self, decision: Decision, note: str, cls: type[Plugin]) -> bool:
