@@ -303,10 +303,12 @@ def test_group_batches_bound_the_members_in_progress_with_one_edge_each(eng):
 
 def test_finding_a_peer_is_not_a_scan_of_the_stack(eng):
     from undercloud.orchestration.engine.walk import StackNode, Walk, new_root_row
+    from undercloud.orchestration.engine.writer import ResourceRow
 
     root = new_root_row("s", {}, {}, "", "CREATE", {})
-    rows = [{"name": f"r{i}", "ref": f"ref-{i}", "physical_id": f"phys-{i}", "type": "OS::Heat::None",
-             "uuid": f"u{i}", "properties": {}, "data": {}} for i in range(20_000)]
+    rows = [ResourceRow(name=f"r{i}", ref=f"ref-{i}", physical_id=f"phys-{i}", type="OS::Heat::None",
+                        uuid=f"u{i}", properties={}, data={}, stack_id=root["id"], root_id=root["id"],
+                        action="CREATE", status="COMPLETE") for i in range(20_000)]
     stack = StackNode(root, None, rows)
     find = Walk(eng.store, root).peer_finder(stack)
     t = time.monotonic()

@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import select
 
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError, internal_error
-from undercloud.orchestration.engine.walk import INTERNAL, Plan, StackNode, Walk, new_root_row
-from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.engine.walk import INTERNAL, Plan, Signal, StackNode, Walk, new_root_row
+from undercloud.orchestration.engine.writer import ResourceRow, Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
@@ -110,14 +110,11 @@ class StackService:
             raise NotFound(f"stack {name_or_id!r} not found")
         return dict(row)
 
-    def _tree(self, root_id: str) -> tuple[list[dict], list[dict]]:
+    def _tree(self, root_id: str) -> tuple[list[dict], list[ResourceRow]]:
         with self.store.engine.connect() as conn:
             stacks = [dict(r) for r in conn.execute(select(STACKS).where(STACKS.c.root_id == root_id)).mappings()]
-            rows = [dict(r) for r in conn.execute(select(RES).where(RES.c.root_id == root_id)).mappings()]
-        for r in rows:
-            r.pop("id", None)
-            if r.get("data") is None:
-                r["data"] = {}
+            rows = [ResourceRow.from_store(r) for r in conn.execute(
+                select(RES).where(RES.c.root_id == root_id)).mappings()]
         return stacks, rows
 
     def _load(self, bundle: dict, parameters: dict, name: str, stack_id: str) -> Any:
@@ -357,8 +354,8 @@ class StackService:
 
     def _delete_all(self, root: dict, cancel: threading.Event, timeout: float, resuming: bool) -> Walk:
         w = self._walk(root, cancel, timeout, resuming)
-        pairs = [(w.stack_rows[r["stack_id"]], r) for rs in w.rows_by_stack.values() for r in rs
-                 if r["stack_id"] in w.stack_rows]
+        pairs = [(w.stack_rows[r.stack_id], r) for rs in w.rows_by_stack.values() for r in rs
+                 if r.stack_id in w.stack_rows]
         w.delete_tasks(pairs)
         w.drive()
         return w
@@ -391,11 +388,11 @@ class StackService:
         if op.get("unreplaced"):
             return
         _, rows = self._tree(root_id)
-        by_uuid = {r["uuid"]: r for r in rows}
-        pairs = [(r, by_uuid[r["replaced_by"]]) for r in rows if r.get("replaced_by") in by_uuid]
+        by_uuid = {r.uuid: r for r in rows}
+        pairs = [(r, by_uuid[r.replaced_by]) for r in rows if r.replaced_by in by_uuid]
         w = Writer(self.store)
         for old, new in pairs:
-            new["replaced_by"], old["replaced_by"] = old["uuid"], None
+            new.replaced_by, old.replaced_by = old.uuid, None
             w.touch_row(new)
             w.touch_row(old)
         root["operation"] = {**op, "unreplaced": True}
@@ -497,8 +494,8 @@ class StackService:
             srow = conn.execute(select(STACKS).where(STACKS.c.id == stack_id)).mappings().first()
         if row is None or srow is None:
             raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
-        row = dict(row)
-        if token is not None and not hmac.compare_digest(str((row.get("data") or {}).get("token") or ""), token):
+        row = ResourceRow.from_store(row)
+        if token is not None and not hmac.compare_digest(str((row.data or {}).get("token") or ""), token):
             raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
         # A running walk owns the live plugin: hand it the signal there.
         with self.lock:
@@ -506,24 +503,23 @@ class StackService:
         if walk is not None:
             done = threading.Event()
             errors: list[Exception] = []
-            walk.inbox.put(("signal", stack_id, resource, payload, done, errors))
+            walk.inbox.put(Signal(stack_id, resource, payload, done, errors))
             walk.wake.set()
             if done.wait(30) and not errors:
                 return
             if errors and not isinstance(errors[0], LookupError):
                 raise _signal_error(resource, errors[0])
-        cls = registry.get(row["type"]) or Plugin
-        p = cls(name=row["name"], uuid=row["uuid"], stack=StackRef(srow["id"], srow["name"], srow["root_id"]),
-                properties=row.get("properties") or {}, data=dict(row.get("data") or {}),
-                physical_id=row.get("physical_id"))
+        cls = registry.get(row.type) or Plugin
+        p = cls(name=row.name, uuid=row.uuid, stack=StackRef(srow["id"], srow["name"], srow["root_id"]),
+                properties=row.properties or {}, data=dict(row.data or {}), physical_id=row.physical_id)
         try:
             p.signal(payload)
         except Exception as exc:
             raise _signal_error(resource, exc) from None
-        row["data"] = p.data
+        row.data = p.data
         w = Writer(self.store)
         w.touch_row(row)
-        w.event(srow["root_id"], dict(srow), row["name"], row["type"], row.get("physical_id"), "SIGNAL",
+        w.event(srow["root_id"], dict(srow), row.name, row.type, row.physical_id, "SIGNAL",
                 "COMPLETE", "Signal received")
         w.flush()
 

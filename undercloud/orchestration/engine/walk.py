@@ -7,9 +7,10 @@ same walk as their parent resource starts. The cleanup phase deletes, in reverse
 order, what the new definition no longer has: removed resources, replaced ones, and whole
 nested stacks below them. A stack delete is a cleanup phase of everything.
 
-State is in memory (rows as dicts) and written by `Writer` in batches: before any plugin call
-of a scheduling round the IN_PROGRESS rows are flushed (write-ahead: a plugin always finds its
-`uuid` persisted), the rest every FLUSH_EVERY seconds and at the end.
+State is in memory (resource rows as `ResourceRow`, stack rows as dicts) and written by
+`Writer` in batches: before any plugin call of a scheduling round the IN_PROGRESS rows are
+flushed (write-ahead: a plugin always finds its `uuid` persisted), the rest every
+FLUSH_EVERY seconds and at the end.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ import time
 import uuid as uuidlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import UndercloudError, internal_error
-from undercloud.orchestration.engine.writer import Writer
+from undercloud.orchestration.engine.writer import RES, ResourceRow, Writer
 from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import (
@@ -48,6 +51,38 @@ log = logging.getLogger("undercloud.engine")
 
 FLUSH_EVERY = 0.25
 POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="uc-plugin")
+
+
+class Action(StrEnum):
+    """A resource's or stack's action, as stored and shown (the values are the store's)."""
+
+    CREATE = "CREATE"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    ROLLBACK = "ROLLBACK"
+    SIGNAL = "SIGNAL"  # events only
+
+
+class Status(StrEnum):
+    """Where a resource or stack is within its action, as stored and shown."""
+
+    INIT = "INIT"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETE = "COMPLETE"
+    FAILED = "FAILED"
+
+
+class TaskState(StrEnum):
+    """Where a task of this walk is (in memory only)."""
+
+    WAIT = "wait"  # for what it needs
+    RUN = "run"  # ready or in a plugin call
+    POLLING = "polling"  # its next check is scheduled
+    DONE = "done"
+    FAILED = "failed"
+
+
+ENDED = frozenset({TaskState.DONE, TaskState.FAILED})
 
 
 class Decision(StrEnum):
@@ -69,6 +104,28 @@ class Phase(StrEnum):
     PREDELETE = "predelete"  # a delete-before-create replace deleting the old one first
     NESTED_QUIET = "nested-quiet"  # walking a nested stack; no event unless something in it changes
     REVERT = "revert"  # a max_fail member going back to its previous properties
+
+
+@dataclass(frozen=True, slots=True)
+class CallDone:
+    """On the inbox: a blocking plugin call finished in the pool, with its result or what it raised."""
+
+    task: Any  # ResTask | DelTask
+    poll: bool  # a check_complete, not the action's start
+    result: Any = None
+    exc: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """On the inbox: a signal for a resource of the running walk (`StackService.signal`);
+    `done` is set once it is applied, `errors` then holds what refused it."""
+
+    stack_id: str
+    name: str
+    payload: Any
+    done: threading.Event
+    errors: list[Exception]
 
 
 def plugin_class(rtype: str, template_file: str | None = None) -> type[Plugin]:
@@ -103,15 +160,11 @@ def oversize(value: Any, what: str) -> str | None:
     return None
 
 
-def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = "") -> dict:
+def new_row(stack: StackNode, name: str, rtype: str, action: str, reason: str = "") -> ResourceRow:
     now = time.time()
-    return {
-        "uuid": str(uuidlib.uuid4()), "stack_id": stack.row["id"], "root_id": stack.row["root_id"],
-        "name": name, "type": rtype, "action": action, "status": "IN_PROGRESS", "status_reason": reason,
-        "physical_id": None, "ref": None, "requires": [], "properties": None, "rsrc_metadata": None,
-        "attributes": None, "data": {}, "nested_id": None, "replaced_by": None,
-        "deletion_policy": "Delete", "created_at": now, "updated_at": now,
-    }
+    return ResourceRow(uuid=str(uuidlib.uuid4()), stack_id=stack.row["id"], root_id=stack.row["root_id"],
+                       name=name, type=rtype, action=action, status=Status.IN_PROGRESS, status_reason=reason,
+                       created_at=now, updated_at=now)
 
 
 def is_group_member(task: ResTask) -> bool:
@@ -122,18 +175,18 @@ def is_group_member(task: ResTask) -> bool:
 class StackNode:
     """One stack of the tree in this walk: its template, stored rows and progress."""
 
-    def __init__(self, row: dict, tmpl: Any, rows: list[dict], parent_task: ResTask | None = None):
+    def __init__(self, row: dict, tmpl: Any, rows: list[ResourceRow], parent_task: ResTask | None = None):
         self.row = row
         self.tmpl = tmpl
         self.parent_task = parent_task
-        self.current: dict[str, dict] = {}  # name -> row in use
-        self.replaced: list[dict] = []      # old rows of replacements, deleted at cleanup
+        self.current: dict[str, ResourceRow] = {}  # name -> row in use
+        self.replaced: list[ResourceRow] = []      # old rows of replacements, deleted at cleanup
         self.refs: dict[str, str] = {}     # reference id / physical id -> name (find_peer in O(1))
         for r in rows:
-            if r.get("replaced_by"):
+            if r.replaced_by:
                 self.replaced.append(r)
             else:
-                self.current[r["name"]] = r
+                self.current[r.name] = r
                 self.index(r)
         self.tasks: dict[str, ResTask] = {}
         self.remaining = 0
@@ -141,10 +194,10 @@ class StackNode:
         self.failed = False
         self.announced = False  # its IN_PROGRESS event of this operation is written
 
-    def index(self, row: dict) -> None:
-        for key in (row.get("ref"), row.get("physical_id")):
+    def index(self, row: ResourceRow) -> None:
+        for key in (row.ref, row.physical_id):
             if isinstance(key, str):
-                self.refs[key] = row["name"]
+                self.refs[key] = row.name
 
     @property
     def ref(self) -> StackRef:
@@ -166,17 +219,17 @@ class Resolver:
     def get_resource(self, name: str) -> Any:
         self.used_refs.add(name)
         row = self.stack.current.get(name)
-        return row.get("ref") if row and row.get("ref") is not None else None
+        return row.ref if row and row.ref is not None else None
 
     def get_attr(self, name: str, attr: str, path: list) -> Any:
         self.used_attrs.add(name)
         row = self.stack.current.get(name)
-        if not row or row.get("attributes") is None:
+        if not row or row.attributes is None:
             return None
-        cls = plugin_class(row["type"], "nested" if row.get("nested_id") and not registry.get(row["type"]) else None)
+        cls = plugin_class(row.type, "nested" if row.nested_id and not registry.get(row.type) else None)
         if attr is None:  # get_attr [name] alone: every attribute
-            return dict(row["attributes"])
-        return cls.resolve_attribute(row["attributes"], attr, list(path or []))
+            return dict(row.attributes)
+        return cls.resolve_attribute(row.attributes, attr, list(path or []))
 
 
 class Plan:
@@ -206,10 +259,10 @@ class ResTask:
         self.w, self.stack, self.name, self.rd, self.needs = w, stack, name, rd, needs
         self.waiting = 0
         self.dependents: list[ResTask] = []
-        self.state = "wait"
+        self.state = TaskState.WAIT
         self.action = ""
-        self.row: dict | None = stack.current.get(name)
-        self.old_row: dict | None = None
+        self.row: ResourceRow | None = stack.current.get(name)
+        self.old_row: ResourceRow | None = None
         self.plugin: Plugin | None = None
         self.props: dict = {}
         self.metadata: Any = None
@@ -249,7 +302,7 @@ class ResTask:
         self.props = with_defaults(cls.properties_schema, props if isinstance(props, dict) else {})
         self.metadata = metadata
         row = self.row
-        restore = w.restore.get(row["uuid"]) if row is not None and w.restore else None
+        restore = w.restore.get(row.uuid) if row is not None and w.restore else None
         if restore is not None and is_group_member(self):
             # rolled back within an earlier max_fail and changed by the update that failed:
             # what it had then, not the previous definition (the one it failed on)
@@ -264,21 +317,21 @@ class ResTask:
         w, row, rd = self.w, self.row, self.rd
         if row is None:
             return Decision.CREATE, ""
-        old = row.get("properties") or {}
-        if row["status"] == "IN_PROGRESS" and row["action"] in ("CREATE", "UPDATE") and w.resuming:
+        old = row.properties or {}
+        if row.status == Status.IN_PROGRESS and row.action in (Action.CREATE, Action.UPDATE) and w.resuming:
             return Decision.RESUME, ""
-        if row["type"] != rd.type:
-            return Decision.REPLACE, f"type {row['type']} -> {rd.type}"
-        if row["status"] != "COMPLETE" and row["action"] not in ("UPDATE", "ROLLBACK") and not row.get("nested_id"):
+        if row.type != rd.type:
+            return Decision.REPLACE, f"type {row.type} -> {rd.type}"
+        if row.status != Status.COMPLETE and row.action not in (Action.UPDATE, Action.ROLLBACK) and not row.nested_id:
             # never completed (or half deleted): make a new one
-            return Decision.REPLACE, f"was {row['action']}_{row['status']}"
-        if row["status"] != "COMPLETE":
+            return Decision.REPLACE, f"was {row.action}_{row.status}"
+        if row.status != Status.COMPLETE:
             # a failed update (or a nested stack that failed): converge it in place
-            return Decision.UPDATE, f"was {row['action']}_{row['status']}"
-        if old != self.props or row.get("rsrc_metadata") != self.metadata:
+            return Decision.UPDATE, f"was {row.action}_{row.status}"
+        if old != self.props or row.rsrc_metadata != self.metadata:
             changed = {k for k in set(old) | set(self.props) if old.get(k) != self.props.get(k)}
-            probe = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
-                        data=dict(row.get("data") or {}), physical_id=row.get("physical_id"))
+            probe = cls(name=self.name, uuid=row.uuid, stack=self.stack.ref, properties=self.props,
+                        data=dict(row.data or {}), physical_id=row.physical_id)
             schema = cls.properties_schema
             in_place = cls.update_any or all(k in schema and schema[k].update_allowed for k in changed)
             if in_place and not probe.needs_replace(changed, old):
@@ -292,7 +345,7 @@ class ResTask:
             moved |= {n for n in resolver.used_refs if (sid, n) in w.plan.new_refs}
             if moved:
                 return Decision.UPDATE, "inputs from " + ", ".join(sorted(moved))
-        return (Decision.NESTED if row.get("nested_id") else Decision.UNCHANGED), ""
+        return (Decision.NESTED if row.nested_id else Decision.UNCHANGED), ""
 
     def apply_decision(self, decision: Decision, note: str, cls: type[Plugin], restore: list | None) -> bool:
         """Start what `decision` says; True when a plugin call follows (write-ahead flush)."""
@@ -301,50 +354,55 @@ class ResTask:
             self.done_quiet()
             return False
         if decision == Decision.NESTED:
-            child = w.stack_rows.get(row["nested_id"])
-            if w.same_files and not w.resuming and child is not None and child["status"] == "COMPLETE":
+            child = w.stack_rows.get(row.nested_id)
+            if w.same_files and not w.resuming and child is not None and child["status"] == Status.COMPLETE:
                 self.done_quiet()
                 return False
-            self.action = "UPDATE"
+            self.action = Action.UPDATE
             self.phase = Phase.NESTED_QUIET
-            self.old_props = dict(row.get("properties") or {})
+            self.old_props = dict(row.properties or {})
             return True
         if decision == Decision.RESUME:
             if not cls.resumable:
-                self.action = row["action"]
+                self.action = row.action
                 self.fail(f"interrupted by a restart of the undercloud service; {rd.type} cannot resume safely")
                 return False
-            self.action, self.resume = row["action"], True
-            self.old_props = dict(row.get("properties") or {})
+            self.action, self.resume = row.action, True
+            self.old_props = dict(row.properties or {})
             return True
         if decision == Decision.UPDATE and restore is not None:
-            self.action = "ROLLBACK"
-            self.old_props = dict(row.get("properties") or {})
-            self.transition(row, "ROLLBACK", "IN_PROGRESS", "back to its properties before the failed update")
+            self.action = Action.ROLLBACK
+            self.old_props = dict(row.properties or {})
+            self.transition(row, Action.ROLLBACK, Status.IN_PROGRESS, "back to its properties before the failed update")
             return True
         if decision == Decision.UPDATE:
-            if w.skips(self):
-                if w.nested_action != "ROLLBACK":  # marked as held back: a stack rollback leaves it too
-                    self.transition(row, "ROLLBACK", "COMPLETE", f"{HELD_BACK}: its server "
-                                    f"{self.props.get('server')} failed earlier in this update")
-                self.done_quiet()
-                return False
-            self.action, self.phase = "UPDATE", Phase.UPDATE
-            self.old_props = dict(row.get("properties") or {})
-            self.old_metadata = row.get("rsrc_metadata")
-            if row["action"] == "ROLLBACK" and row["status"] == "COMPLETE" and is_group_member(self):
-                w.behind[row["uuid"]] = [self.old_props, self.old_metadata]  # what a stack rollback restores
-            self.transition(row, "UPDATE", "IN_PROGRESS", "state changed")
-            return True
+            return self.start_update()
         if decision == Decision.REPLACE:
             self.old_row = row
-            self.row = new_row(stack, self.name, rd.type, "CREATE", f"replacing {row['uuid']}")
-            if cls.replace_policy == "delete_before_create" and not row.get("nested_id"):
+            self.row = new_row(stack, self.name, rd.type, Action.CREATE, f"replacing {row.uuid}")
+            if cls.replace_policy == "delete_before_create" and not row.nested_id:
                 self.phase = Phase.PREDELETE
             self.start_create(note or "replacing")
             return True
-        self.row = new_row(stack, self.name, rd.type, "CREATE")
+        self.row = new_row(stack, self.name, rd.type, Action.CREATE)
         self.start_create("state changed")
+        return True
+
+    def start_update(self) -> bool:
+        """An update in place; True when a plugin call follows (False: a held back member)."""
+        w, row = self.w, self.row
+        if w.skips(self):
+            if w.nested_action != Action.ROLLBACK:  # marked as held back: a stack rollback leaves it too
+                self.transition(row, Action.ROLLBACK, Status.COMPLETE, f"{HELD_BACK}: its server "
+                                f"{self.props.get('server')} failed earlier in this update")
+            self.done_quiet()
+            return False
+        self.action, self.phase = Action.UPDATE, Phase.UPDATE
+        self.old_props = dict(row.properties or {})
+        self.old_metadata = row.rsrc_metadata
+        if row.action == Action.ROLLBACK and row.status == Status.COMPLETE and is_group_member(self):
+            w.behind[row.uuid] = [self.old_props, self.old_metadata]  # what a stack rollback restores
+        self.transition(row, Action.UPDATE, Status.IN_PROGRESS, "state changed")
         return True
 
     def plan_step(self, decision: Decision, note: str, cls: type[Plugin]) -> bool:
@@ -359,41 +417,41 @@ class ResTask:
             w.plan.unchanged += 1
         if decision == Decision.REPLACE and self.row:
             w.plan.add("delete", self.path, "replaced")
-        descend = self.row is None or decision != Decision.REPLACE or not self.row.get("nested_id")
+        descend = self.row is None or decision != Decision.REPLACE or not self.row.nested_id
         if note.startswith("inputs from") and descend and (
                 cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
             # the nested stack's inputs are only known once those resources changed
             w.plan.add("update", self.path + ".*", "may change with " + note)
             descend = False
         if descend and (cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
-            self.action = "CREATE" if self.row is None else "UPDATE"
+            self.action = Action.CREATE if self.row is None else Action.UPDATE
             try:
                 self.start_nested(cls, plan=True)
                 return False
             except Exception as exc:  # inputs unknown until dependencies exist
                 w.plan.add("create" if self.row is None else "update", self.path + ".*",
                            f"contents known once inputs exist: {exc}")
-        self.state = "done"
+        self.state = TaskState.DONE
         w.finished(self)
         return False
 
     def start_create(self, reason: str) -> None:
         w, row = self.w, self.row
-        self.action = "CREATE"
-        row["action"], row["status"], row["status_reason"] = "CREATE", "IN_PROGRESS", reason
-        row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
+        self.action = Action.CREATE
+        row.action, row.status, row.status_reason = Action.CREATE, Status.IN_PROGRESS, reason
+        row.deletion_policy = (self.rd.deletion_policy or "Delete").capitalize()
         w.writer.insert_row(row)
         self.stack.current[self.name] = row
         if self.old_row is not None:
-            self.old_row["replaced_by"] = row["uuid"]
+            self.old_row.replaced_by = row.uuid
             w.writer.touch_row(self.old_row)
             self.stack.replaced.append(self.old_row)
         w.changed(self.stack)
-        w.event(self.stack, row, "CREATE", "IN_PROGRESS", reason)
+        w.event(self.stack, row, Action.CREATE, Status.IN_PROGRESS, reason)
 
-    def transition(self, row: dict, action: str, status: str, reason: str) -> None:
-        row["action"], row["status"], row["status_reason"] = action, status, reason
-        row["updated_at"] = time.time()
+    def transition(self, row: ResourceRow, action: str, status: str, reason: str) -> None:
+        row.action, row.status, row.status_reason = action, status, reason
+        row.updated_at = time.time()
         self.w.changed(self.stack)
         self.w.writer.touch_row(row)
         self.w.event(self.stack, row, action, status, reason)
@@ -401,10 +459,10 @@ class ResTask:
     # -- act --------------------------------------------------------------------------
     def make_plugin(self, cls: type[Plugin]) -> Plugin:
         row = self.row
-        if row.get("data") is None:
-            row["data"] = {}
-        p = cls(name=self.name, uuid=row["uuid"], stack=self.stack.ref, properties=self.props,
-                data=row["data"], physical_id=row.get("physical_id"), services=self.w.services,
+        if row.data is None:
+            row.data = {}
+        p = cls(name=self.name, uuid=row.uuid, stack=self.stack.ref, properties=self.props,
+                data=row.data, physical_id=row.physical_id, services=self.w.services,
                 metadata=self.metadata, update_policy=self.update_policy or {})
         p.action = self.action
         p.find_peer = self.w.peer_finder(self.stack)  # type: ignore[method-assign]
@@ -418,11 +476,11 @@ class ResTask:
         self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
         if self.phase == Phase.PREDELETE:
             old = self.old_row
-            self.plugin = plugin_class(old["type"])(
-                name=self.name, uuid=old["uuid"], stack=self.stack.ref, properties=old.get("properties") or {},
-                data=old.setdefault("data", {}), physical_id=old.get("physical_id"), services=w.services)
-            self.plugin.action = "DELETE"
-            w.call(self, self.plugin.delete, "DELETE")
+            self.plugin = plugin_class(old.type)(
+                name=self.name, uuid=old.uuid, stack=self.stack.ref, properties=old.properties or {},
+                data=old.data, physical_id=old.physical_id, services=w.services)
+            self.plugin.action = Action.DELETE
+            w.call(self, self.plugin.delete, Action.DELETE)
             return
         self.plugin = self.make_plugin(cls)
         if cls is TemplateResource or cls.nested_template is not Plugin.nested_template:
@@ -431,23 +489,23 @@ class ResTask:
             except Exception as exc:  # the nested template cannot be built (its inputs, a limit)
                 self.fail(describe(exc, f"nested stack of {self.path}"))
             return
-        if self.action == "CREATE":
-            w.call(self, self.plugin.create, "CREATE")
+        if self.action == Action.CREATE:
+            w.call(self, self.plugin.create, Action.CREATE)
         else:
-            w.call(self, lambda: self.plugin.update(self.old_props), "UPDATE")
+            w.call(self, lambda: self.plugin.update(self.old_props), Action.UPDATE)
 
     def start_nested(self, cls: type[Plugin], plan: bool = False) -> None:
         w = self.w
-        plugin = self.plugin or cls(name=self.name, uuid=(self.row or {}).get("uuid", "plan"),
+        row = self.row  # None only in a plan of a new resource
+        plugin = self.plugin or cls(name=self.name, uuid=row.uuid if row else "plan",
                                     stack=self.stack.ref, properties=self.props,
-                                    data=dict((self.row or {}).get("data") or {}),
+                                    data=dict(row.data or {}) if row else {},
                                     update_policy=self.update_policy or {})
         plugin.action = self.action
-        row = self.row or {}
-        child_id = row.get("nested_id")
+        child_id = row.nested_id if row else None
         child_rows = w.rows_for(child_id) if child_id else []
-        plugin.nested = NestedView(child_id or "", {}, {r["name"]: (r.get("ref"), r.get("attributes") or {})
-                                                        for r in child_rows if not r.get("replaced_by")})
+        plugin.nested = NestedView(child_id or "", {}, {r.name: (r.ref, r.attributes or {})
+                                                        for r in child_rows if not r.replaced_by})
         if isinstance(plugin, TemplateResource):
             child_tmpl = self.stack.tmpl.nested(self.name, self.props)
         else:
@@ -460,12 +518,12 @@ class ResTask:
         else:
             srow = w.new_stack_row(self.stack, self.name, child_tmpl, self.props)
             if not plan:
-                row["nested_id"] = srow["id"]
+                row.nested_id = srow["id"]
                 w.writer.touch_row(row)
         child = StackNode(srow, child_tmpl, child_rows, parent_task=self)
         if new and not plan:
             child.announced = True
-            w.stack_event(srow, "CREATE", "IN_PROGRESS", "Stack CREATE started")
+            w.stack_event(srow, Action.CREATE, Status.IN_PROGRESS, "Stack CREATE started")
         self.child = child
         w.add_stack(child)
 
@@ -474,7 +532,7 @@ class ResTask:
         child = self.child
         w = self.w
         if w.plan is not None:
-            self.state = "done"
+            self.state = TaskState.DONE
             w.finished(self)
             return
         if child.failed:
@@ -484,7 +542,7 @@ class ResTask:
             if not child.changed:
                 self.done_quiet()
                 return
-            self.transition(self.row, "UPDATE", "IN_PROGRESS", "nested stack changed")
+            self.transition(self.row, Action.UPDATE, Status.IN_PROGRESS, "nested stack changed")
         self.complete()
 
     def poll(self) -> None:
@@ -496,10 +554,10 @@ class ResTask:
             old = self.old_row
             self.w.writer.drop_row(old)
             self.stack.replaced.remove(old)
-            self.w.event(self.stack, old, "DELETE", "COMPLETE", "replaced (delete before create)")
+            self.w.event(self.stack, old, Action.DELETE, Status.COMPLETE, "replaced (delete before create)")
             self.phase = Phase.NONE
             self.plugin = self.make_plugin(plugin_class(self.rd.type, self.rd.template_file))
-            self.w.call(self, self.plugin.create, "CREATE")
+            self.w.call(self, self.plugin.create, Action.CREATE)
             return
         if self.phase == Phase.REVERT:
             self.complete(f"rolled back to its previous properties after: {self.failed_with}")
@@ -511,7 +569,7 @@ class ResTask:
         if self.child is not None:
             p.physical_id = p.physical_id or self.child.row["id"]  # as Heat: the nested stack's id
             p.nested = NestedView(self.child.row["id"], self.child.row.get("outputs") or {},
-                                  {n: (r.get("ref"), r.get("attributes") or {})
+                                  {n: (r.ref, r.attributes or {})
                                    for n, r in self.child.current.items()})
         try:
             attrs = p.attributes()
@@ -519,61 +577,61 @@ class ResTask:
         except Exception as exc:
             self.fail(f"attributes: {exc}")
             return
-        row["properties"], row["rsrc_metadata"] = self.props, self.metadata
-        row["attributes"], row["ref"], row["physical_id"] = attrs, ref, p.physical_id
+        row.properties, row.rsrc_metadata = self.props, self.metadata
+        row.attributes, row.ref, row.physical_id = attrs, ref, p.physical_id
         self.stack.index(row)
-        row["data"] = p.data
-        row["requires"] = sorted(self.needs)
-        row["deletion_policy"] = (self.rd.deletion_policy or "Delete").capitalize()
-        self.transition(row, self.action, "COMPLETE", reason)
-        self.state = "done"
+        row.data = p.data
+        row.requires = sorted(self.needs)
+        row.deletion_policy = (self.rd.deletion_policy or "Delete").capitalize()
+        self.transition(row, self.action, Status.COMPLETE, reason)
+        self.state = TaskState.DONE
         self.w.finished(self)
 
     def done_quiet(self) -> None:
-        self.state = "done"
+        self.state = TaskState.DONE
         self.w.finished(self)
 
     def fail_early(self, message: str) -> None:
-        self.action = "CREATE" if self.row is None else "UPDATE"
+        self.action = Action.CREATE if self.row is None else Action.UPDATE
         if self.row is None:
-            self.row = new_row(self.stack, self.name, self.rd.type, "CREATE")
+            self.row = new_row(self.stack, self.name, self.rd.type, Action.CREATE)
             self.w.changed(self.stack)
             self.w.writer.insert_row(self.row)
             self.stack.current[self.name] = self.row
         self.fail(message)
 
     def fail(self, message: str, tolerable: bool = True) -> None:
-        if self.state in ("done", "failed"):
+        if self.state in ENDED:
             return
         if tolerable and self.w.tolerates(self, message):
             self.revert(message)
             return
         if self.phase == Phase.REVERT:
             message = f"{self.failed_with}; rolling it back to its previous properties failed: {message}"
-        self.state = "failed"
+        self.state = TaskState.FAILED
         row = self.row
         if row is not None:
             if self.phase == Phase.PREDELETE and self.old_row is not None:
                 row = self.old_row
-            self.transition(row, self.action or row["action"], "FAILED", message)
+            self.transition(row, self.action or row.action, Status.FAILED, message)
         self.w.failed_task(self, f"{self.action or 'CREATE'} of {self.path} failed: {message}")
 
     def revert(self, message: str) -> None:
         """A group member's update failed within the operation's max_fail: it fails, updates
         back to its previous properties, and the group goes on (a failure there is final)."""
         w = self.w
-        self.transition(self.row, "UPDATE", "FAILED", message)
+        self.transition(self.row, Action.UPDATE, Status.FAILED, message)
         failed_props = self.props
         self.props, self.metadata = self.old_props, self.old_metadata
-        self.phase, self.failed_with, self.action = Phase.REVERT, message, "ROLLBACK"
-        self.transition(self.row, "ROLLBACK", "IN_PROGRESS", f"rolling back to its previous properties: {message}")
+        self.phase, self.failed_with, self.action = Phase.REVERT, message, Action.ROLLBACK
+        self.transition(self.row, Action.ROLLBACK, Status.IN_PROGRESS, f"rolling back to its previous properties: {message}")
         cls = plugin_class(self.rd.type, self.rd.template_file)
         self.plugin = self.make_plugin(cls)
-        self.state = "run"
+        self.state = TaskState.RUN
         self.started = time.monotonic()
         limit = cls.timeout if cls.timeout is not None else w.timeout
         self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
-        w.call(self, lambda: self.plugin.update(failed_props), "UPDATE")
+        w.call(self, lambda: self.plugin.update(failed_props), Action.UPDATE)
 
     def waiting_for(self) -> str:
         if self.plugin is not None:
@@ -590,95 +648,95 @@ class DelTask:
     __slots__ = ("w", "stack", "row", "waiting", "dependents", "state", "plugin", "deadline", "started",
                  "action")
 
-    def __init__(self, w: Walk, stack: dict, row: dict):
+    def __init__(self, w: Walk, stack: dict, row: ResourceRow):
         self.w, self.stack, self.row = w, stack, row
         self.waiting = 0
         self.dependents: list[DelTask] = []
-        self.state = "wait"
+        self.state = TaskState.WAIT
         self.plugin: Plugin | None = None
         self.deadline = 0.0
         self.started = 0.0
-        self.action = "DELETE"
+        self.action = Action.DELETE
 
     @property
     def path(self) -> str:
         p = self.stack["path"]
-        return f"{p}.{self.row['name']}" if p else self.row["name"]
+        return f"{p}.{self.row.name}" if p else self.row.name
 
     def begin(self) -> bool:
         row = self.row
         if self.w.plan is not None:
             self.w.plan.add("delete", self.path, "removed")
-            self.state = "done"
+            self.state = TaskState.DONE
             self.w.finished(self)
             return False
         self.w.stack_deleting(self.stack)
-        if row["action"] == "DELETE" and row["status"] == "IN_PROGRESS":
+        if row.action == Action.DELETE and row.status == Status.IN_PROGRESS:
             return True  # resumed: delete is idempotent
-        row["action"], row["status"], row["status_reason"] = "DELETE", "IN_PROGRESS", "state changed"
+        row.action, row.status, row.status_reason = Action.DELETE, Status.IN_PROGRESS, "state changed"
         self.w.writer.touch_row(row)
-        self.w.event_for(self.stack, row, "DELETE", "IN_PROGRESS", "state changed")
+        self.w.event_for(self.stack, row, Action.DELETE, Status.IN_PROGRESS, "state changed")
         return True
 
     def act(self) -> None:
         w, row = self.w, self.row
         self.started = time.monotonic()
-        if row.get("deletion_policy") == "Retain" or row.get("nested_id") or row["status"] == "INIT":
-            self.finish("retained" if row.get("deletion_policy") == "Retain" else "state changed")
+        if row.deletion_policy == "Retain" or row.nested_id or row.status == Status.INIT:
+            self.finish("retained" if row.deletion_policy == "Retain" else "state changed")
             return
-        cls = registry.get(row["type"]) or Plugin
+        cls = registry.get(row.type) or Plugin
         limit = cls.timeout if cls.timeout is not None else w.timeout
         self.deadline = min(self.started + limit, w.deadline) if limit else w.deadline
         ref = StackRef(self.stack["id"], self.stack["name"], self.stack["root_id"], self.stack["path"])
-        self.plugin = cls(name=row["name"], uuid=row["uuid"], stack=ref, properties=row.get("properties") or {},
-                          data=row.setdefault("data", {}) or {}, physical_id=row.get("physical_id"),
-                          services=w.services, metadata=row.get("rsrc_metadata"))
-        self.plugin.action = "DELETE"
-        w.call(self, self.plugin.delete, "DELETE")
+        self.plugin = cls(name=row.name, uuid=row.uuid, stack=ref, properties=row.properties or {},
+                          data=row.data or {}, physical_id=row.physical_id,
+                          services=w.services, metadata=row.rsrc_metadata)
+        self.plugin.action = Action.DELETE
+        w.call(self, self.plugin.delete, Action.DELETE)
 
     def poll(self) -> None:
-        self.w.call(self, lambda: self.plugin.check_complete("DELETE"), "DELETE", poll=True)
+        self.w.call(self, lambda: self.plugin.check_complete(Action.DELETE), Action.DELETE, poll=True)
 
     def step_done(self) -> None:
         self.finish("state changed")
 
     def finish(self, reason: str) -> None:
         w, row = self.w, self.row
-        child = w.stack_rows.get(row.get("nested_id") or "")
+        child = w.stack_rows.get(row.nested_id or "")
         if child is not None:  # its last resource is gone (or it had none)
             w.stack_deleting(child)
-            w.stack_event(child, "DELETE", "COMPLETE", "Stack DELETE completed successfully")
-        w.event_for(self.stack, row, "DELETE", "COMPLETE", reason)
+            w.stack_event(child, Action.DELETE, Status.COMPLETE, "Stack DELETE completed successfully")
+        w.event_for(self.stack, row, Action.DELETE, Status.COMPLETE, reason)
         w.writer.drop_row(row)
-        if row.get("nested_id"):
-            w.writer.drop_stack(row["nested_id"])
-        self.state = "done"
+        if row.nested_id:
+            w.writer.drop_stack(row.nested_id)
+        self.state = TaskState.DONE
         w.finished(self)
 
     def fail(self, message: str, tolerable: bool = False) -> None:
-        if self.state in ("done", "failed"):
+        if self.state in ENDED:
             return
-        self.state = "failed"
+        self.state = TaskState.FAILED
         row = self.row
-        row["action"], row["status"], row["status_reason"] = "DELETE", "FAILED", message
+        row.action, row.status, row.status_reason = Action.DELETE, Status.FAILED, message
         self.w.writer.touch_row(row)
-        self.w.event_for(self.stack, row, "DELETE", "FAILED", message)
+        self.w.event_for(self.stack, row, Action.DELETE, Status.FAILED, message)
         message = f"DELETE of {self.path} failed: {message}"
         srow: dict | None = self.stack
-        while srow is not None and srow["id"] in self.w.deleting and srow["status"] != "FAILED":
-            srow.update(status="FAILED", status_reason=message, updated_at=time.time())
+        while srow is not None and srow["id"] in self.w.deleting and srow["status"] != Status.FAILED:
+            srow.update(status=Status.FAILED, status_reason=message, updated_at=time.time())
             self.w.writer.touch_stack(srow)
-            self.w.stack_event(srow, "DELETE", "FAILED", message)
+            self.w.stack_event(srow, Action.DELETE, Status.FAILED, message)
             srow = self.w.stack_rows.get(srow.get("parent_id") or "")
         self.w.failed_task(self, message)
 
     def waiting_for(self) -> str:
         if self.plugin is not None:
             try:
-                return self.plugin.waiting_for("DELETE")
+                return self.plugin.waiting_for(Action.DELETE)
             except Exception:  # noqa: BLE001
                 pass
-        return f"{self.row['type']} to be deleted"
+        return f"{self.row.type} to be deleted"
 
 
 class Walk:
@@ -705,7 +763,7 @@ class Walk:
         self.inflight: dict[Any, None] = {}  # tasks with a blocking call in the pool
         self.failure: str | None = None
         self.stack_rows: dict[str, dict] = {}
-        self.rows_by_stack: dict[str, list[dict]] = {}
+        self.rows_by_stack: dict[str, list[ResourceRow]] = {}
         self.lazy = False
         # True when the files and environments are those of the last operation: a nested
         # stack whose parameters did not change is then unchanged too and is not walked.
@@ -713,7 +771,7 @@ class Walk:
         self.stacks: list[StackNode] = []
         self.pending_flush = False
         # Existing nested stacks take this action when something in them changes.
-        self.nested_action = "ROLLBACK" if root_row["action"] == "ROLLBACK" else "UPDATE"
+        self.nested_action = Action.ROLLBACK if root_row["action"] == Action.ROLLBACK else Action.UPDATE
         self.deleting: set[str] = set()  # nested stacks whose DELETE_IN_PROGRESS is written
         self.stopping = stopping or threading.Event()  # the service stops: leave the rest for the resume
         self.interrupted = False
@@ -727,7 +785,7 @@ class Walk:
         # members rolled back within an earlier max_fail that this update changes: uuid ->
         # [properties, metadata] they had; a stack rollback restores those (op "restore")
         self.behind: dict[str, list] = {}
-        self.restore: dict[str, list] = op.get("restore") or {} if root_row["action"] == "ROLLBACK" else {}
+        self.restore: dict[str, list] = op.get("restore") or {} if root_row["action"] == Action.ROLLBACK else {}
         self.resource_count = 0  # resources of the new definition this walk has added
         # texts of hidden values: masked in every reason, event and log line the walk writes
         given = root_row.get("parameters") or {}
@@ -765,48 +823,39 @@ class Walk:
         """A group member deploying to a server that failed earlier in this walk; or, in a
         stack rollback, a member rolled back within max_fail: it has its previous
         properties already (the previous definition may be the one it failed on)."""
-        row = task.row or {}
-        if self.nested_action == "ROLLBACK":
-            return row.get("action") == "ROLLBACK" and row.get("status") == "COMPLETE" \
-                and row.get("uuid") not in self.restore and is_group_member(task)
+        row = task.row
+        if self.nested_action == Action.ROLLBACK:
+            return row is not None and row.action == Action.ROLLBACK and row.status == Status.COMPLETE \
+                and row.uuid not in self.restore and is_group_member(task)
         return bool(self.skipped_servers) and task.props.get("server") in self.skipped_servers \
             and is_group_member(task)
 
     # -- loading ------------------------------------------------------------------------
-    def load_rows(self, stack_rows: list[dict], res_rows: list[dict] | None) -> None:
+    def load_rows(self, stack_rows: list[dict], res_rows: list[ResourceRow] | None) -> None:
         """Stack rows, and resource rows (None: each stack's rows are read when it is visited,
         so an update that skips unchanged nested stacks never reads theirs)."""
         self.stack_rows = {s["id"]: s for s in stack_rows}
         self.lazy = res_rows is None
         for r in res_rows or []:
-            self.rows_by_stack.setdefault(r["stack_id"], []).append(r)
+            self.rows_by_stack.setdefault(r.stack_id, []).append(r)
 
-    def rows_for(self, stack_id: str) -> list[dict]:
+    def rows_for(self, stack_id: str) -> list[ResourceRow]:
         rows = self.rows_by_stack.get(stack_id)
         if rows is None:
             rows = self.rows_by_stack[stack_id] = self.read_rows(stack_id) if self.lazy else []
         return rows
 
-    def read_rows(self, stack_id: str) -> list[dict]:
-        from sqlalchemy import select
-
-        from undercloud.orchestration.engine.writer import RES
-
+    def read_rows(self, stack_id: str) -> list[ResourceRow]:
         with self.store.engine.connect() as conn:
-            rows = [dict(r) for r in conn.execute(select(RES).where(RES.c.stack_id == stack_id)
-                                                  .order_by(RES.c.id)).mappings()]
-        for r in rows:
-            r.pop("id", None)
-            if r.get("data") is None:
-                r["data"] = {}
-        return rows
+            return [ResourceRow.from_store(r) for r in conn.execute(
+                select(RES).where(RES.c.stack_id == stack_id).order_by(RES.c.id)).mappings()]
 
     def new_stack_row(self, parent: StackNode, resource: str, tmpl: Any, params: dict) -> dict:
         now = time.time()
         row = {
             "id": str(uuidlib.uuid4()), "name": f"{parent.row['name']}-{resource}",
             "root_id": parent.row["root_id"], "parent_id": parent.row["id"], "parent_resource": resource,
-            "path": parent.child_path(resource), "action": "CREATE", "status": "IN_PROGRESS",
+            "path": parent.child_path(resource), "action": Action.CREATE, "status": Status.IN_PROGRESS,
             "status_reason": "", "bundle": None, "parameters": params, "prev_bundle": None,
             "prev_parameters": None, "operation": None, "outputs": None,
             "description": getattr(tmpl, "description", "") or "", "created_at": now, "updated_at": now,
@@ -816,12 +865,12 @@ class Walk:
             self.writer.insert_stack(row)
         return row
 
-    def event(self, stack: StackNode, row: dict, action: str, status: str, reason: str) -> None:
+    def event(self, stack: StackNode, row: ResourceRow, action: str, status: str, reason: str) -> None:
         self.event_for(stack.row, row, action, status, reason)
 
-    def event_for(self, stack: dict, row: dict, action: str, status: str, reason: str) -> None:
+    def event_for(self, stack: dict, row: ResourceRow, action: str, status: str, reason: str) -> None:
         if self.plan is None:
-            self.writer.event(self.root_id, stack, row["name"], row["type"], row.get("physical_id"),
+            self.writer.event(self.root_id, stack, row.name, row.type, row.physical_id,
                               action, status, reason)
 
     def stack_event(self, srow: dict, action: str, status: str, reason: str) -> None:
@@ -839,24 +888,24 @@ class Walk:
         parent = stack.parent_task
         if parent.phase == Phase.NESTED_QUIET:
             parent.phase = Phase.NONE
-            parent.transition(parent.row, "UPDATE", "IN_PROGRESS", "nested stack changed")
+            parent.transition(parent.row, Action.UPDATE, Status.IN_PROGRESS, "nested stack changed")
         row = stack.row
-        row["status"], row["status_reason"] = "IN_PROGRESS", f"Stack {row['action']} started"
+        row["status"], row["status_reason"] = Status.IN_PROGRESS, f"Stack {row['action']} started"
         row["updated_at"] = time.time()
         self.writer.touch_stack(row)
-        self.stack_event(row, row["action"], "IN_PROGRESS", row["status_reason"])
+        self.stack_event(row, row["action"], Status.IN_PROGRESS, row["status_reason"])
 
     def stack_deleting(self, srow: dict) -> None:
         """A nested stack's first resource is being deleted: the stack is DELETE_IN_PROGRESS."""
         if srow.get("parent_id") is None or srow["id"] in self.deleting or self.plan is not None:
             return
         self.deleting.add(srow["id"])
-        if srow["action"] == "DELETE" and srow["status"] == "IN_PROGRESS":
+        if srow["action"] == Action.DELETE and srow["status"] == Status.IN_PROGRESS:
             return  # resumed: written before the restart
-        srow.update(action="DELETE", status="IN_PROGRESS", status_reason="Stack DELETE started",
+        srow.update(action=Action.DELETE, status=Status.IN_PROGRESS, status_reason="Stack DELETE started",
                     updated_at=time.time())
         self.writer.touch_stack(srow)
-        self.stack_event(srow, "DELETE", "IN_PROGRESS", "Stack DELETE started")
+        self.stack_event(srow, Action.DELETE, Status.IN_PROGRESS, "Stack DELETE started")
 
     def peer_finder(self, stack: StackNode):
         def find(reference_id: str) -> Plugin | None:
@@ -866,13 +915,13 @@ class Walk:
                 row = stack.current.get(name) if name is not None else None
                 if row is None:
                     continue
-                if row.get("ref") == reference_id or row.get("physical_id") == reference_id or name == reference_id:
+                if row.ref == reference_id or row.physical_id == reference_id or name == reference_id:
                     task = stack.tasks.get(name)
                     if task is not None and task.plugin is not None:
                         return task.plugin
-                    cls = registry.get(row["type"]) or Plugin
-                    return cls(name=name, uuid=row["uuid"], stack=stack.ref, properties=row.get("properties") or {},
-                               data=row.get("data") or {}, physical_id=row.get("physical_id"))
+                    cls = registry.get(row.type) or Plugin
+                    return cls(name=name, uuid=row.uuid, stack=stack.ref, properties=row.properties or {},
+                               data=row.data or {}, physical_id=row.physical_id)
             return None
         return find
 
@@ -902,7 +951,7 @@ class Walk:
             task.waiting = len(task.needs)
         stack.remaining = len(stack.tasks)
         if self.plan is None and stack.parent_task is not None and not stack.announced:
-            if self.resuming and stack.row["status"] == "IN_PROGRESS":
+            if self.resuming and stack.row["status"] == Status.IN_PROGRESS:
                 stack.announced = True  # its IN_PROGRESS event was written before the restart
             else:
                 # A nested stack row is touched only when something in it changes (see changed).
@@ -933,13 +982,13 @@ class Walk:
                 self.changed(stack)
             stack.row["outputs"] = outputs
             if stack.parent_task is not None:
-                if stack.changed or stack.row["status"] != "COMPLETE":
+                if stack.changed or stack.row["status"] != Status.COMPLETE:
                     self.changed(stack)
                     reason = f"Stack {stack.row['action']} completed successfully"
-                    stack.row["status"], stack.row["status_reason"] = "COMPLETE", reason
+                    stack.row["status"], stack.row["status_reason"] = Status.COMPLETE, reason
                     stack.row["updated_at"] = time.time()
                     self.writer.touch_stack(stack.row)
-                    self.stack_event(stack.row, stack.row["action"], "COMPLETE", reason)
+                    self.stack_event(stack.row, stack.row["action"], Status.COMPLETE, reason)
         if stack.parent_task is not None:
             stack.parent_task.child_done()
 
@@ -964,12 +1013,12 @@ class Walk:
                 stack.failed = True
                 if stack.parent_task is not None:
                     self.changed(stack)  # IN_PROGRESS first, if nothing in it had started
-                stack.row["status"], stack.row["status_reason"] = "FAILED", message
+                stack.row["status"], stack.row["status_reason"] = Status.FAILED, message
                 self.writer.touch_stack(stack.row)
                 if stack.parent_task is not None:
-                    self.stack_event(stack.row, stack.row["action"], "FAILED", message)
+                    self.stack_event(stack.row, stack.row["action"], Status.FAILED, message)
             parent = stack.parent_task
-            if parent is not None and parent.state not in ("done", "failed") and self.plan is None:
+            if parent is not None and parent.state not in ENDED and self.plan is None:
                 # its parent resource fails with it (and that one's stack, up to the root)
                 parent.fail(f"nested stack {stack.row['name']} failed: {message}")
                 return
@@ -984,9 +1033,9 @@ class Walk:
             def run():
                 try:
                     result = fn()
-                    self.inbox.put((task, poll, result, None))
+                    self.inbox.put(CallDone(task, poll, result))
                 except BaseException as exc:  # noqa: BLE001 - reported as the resource's failure
-                    self.inbox.put((task, poll, None, exc))
+                    self.inbox.put(CallDone(task, poll, None, exc))
                 self.wake.set()
 
             POOL.submit(run)
@@ -999,7 +1048,7 @@ class Walk:
         self.result(task, poll, result, None)
 
     def result(self, task: Any, poll: bool, result: Any, exc: BaseException | None) -> None:
-        if task.state in ("done", "failed"):
+        if task.state in ENDED:
             return
         if exc is not None:
             message = describe(exc, f"resource {task.path}")
@@ -1021,93 +1070,123 @@ class Walk:
 
     def schedule_poll(self, task: Any) -> None:
         interval = getattr(task.plugin, "poll_interval", 0.5) if task.plugin else 0.5
-        task.state = "polling"
+        task.state = TaskState.POLLING
         heapq.heappush(self.polls, (time.monotonic() + interval, next(self.seq), task))
 
     def drive(self) -> None:
         """Run until nothing is ready, running or polling."""
-        cancel = self.cancel
-        while True:
-            if self.stopping.is_set() and self.plan is None:
-                self.interrupted = True  # the service stops: what is left is resumed at its next start
-                break
-            if cancel.is_set() and self.failure is None:
-                self.failure = "cancelled by request"
-                self.cancel_running("cancelled by request")
-            # 1. everything ready: decide, write ahead, act
-            batch = []
-            while self.ready and self.failure is None and not cancel.is_set():
-                task = self.ready.popleft()
-                task.state = "run"
-                if task.begin():
-                    batch.append(task)
-            if batch:
-                if self.plan is None:
-                    self.writer.flush()
-                for task in batch:
-                    if task.state == "run":
-                        task.act()
+        while not self.stopped():
+            self.take_cancel()
+            if self.start_ready():
                 continue
-            # 2. results of blocking calls
-            got = False
-            while True:
-                try:
-                    item = self.inbox.get_nowait()
-                except queue.Empty:
-                    break
-                got = True
-                if item[0] == "signal":
-                    self.apply_signal(*item[1:])
-                    continue
-                self.inflight.pop(item[0], None)
-                self.result(*item)
-            # 3. polls that are due
-            now = time.monotonic()
-            while self.polls and self.polls[0][0] <= now:
-                _, _, task = heapq.heappop(self.polls)
-                if task.state == "polling":
-                    task.state = "run"
-                    task.poll()
-                    got = True
-            # a blocking call that overran its deadline (or a failed walk) is not waited for:
-            # the task fails now, the call's late result is dropped
-            for task in list(self.inflight):
-                if task.state in ("done", "failed"):
-                    del self.inflight[task]
-                elif self.failure is not None or now > task.deadline:
-                    del self.inflight[task]
-                    # not tolerable: its call still runs, a rollback must not race it
-                    task.fail(f"cancelled: {self.failure}" if self.failure else
-                              f"timed out after {now - task.started:.0f} s waiting for {task.waiting_for()}",
-                              tolerable=False)
-                    got = True
+            progressed = self.collect()
             if self.failure is not None and self.polls:
                 self.cancel_running(f"cancelled: {self.failure}")
-            if got or self.ready and self.failure is None:
+            if progressed or self.ready and self.failure is None:
                 self.maybe_flush()
                 continue
             if not self.polls and not self.inflight:
                 break
             self.maybe_flush()
-            timeout = (self.polls[0][0] - time.monotonic()) if self.polls else 0.5
-            self.wake.wait(max(0.0, min(timeout, FLUSH_EVERY)))
-            self.wake.clear()
+            self.sleep_until_due()
         if self.plan is None:
             if self.failure is not None and not self.interrupted:
                 self.close_unfinished()
             self.writer.flush()
+
+    def stopped(self) -> bool:
+        """The service stops: what is left is resumed at its next start (a plan just ends)."""
+        if self.stopping.is_set() and self.plan is None:
+            self.interrupted = True
+            return True
+        return False
+
+    def take_cancel(self) -> None:
+        if self.cancel.is_set() and self.failure is None:
+            self.failure = "cancelled by request"
+            self.cancel_running("cancelled by request")
+
+    def start_ready(self) -> bool:
+        """Decide every ready task, write ahead, then act: True when any was started."""
+        batch = []
+        while self.ready and self.failure is None and not self.cancel.is_set():
+            task = self.ready.popleft()
+            task.state = TaskState.RUN
+            if task.begin():
+                batch.append(task)
+        if not batch:
+            return False
+        if self.plan is None:
+            self.writer.flush()  # a plugin always finds its row stored
+        for task in batch:
+            if task.state == TaskState.RUN:
+                task.act()
+        return True
+
+    def collect(self) -> bool:
+        """Results of blocking calls, polls that are due, calls that overran: True when any came."""
+        got = self.take_inbox()
+        now = time.monotonic()
+        got = self.run_due_polls(now) or got
+        return self.drop_overrun(now) or got
+
+    def take_inbox(self) -> bool:
+        got = False
+        while True:
+            try:
+                message = self.inbox.get_nowait()
+            except queue.Empty:
+                return got
+            got = True
+            if isinstance(message, Signal):
+                self.apply_signal(message)
+            else:
+                self.inflight.pop(message.task, None)
+                self.result(message.task, message.poll, message.result, message.exc)
+
+    def run_due_polls(self, now: float) -> bool:
+        got = False
+        while self.polls and self.polls[0][0] <= now:
+            _, _, task = heapq.heappop(self.polls)
+            if task.state == TaskState.POLLING:
+                task.state = TaskState.RUN
+                task.poll()
+                got = True
+        return got
+
+    def drop_overrun(self, now: float) -> bool:
+        """A blocking call that overran its deadline (or a failed walk) is not waited for:
+        the task fails now, the call's late result is dropped. True when one failed."""
+        got = False
+        for task in list(self.inflight):
+            if task.state in ENDED:
+                del self.inflight[task]
+            elif self.failure is not None or now > task.deadline:
+                del self.inflight[task]
+                # not tolerable: its call still runs, a rollback must not race it
+                task.fail(f"cancelled: {self.failure}" if self.failure else
+                          f"timed out after {now - task.started:.0f} s waiting for {task.waiting_for()}",
+                          tolerable=False)
+                got = True
+        return got
+
+    def sleep_until_due(self) -> None:
+        """Until the next poll is due, a blocking call returns or the next flush (at most)."""
+        timeout = (self.polls[0][0] - time.monotonic()) if self.polls else 0.5
+        self.wake.wait(max(0.0, min(timeout, FLUSH_EVERY)))
+        self.wake.clear()
 
     def close_unfinished(self) -> None:
         """After a failure, nested stacks left part-way (what they waited for never started)
         end FAILED with their parent resources, not IN_PROGRESS. Untouched ones stay as they are."""
         for st in reversed(self.stacks):  # deepest first
             if st.parent_task is not None and st.announced and st.remaining and not st.failed:
-                task = next(t for t in st.tasks.values() if t.state not in ("done", "failed"))
+                task = next(t for t in st.tasks.values() if t.state not in ENDED)
                 self.failed_task(task, f"cancelled: {self.failure}")
 
-    def apply_signal(self, stack_id: str, name: str, payload: Any, done: threading.Event,
-                     errors: list) -> None:
+    def apply_signal(self, signal: Signal) -> None:
         """A signal for a resource of this walk: the live plugin takes it (its data changes)."""
+        stack_id, name, payload, errors = signal.stack_id, signal.name, signal.payload, signal.errors
         try:
             node = next((s for s in self.stacks if s.row["id"] == stack_id), None)
             row = node.current.get(name) if node else None
@@ -1117,22 +1196,22 @@ class Walk:
             task = node.tasks.get(name)
             plugin = task.plugin if task is not None and task.plugin is not None else None
             if plugin is None:
-                cls = registry.get(row["type"]) or Plugin
-                plugin = cls(name=name, uuid=row["uuid"], stack=node.ref, properties=row.get("properties") or {},
-                             data=row.setdefault("data", {}), physical_id=row.get("physical_id"))
+                cls = registry.get(row.type) or Plugin
+                plugin = cls(name=name, uuid=row.uuid, stack=node.ref, properties=row.properties or {},
+                             data=row.data, physical_id=row.physical_id)
             plugin.signal(payload)
-            row["data"] = plugin.data
+            row.data = plugin.data
             self.writer.touch_row(row)
-            self.event(node, row, "SIGNAL", "COMPLETE", "Signal received")
+            self.event(node, row, Action.SIGNAL, Status.COMPLETE, "Signal received")
         except Exception as exc:  # noqa: BLE001 - reported to the sender
             errors.append(exc)
         finally:
-            done.set()
+            signal.done.set()
 
     def cancel_running(self, reason: str) -> None:
         polls, self.polls = self.polls, []
         for _, _, task in polls:
-            if task.state == "polling":
+            if task.state == TaskState.POLLING:
                 task.fail(reason)
 
     def maybe_flush(self) -> None:
@@ -1140,9 +1219,9 @@ class Walk:
             self.writer.flush()
 
     # -- the cleanup phase ----------------------------------------------------------------
-    def cleanup_rows(self, visited: list[StackNode]) -> list[tuple[dict, dict]]:
+    def cleanup_rows(self, visited: list[StackNode]) -> list[tuple[dict, ResourceRow]]:
         """(stack row, resource row) pairs the new definition no longer has."""
-        out: list[tuple[dict, dict]] = []
+        out: list[tuple[dict, ResourceRow]] = []
         for st in visited:
             if st.failed:
                 continue
@@ -1151,35 +1230,35 @@ class Walk:
                     out.append((st.row, row))
             out.extend((st.row, r) for r in st.replaced)
         # whole subtrees below removed/replaced nested resources
-        todo = [r.get("nested_id") for _, r in out if r.get("nested_id")]
+        todo = [r.nested_id for _, r in out if r.nested_id]
         while todo:
             sid = todo.pop()
             srow = self.stack_rows.get(sid)
             if srow is None:
                 continue
             for r in self.rows_for(sid):
-                if self.writer is not None and r["uuid"] in self.writer.gone_rows:
+                if self.writer is not None and r.uuid in self.writer.gone_rows:
                     continue
                 out.append((srow, r))
-                if r.get("nested_id"):
-                    todo.append(r["nested_id"])
+                if r.nested_id:
+                    todo.append(r.nested_id)
         return out
 
-    def delete_tasks(self, pairs: list[tuple[dict, dict]]) -> list[DelTask]:
+    def delete_tasks(self, pairs: list[tuple[dict, ResourceRow]]) -> list[DelTask]:
         tasks = [DelTask(self, s, r) for s, r in pairs]
         by_name: dict[tuple[str, str], list[DelTask]] = {}
         by_stack: dict[str, list[DelTask]] = {}
         for t in tasks:
-            by_name.setdefault((t.row["stack_id"], t.row["name"]), []).append(t)
-            by_stack.setdefault(t.row["stack_id"], []).append(t)
+            by_name.setdefault((t.row.stack_id, t.row.name), []).append(t)
+            by_stack.setdefault(t.row.stack_id, []).append(t)
         for t in tasks:
             # t must wait for: rows that required it, and every row of its nested stack
-            for req in t.row.get("requires") or []:
-                for target in by_name.get((t.row["stack_id"], req), []):
+            for req in t.row.requires or []:
+                for target in by_name.get((t.row.stack_id, req), []):
                     if target is not t:
                         t.dependents.append(target)
                         target.waiting += 1
-            for child in by_stack.get(t.row.get("nested_id") or "", []):
+            for child in by_stack.get(t.row.nested_id or "", []):
                 child.dependents.append(t)
                 t.waiting += 1
         for t in tasks:
@@ -1194,10 +1273,11 @@ def new_root_row(name: str, bundle: dict, parameters: dict, description: str, ac
     sid = str(uuidlib.uuid4())
     return {
         "id": sid, "name": name, "root_id": sid, "parent_id": None, "parent_resource": None, "path": "",
-        "action": action, "status": "IN_PROGRESS", "status_reason": "", "bundle": bundle,
+        "action": action, "status": Status.IN_PROGRESS, "status_reason": "", "bundle": bundle,
         "parameters": parameters, "prev_bundle": None, "prev_parameters": None, "operation": operation,
         "outputs": None, "description": description, "created_at": now, "updated_at": now,
     }
 
 
-__all__ = ["Walk", "StackNode", "ResTask", "DelTask", "Plan", "Resolver", "new_root_row"]
+__all__ = ["Walk", "Signal", "CallDone", "Action", "Status", "TaskState", "StackNode", "ResTask", "DelTask", "Plan",
+           "Resolver", "new_root_row"]

@@ -4,7 +4,8 @@ transaction per flush (SQLAlchemy Core executemany), never one statement per res
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, update
@@ -21,14 +22,53 @@ RES_MUTABLE = [c for c in RES_COLUMNS if c not in ("uuid", "stack_id", "root_id"
 STACK_COLUMNS = [c.name for c in STACKS.columns]
 
 
+@dataclass(slots=True, eq=False)
+class ResourceRow:
+    """A stored resource as the engine holds it: the columns of `StackResource` but its `id`.
+    The engine changes it in place; the writer stores its latest state at the next flush.
+    Compared by identity (the engine looks rows up in lists by `is`/`in`)."""
+
+    uuid: str
+    stack_id: str
+    root_id: str
+    name: str
+    type: str
+    action: str
+    status: str
+    status_reason: str = ""
+    physical_id: str | None = None
+    ref: Any = None  # what get_resource returns
+    requires: list[str] | None = field(default_factory=list)  # names it depended on (delete order)
+    properties: dict | None = None  # resolved, as last applied
+    rsrc_metadata: Any = None
+    attributes: dict | None = None  # stored at completion
+    data: dict | None = field(default_factory=dict)  # the plugin's own state
+    nested_id: str | None = None
+    replaced_by: str | None = None  # the new row of a replacement, until this one is deleted
+    deletion_policy: str = "Delete"
+    created_at: float = 0.0
+    updated_at: float | None = None
+
+    @classmethod
+    def from_store(cls, stored: Mapping[str, Any]) -> ResourceRow:
+        """A row as read from the table (its `id` dropped; no data is an empty dict)."""
+        row = cls(**{c: stored[c] for c in RES_COLUMNS})
+        if row.data is None:
+            row.data = {}
+        return row
+
+    def values(self, columns: list[str]) -> dict[str, Any]:
+        return {c: getattr(self, c) for c in columns}
+
+
 class Writer:
     def __init__(self, store: Store, clean: Callable[[str], str] | None = None):
         self.store = store
         # every reason written is cut to the message limit, and passes through `clean` when the
         # walk has hidden values to mask: status reasons and events never carry more than a line
         self.clean: Callable[[str], str] | None = clean
-        self.new_rows: dict[str, dict] = {}
-        self.dirty_rows: dict[str, dict] = {}
+        self.new_rows: dict[str, ResourceRow] = {}
+        self.dirty_rows: dict[str, ResourceRow] = {}
         self.gone_rows: set[str] = set()
         self.new_stacks: dict[str, dict] = {}
         self.dirty_stacks: dict[str, dict] = {}
@@ -38,17 +78,17 @@ class Writer:
         self.last_flush = time.monotonic()
 
     # -- queueing (rows are the walker's own dicts: the latest state is written) ----------
-    def insert_row(self, row: dict) -> None:
-        self.new_rows[row["uuid"]] = row
+    def insert_row(self, row: ResourceRow) -> None:
+        self.new_rows[row.uuid] = row
 
-    def touch_row(self, row: dict) -> None:
-        if row["uuid"] not in self.new_rows:
-            self.dirty_rows[row["uuid"]] = row
+    def touch_row(self, row: ResourceRow) -> None:
+        if row.uuid not in self.new_rows:
+            self.dirty_rows[row.uuid] = row
 
-    def drop_row(self, row: dict) -> None:
-        if self.new_rows.pop(row["uuid"], None) is None:
-            self.gone_rows.add(row["uuid"])
-        self.dirty_rows.pop(row["uuid"], None)
+    def drop_row(self, row: ResourceRow) -> None:
+        if self.new_rows.pop(row.uuid, None) is None:
+            self.gone_rows.add(row.uuid)
+        self.dirty_rows.pop(row.uuid, None)
 
     def insert_stack(self, st: dict) -> None:
         self.new_stacks[st["id"]] = st
@@ -91,11 +131,11 @@ class Writer:
                     {c: bindparam(c) for c in cols})
                 conn.execute(stmt, [{"b_id": s["id"], **self._cols(s, cols)} for s in self.dirty_stacks.values()])
             if self.new_rows:
-                conn.execute(insert(RES), [self._cols(r, RES_COLUMNS) for r in self.new_rows.values()])
+                conn.execute(insert(RES), [self._clean(r.values(RES_COLUMNS)) for r in self.new_rows.values()])
             if self.dirty_rows:
                 stmt = update(RES).where(RES.c.uuid == bindparam("b_uuid")).values(
                     {c: bindparam(c) for c in RES_MUTABLE})
-                conn.execute(stmt, [{"b_uuid": r["uuid"], **self._cols(r, RES_MUTABLE)}
+                conn.execute(stmt, [{"b_uuid": r.uuid, **self._clean(r.values(RES_MUTABLE))}
                                     for r in self.dirty_rows.values()])
             if self.gone_rows:
                 gone = list(self.gone_rows)
@@ -121,7 +161,10 @@ class Writer:
         return text if len(text) <= LIMITS.message_chars else cut(text)
 
     def _cols(self, d: dict, cols: list[str]) -> dict[str, Any]:
-        out = {c: d.get(c) for c in cols}
+        return self._clean({c: d.get(c) for c in cols})
+
+    def _clean(self, out: dict[str, Any]) -> dict[str, Any]:
+        """`out` with its status reason as it may be stored."""
         reason = out.get("status_reason")
         if reason and (self.clean is not None or len(reason) > LIMITS.message_chars):
             out["status_reason"] = self._reason(reason)
