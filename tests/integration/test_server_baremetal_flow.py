@@ -10,6 +10,7 @@ state, and the media the hook inserts (a one-shot HTTP URL serving this deploy's
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -312,6 +313,18 @@ def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monke
     assert baremetal.Addresses(realiser.env.home, GATEWAY, realiser.env.addresses).held() == {}  # no lab address was taken
 
 
+def enroll_pxe_node(nodes) -> None:
+    """bm-node again, booting from the network, available."""
+    nodes.delete("bm-node")
+    nodes.import_nodes(json.dumps({"nodes": [{
+        "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
+        "boot_interface": "pxe", "ports": [{"address": "52:54:00:aa:bb:01"}], "cpu": 1, "memory": 2048,
+        "disk": 10, "arch": "x86_64"}]}))
+    for verb in ("manage", "provide"):
+        nodes.act("bm-node", verb)
+        wait_state(nodes, {"manageable", "available"})
+
+
 @pytest.fixture
 def pxe_world(world, monkeypatch):
     """`world` with its node booting from the network (`boot_interface: pxe`), and a lab
@@ -327,14 +340,7 @@ def pxe_world(world, monkeypatch):
                      ("link", "set", "br-test", "up")):
             subprocess.run(["ip", "-n", ns, *argv], check=True)
         monkeypatch.setattr(baremetal, "lab_network", lambda _home: (f"/run/netns/{ns}", "br-test", GATEWAY))
-        nodes.delete("bm-node")
-        nodes.import_nodes(json.dumps({"nodes": [{
-            "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
-            "boot_interface": "pxe", "ports": [{"address": "52:54:00:aa:bb:01"}], "cpu": 1, "memory": 2048,
-            "disk": 10, "arch": "x86_64"}]}))
-        for verb in ("manage", "provide"):
-            nodes.act("bm-node", verb)
-            wait_state(nodes, {"manageable", "available"})
+        enroll_pxe_node(nodes)
         yield realiser, nodes, images
     finally:
         realiser.netboot.stop()
@@ -423,3 +429,50 @@ def test_a_boot_interface_the_driver_lacks_is_refused_at_import(world):
     with pytest.raises(InvalidInput, match=r"boot_interface: 'pxe' is not one of pm_type openstack's \(virtual-media\)"):
         nodes.import_nodes(json.dumps({"nodes": [{"name": "n2", "pm_type": "openstack", "cloud": "c", "server": "s",
                                                   "boot_interface": "pxe"}]}))
+
+
+def test_a_configured_provisioning_network_serves_the_deploy_instead_of_the_lab(world, monkeypatch):
+    """undercloud.conf names an interface of this host (a bridge of its own, TEST-NET-2): the node
+    is answered there, takes an address of its DHCP range, and the API listens on local_ip."""
+    need_root()
+    need("dnsmasq")
+    realiser, nodes, images = world
+    link = f"ucprov{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", link, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "198.51.100.1/24", "dev", link], check=True)
+        subprocess.run(["ip", "link", "set", link, "up"], check=True)
+        (realiser.env.home.path / "undercloud.conf").write_text(
+            f"[DEFAULT]\nlocal_interface = {link}\nlocal_ip = 198.51.100.1/24\n[ctlplane-subnet]\n"
+            "cidr = 198.51.100.0/24\ndhcp_start = 198.51.100.10\ndhcp_end = 198.51.100.19\ngateway = 198.51.100.254\n")
+        listened = []
+        monkeypatch.setattr(baremetal, "lab_network", lambda _home: pytest.fail("the lab network was used"))
+        env = dataclasses.replace(realiser.env, listen=listened.append)
+        realiser = baremetal.BaremetalRealiser(env)   # reads undercloud.conf, takes over the nodes' hooks
+        enroll_pxe_node(nodes)
+        assert realiser.network_info() == {"network": f"provisioning-{link}", "subnet": "198.51.100.0/24",
+                                           "gateway": "198.51.100.1", "virtual_ips": [f"198.51.100.{h}" for h in
+                                                                                      range(250, 254)]}
+        spec = spec_for(realiser, images, nodes)
+        spec.first_boot.pop("url")
+        realiser.create(spec)
+        wait_state(nodes, {states.DEPLOY_WAIT})
+        assert listened and set(listened) == {"198.51.100.1"}
+        dhcp = realiser.netboot._dhcp()
+        assert dhcp.running() and dhcp.netns is None and dhcp.interface == link
+        assert dhcp.hosts_file.read_text() == "52:54:00:aa:bb:01,198.51.100.10,bm-node\n"
+        assert "dhcp-option=option:router,198.51.100.254" in dhcp.config()
+        entry = realiser.netboot.armed("52:54:00:aa:bb:01")
+        req = json.loads(realiser.netboot.request("52:54:00:aa:bb:01", entry["secret"]))
+        assert req["network"] == {"mac": "52:54:00:aa:bb:01", "address": "198.51.100.10", "prefix": 24}
+        assert req["url"] == "http://198.51.100.1:8999"
+        assert "http://198.51.100.1:8999/v1/deploy/boot/" in realiser.netboot.script("52:54:00:aa:bb:01")
+        realiser.callback(spec.id, req["token"], True, None)
+        wait_state(nodes, {states.ACTIVE})
+        assert not dhcp.running()
+        realiser.delete(spec)
+        wait_state(nodes, {states.AVAILABLE})
+        assert realiser.env.addresses.on(f"provisioning-{link}") == {}
+    finally:
+        realiser.netboot.stop()
+        subprocess.run(["ip", "link", "del", link], check=False)
