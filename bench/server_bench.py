@@ -4,6 +4,7 @@
     python bench/server_bench.py --types container,vm --counts 1,10
     python bench/server_bench.py --home $UNDERCLOUD_HOME --types baremetal   # after lab up + node import --provide
     python bench/server_bench.py --types vm,baremetal --lab   # a one-node lab made (and removed) for it
+    python bench/server_bench.py --types baremetal --lab --lab-nodes 3 --lab-bmc ipmi   # 3 nodes by PXE
     python bench/server_bench.py --fake 1000         # control-plane cost only: fake machines
     python bench/server_bench.py --home $UNDERCLOUD_HOME --types openstack:host --counts 1,3 \
         --cloud-flavor m1.small --cloud-network lab   # servers of a cloud of `undercloud cloud add`
@@ -86,15 +87,16 @@ def why_not(client, ht: str) -> str | None:
     return None
 
 
-def lab_node(home: Path) -> None:
-    """`--lab`: a one-node Redfish lab in this home, its node enrolled and available (bare metal)."""
+def lab_node(home: Path, bmc: str = "redfish", nodes: int = 1) -> None:
+    """`--lab`: a lab of `nodes` nodes behind `bmc` BMCs in this home, enrolled and available
+    (bare metal; redfish nodes boot the ramdisk by virtual media, ipmi ones by PXE)."""
     import json
 
     from undercloud.config import Home
     from undercloud.lab.lab import Lab
 
     for args in (("image", "build", "deploy-ramdisk"),
-                 ("lab", "up", "--nodes", "1", "--bmc", "redfish", "--memory", "2048", "--disk", "8")):
+                 ("lab", "up", "--nodes", str(nodes), "--bmc", bmc, "--memory", "2048", "--disk", "8")):
         r = cli(*args)
         if r.returncode != 0:
             raise SystemExit(f"--lab: {' '.join(args[:2])} failed: {r.stderr.strip()}")
@@ -207,7 +209,10 @@ def main() -> int:
     ap.add_argument("--cloud-flavor", default="m1.small", help="openstack:<cloud>: a flavor of that cloud")
     ap.add_argument("--cloud-network", default="lab", help="openstack:<cloud>: a network of that cloud")
     ap.add_argument("--lab", action="store_true",
-                    help="baremetal: bring up a one-node virtual lab in this home first (taken down at the end)")
+                    help="baremetal: bring up a virtual lab in this home first (taken down at the end)")
+    ap.add_argument("--lab-nodes", type=int, default=1, help="--lab: its nodes, all deployed at once")
+    ap.add_argument("--lab-bmc", choices=("redfish", "ipmi"), default="redfish",
+                    help="--lab: redfish (virtual media) or ipmi (network boot)")
     args = ap.parse_args()
     if args.fake:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -228,7 +233,7 @@ def main() -> int:
     try:
         for ht in [t.strip() for t in args.types.split(",") if t.strip()]:
             if ht == "baremetal" and args.lab:
-                lab_node(home)
+                lab_node(home, args.lab_bmc, args.lab_nodes)
             reason = why_not(client, ht)
             if reason:
                 print(f"{ht}: skipped: {reason}")
@@ -236,10 +241,13 @@ def main() -> int:
             counts = [int(c) for c in args.counts.split(",")]
             if ht in ("vm", "baremetal"):
                 counts = [1]  # software-emulated VMs are slow: one is the figure that matters
+            if ht == "baremetal" and args.lab:
+                counts = [args.lab_nodes]
             for count in counts:
                 row = run_one(client, ht, count, template, args.timeout, args)
                 rows.append(row)
-                print(f"{ht:14} x{count:<3} stack COMPLETE {row['stack_complete_s']:6.2f} s | "
+                label = f"{ht}/{'pxe' if args.lab_bmc == 'ipmi' else 'media'}" if ht == "baremetal" and args.lab else ht
+                print(f"{label:14} x{count:<3} stack COMPLETE {row['stack_complete_s']:6.2f} s | "
                       f"first agent {row['first_checked_in_s']:6.2f} s | all agents {row['all_checked_in_s']:6.2f} s "
                       f"| {row['per_server_s']:5.2f} s/server | delete {row['delete_s']:5.2f} s", flush=True)
     finally:
