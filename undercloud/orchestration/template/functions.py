@@ -84,7 +84,7 @@ def has_unknown(value: Any) -> bool:
 
 
 def _is_list(v: Any) -> bool:
-    return isinstance(v, Sequence) and not isinstance(v, str)
+    return isinstance(v, list) or (isinstance(v, Sequence) and not isinstance(v, str))  # list first: no abc
 
 
 def _dumps(v: Any) -> str:
