@@ -343,7 +343,9 @@ class GetAttThenSelect(Function):
 
     def own_dep(self) -> str | None:
         if isinstance(self.args, list) and self.args:
-            name = self.t.static_value(self.args[0])
+            name = self.args[0]
+            if not isinstance(name, str):  # a literal name is its own static value
+                name = self.t.static_value(name)
             return name if isinstance(name, str) else None
         return None
 
