@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from undercloud.orchestration.limits import LIMITS, exceeded
-from undercloud.orchestration.template.environment import is_template_ref
+from undercloud.orchestration.template.environment import TEMPLATE_SUFFIXES, is_template_ref
 from undercloud.orchestration.template.source import (
     FnError,
     TemplateError,
@@ -111,6 +111,8 @@ class Bundle:
                 continue
             seen.add(key)
             doc = b._parse_or_collect(key, problems)
+            if not _may_reference(b.files.get(key, "")):
+                continue
             for kind, name, path in _references(doc):
                 b._need(name, key, doc, path, problems, todo, template=(kind == "type"))
         if problems:
@@ -199,6 +201,13 @@ def same_meaning(new: Mapping, old: Mapping) -> bool:
 
 def show(key: str) -> str:
     return _show(key)
+
+
+def _may_reference(text: str) -> bool:
+    """Whether a file's text can name another file: a name found by _references is written
+    in it (`get_file`, a `.yaml`/`.template` ending) unless escapes spell it (then the walk
+    decides). Most files of a tree name none: their walk is skipped."""
+    return "\\" in text or "get_file" in text or any(s in text for s in TEMPLATE_SUFFIXES)
 
 
 def _references(doc: Any) -> list[tuple[str, str, tuple]]:

@@ -48,6 +48,7 @@ class Registry:
     types: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     _globs: list[str] | None = field(default=None, repr=False, compare=False)  # keys ending in *
+    _found: dict = field(default_factory=dict, repr=False, compare=False)  # (type, builtin) -> lookup
 
     def child(self, resource_name: str, remove: tuple[str, Any] | None) -> Registry:
         """The registry a nested stack sees (Heat's get_child_environment)."""
@@ -71,10 +72,19 @@ class Registry:
         the exact and wildcard entries sorted by name) and the first that leads to a known
         type wins. ValueError when nothing does, or when mappings loop.
         """
-        try:
-            return self._find(rtype, resource_name, builtin, (rtype,))
-        except _NotFound:
-            raise ValueError(f"{rtype} is not a supported resource type") from None
+        # Without per-resource entries the answer depends on the type alone: asked once per
+        # type (a template holds many resources of a few types; the registry is not changed
+        # once in use, as for _globs).
+        key = None if self.resources else (rtype, builtin)
+        found = self._found.get(key) if key else None
+        if found is None:
+            try:
+                found = self._find(rtype, resource_name, builtin, (rtype,))
+            except _NotFound:
+                raise ValueError(f"{rtype} is not a supported resource type") from None
+            if key:
+                self._found[key] = found
+        return found
 
     def _candidates(self, rtype: str, resource_name: str | None) -> list[tuple[str, Any, bool]]:
         out: list[tuple[str, Any, bool]] = []

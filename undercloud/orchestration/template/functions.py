@@ -44,13 +44,19 @@ class _HasUnknown(Exception):
     pass
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # exact types: no abc isinstance
+
+
 def render(value: Any) -> Any:
     """Plain data for output: Unknowns become the snippet that would compute them."""
+    c = value.__class__
+    if c in _SCALARS:
+        return value
     if isinstance(value, Unknown):
         return render(value.snippet)
     if isinstance(value, Function):
         return {value.fn: render(value.args)}
-    if isinstance(value, Mapping):
+    if isinstance(value, dict) or isinstance(value, Mapping):
         return {k: render(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [render(v) for v in value]
@@ -58,17 +64,27 @@ def render(value: Any) -> Any:
 
 
 def has_unknown(value: Any) -> bool:
+    # called on every value a function computes: scalars (most values) answer at once
+    c = value.__class__
+    if c in _SCALARS:
+        return False
     if isinstance(value, Unknown):
         return True
-    if isinstance(value, Mapping):
-        return any(has_unknown(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(has_unknown(v) for v in value)
+        for v in value:
+            if has_unknown(v):
+                return True
+        return False
+    if isinstance(value, dict) or isinstance(value, Mapping):
+        for v in value.values():
+            if has_unknown(v):
+                return True
+        return False
     return False
 
 
 def _is_list(v: Any) -> bool:
-    return isinstance(v, Sequence) and not isinstance(v, str)
+    return isinstance(v, list) or (isinstance(v, Sequence) and not isinstance(v, str))  # list first: no abc
 
 
 def _dumps(v: Any) -> str:
@@ -117,8 +133,10 @@ class Function:
         """Evaluate; a function whose arguments are not known yet is itself Unknown."""
         try:
             return self.result(ev)
-        except _HasUnknown:
-            return Unknown({self.fn: render(ev.eval(self.args))})
+        except _HasUnknown as exc:
+            # known() already evaluated the whole args (the usual case): not evaluated again
+            done = exc.args[1] if exc.args and exc.args[0] is self.args else ev.eval(self.args)
+            return Unknown({self.fn: render(done)})
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # arguments of a shape no check foresaw: still one line naming the function
             raise self.err(f'"{self.fn}": {exc}') from None
@@ -153,7 +171,7 @@ def known(ev: Evaluation, snippet: Any) -> Any:
     if has_unknown(v):
         if ev.unknown_as_none:
             return _as_none(v)
-        raise _HasUnknown
+        raise _HasUnknown(snippet, v)
     return v
 
 
@@ -325,7 +343,9 @@ class GetAttThenSelect(Function):
 
     def own_dep(self) -> str | None:
         if isinstance(self.args, list) and self.args:
-            name = self.t.static_value(self.args[0])
+            name = self.args[0]
+            if not isinstance(name, str):  # a literal name is its own static value
+                name = self.t.static_value(name)
             return name if isinstance(name, str) else None
         return None
 

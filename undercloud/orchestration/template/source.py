@@ -266,6 +266,7 @@ _TYPED = frozenset(("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml
 _PLAIN_IMPLICIT = (True, False)
 _PLAIN_VALUES: dict[str, Any] = {}  # plain scalar -> its value
 _COLL = (Map, Seq)
+_new_map, _new_seq = dict.__new__, list.__new__
 _ScalarEvent, _AliasEvent = yaml.ScalarEvent, yaml.AliasEvent
 _MapStart, _MapEnd = yaml.MappingStartEvent, yaml.MappingEndEvent
 _SeqStart, _SeqEnd = yaml.SequenceStartEvent, yaml.SequenceEndEvent
@@ -330,21 +331,30 @@ class _Events:
             raise _Slow
         else:
             get, sizes, anchors = self.get, self.b.sizes, self.anchors
+            # plain scalars seen before answer from _PLAIN_VALUES without a call to plain()
+            seen, plain = _PLAIN_VALUES.get, self.plain
             size, inner = 1, depth + 1
             if c is _MapStart:
-                out = m = Map()
+                out = m = _new_map(Map)  # Map() without its Python __init__: a tree has 100,000s
                 m.line = ev.start_mark.line + 1
-                lines = m.lines
+                m.lines = lines = {}
                 while True:
                     kev = get()
                     if kev.__class__ is not _ScalarEvent or kev.anchor is not None or kev.tag is not None:
                         if kev.__class__ is _MapEnd:
                             break
                         raise _Slow
-                    key = self.plain(kev) if kev.implicit[0] else kev.value
+                    key = kev.value
+                    if kev.implicit[0]:
+                        x = seen(key, _Slow)
+                        key = plain(kev) if x is _Slow else x
                     vev = get()
                     if vev.__class__ is _ScalarEvent and vev.anchor is None and vev.tag is None:
-                        m[key] = self.plain(vev) if vev.implicit[0] else vev.value
+                        v = vev.value
+                        if vev.implicit[0]:
+                            x = seen(v, _Slow)
+                            v = plain(vev) if x is _Slow else x
+                        m[key] = v
                         size += 2
                     else:
                         v = m[key] = self.value(vev, inner)
@@ -357,25 +367,30 @@ class _Events:
                             size += 2
                     lines[key] = kev.start_mark.line + 1
             elif c is _SeqStart:
-                out = sq = Seq()
+                out = sq = _new_seq(Seq)
                 sq.line = ev.start_mark.line + 1
-                lines = sq.lines
+                sq.lines = lines = []
+                append, line_append = sq.append, lines.append
                 while True:
                     iev = get()
                     ic = iev.__class__
                     if ic is _ScalarEvent and iev.anchor is None and iev.tag is None:
-                        sq.append(self.plain(iev) if iev.implicit[0] else iev.value)
+                        v = iev.value
+                        if iev.implicit[0]:
+                            x = seen(v, _Slow)
+                            v = plain(iev) if x is _Slow else x
+                        append(v)
                         size += 1
-                        lines.append(iev.start_mark.line + 1)
+                        line_append(iev.start_mark.line + 1)
                         continue
                     if ic is _SeqEnd:
                         break
                     v = self.value(iev, inner)
-                    sq.append(v)
+                    append(v)
                     if ic is _AliasEvent:  # an alias is at its anchor's line, as its node
-                        lines.append(anchors[iev.anchor][1])
+                        line_append(anchors[iev.anchor][1])
                     else:
-                        lines.append(iev.start_mark.line + 1)
+                        line_append(iev.start_mark.line + 1)
                     if v.__class__ in _COLL:
                         n = sizes[id(v)]
                         if ic is _AliasEvent:
