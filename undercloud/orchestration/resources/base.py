@@ -25,8 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from undercloud.orchestration.template.validation import validate_properties
+
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from undercloud.orchestration.services import PluginServices
+    from undercloud.orchestration.template.definitions import ResourceDefinition
+    from undercloud.orchestration.template.stack import StackTemplate
 
 CREATE_BEFORE_DELETE = "create_before_delete"
 DELETE_BEFORE_CREATE = "delete_before_create"
@@ -152,6 +158,20 @@ class Plugin:
         creates/updates/deletes the child stack itself, then calls `attributes()` with
         `self.nested` set to a NestedView (outputs, member reference ids and attributes).
         """
+        return None
+
+    # -- the template side's hooks: class methods, called at load and preview, before any
+    # resource exists (the template layer finds them through the registry) ----------
+    @classmethod
+    def validate_definition(cls, t: StackTemplate, rd: ResourceDefinition) -> None:
+        """Check the resource `rd` of template `t` as Heat's validate, adding problems to `t`:
+        by default its properties against `properties_schema`."""
+        validate_properties(t, rd)
+
+    @classmethod
+    def preview_child(cls, t: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
+        """The nested stack `stack preview` shows under resource `name` of `t`, from its
+        properties resolved with runtime values Unknown; None: none shown."""
         return None
 
     @classmethod

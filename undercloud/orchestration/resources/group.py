@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from undercloud.orchestration.limits import LIMITS, exceeded
+from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
+from undercloud.orchestration.template import functions as fn
+from undercloud.orchestration.template.bundle import ref_key, show
+from undercloud.orchestration.template.environment import FileRef
+from undercloud.orchestration.template.source import TemplateError
+from undercloud.orchestration.template.validation import placeholder_properties, validate_properties
+
+if TYPE_CHECKING:
+    from undercloud.orchestration.template.definitions import ResourceDefinition
+    from undercloud.orchestration.template.stack import StackTemplate
 
 
 def replace_index(value: Any, var: str, index: str) -> Any:
@@ -67,6 +77,45 @@ def in_batches(resources: dict[str, dict], batch: int) -> dict[str, dict]:
         for i, name in enumerate(names[batch:], start=batch):
             resources[name] = {**resources[name], "depends_on": [names[i - batch]]}
     return resources
+
+
+def _count_at_load(t: StackTemplate, rd: ResourceDefinition, resolved: Mapping) -> int:
+    """A group's count when parameters tell it (else 0), checked against the limit."""
+    count = resolved.get("count", 1)
+    if count is None:
+        return 1
+    if fn.has_unknown(count):
+        return 0
+    path = ("resources", rd.name, "properties", "count")
+    try:
+        if isinstance(count, bool | Mapping | list):
+            raise TypeError
+        n = int(count)
+    except (TypeError, ValueError, OverflowError):  # a value not an integer: its schema said so
+        return 0
+    if n < 0:
+        t.add(path, f"count must be 0 or more, not {n}")
+    elif n > LIMITS.group_count:
+        t.add(path, exceeded("group_count", "the count of members", n))
+        return 0
+    return max(n, 0)
+
+
+def _member_type(t: StackTemplate, mtype: str, at: tuple) -> tuple[str | None, str | None] | None:
+    """What the registry makes of a member's type: (its template file or None, the registry
+    key used); None when the type is unknown or its file missing (the problem added at `at`)."""
+    try:
+        target, used = t.environment.registry.lookup(mtype, None, registry.known_types())
+    except ValueError as exc:
+        t.add(at, str(exc))
+        return None
+    if not isinstance(target, FileRef):
+        return None, used
+    key = ref_key(t.key, target.key) if target.raw else target.key
+    if key not in t.bundle.files:
+        t.add(at, f"{show(key)}: file not found")
+        return None
+    return key, used
 
 
 def _order(name: str) -> tuple:
@@ -176,6 +225,56 @@ class ResourceGroup(Plugin):
         }
 
     @classmethod
+    def validate_definition(cls, t: StackTemplate, rd: ResourceDefinition) -> None:
+        """Properties and members: their type must be known (the engine builds them later); a
+        template member's nested stack is validated once, as member "0", and counted `count` times."""
+        props = rd.properties if isinstance(rd.properties, Mapping) else {}
+        rdef = props.get("resource_def")
+        path = ("resources", rd.name, "properties", "resource_def")
+        resolved = placeholder_properties(t, rd)
+        validate_properties(t, rd, resolved)
+        count = _count_at_load(t, rd, resolved)
+        if not isinstance(rdef, Mapping):
+            if "resource_def" not in props:
+                t.add(("resources", rd.name, "properties"), "Property resource_def not assigned")
+            return
+        mtype = rdef.get("type")
+        if not isinstance(mtype, str):
+            return
+        t.tree_size += count
+        found = _member_type(t, mtype, path + ("type",))
+        if found is None or found[0] is None:
+            return
+        key, used = found
+        rprops = resolved.get("resource_def")
+        mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
+        var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
+        mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")  # as the engine will
+        try:
+            t.tree_size += count * t.child_from_file(key, used, "0", mprops, path, None, True).tree_size
+        except TemplateError as exc:
+            t.problems.extend(exc.problems)
+
+    @classmethod
+    def preview_child(cls, t: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
+        """The members when their count is known, as `nested_template` builds them for a
+        group with no members yet."""
+        count, rdef = props.get("count", 1), props.get("resource_def")
+        if isinstance(count, fn.Unknown) or not isinstance(rdef, Mapping) or not isinstance(rdef.get("type"), str):
+            return None
+        try:
+            count = int(count)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if not 0 <= count <= LIMITS.group_count:  # load refused those counts already
+            return None
+        gone = {str(x) for policy in props.get("removal_policies") or [] if isinstance(policy, Mapping)
+                for x in policy.get("resource_list") or []}
+        names = member_names(count, [], gone)
+        var = props.get("index_var") if isinstance(props.get("index_var"), str) else "%index%"
+        return t.child_from_dict(member_template(member_resources(rdef, var, names)), {}, name)
+
+    @classmethod
     def resolve_attribute(cls, attrs: dict, name: str, path: list) -> Any:
         order = attrs.get("order", [])
         members = attrs.get("members", {})
@@ -212,6 +311,24 @@ class ResourceChain(ResourceGroup):
                            description="Create them all at once instead of one after the other."),
         "resource_properties": Prop("map", update_allowed=True, description="The properties of every member."),
     }
+
+    @classmethod
+    def validate_definition(cls, t: StackTemplate, rd: ResourceDefinition) -> None:
+        """Properties and members: each type in `resources` (when known) must be one."""
+        resolved = placeholder_properties(t, rd)
+        validate_properties(t, rd, resolved)
+        types = resolved.get("resources")
+        if not isinstance(types, list):
+            return
+        path = ("resources", rd.name, "properties", "resources")
+        t.tree_size += len(types)
+        for i, mtype in enumerate(types):
+            if isinstance(mtype, str):
+                _member_type(t, mtype, path + (i,))
+
+    @classmethod
+    def preview_child(cls, t: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
+        return None  # shown without members, as Heat's preview does
 
     def types(self) -> list[str]:
         types = self.properties.get("resources") or []

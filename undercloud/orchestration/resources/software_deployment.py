@@ -19,11 +19,18 @@ import hashlib
 import json
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.resources.group import ResourceGroup, in_batches
 from undercloud.orchestration.services import EngineOnly
+from undercloud.orchestration.template.validation import validate_properties
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from undercloud.orchestration.template.definitions import ResourceDefinition
+    from undercloud.orchestration.template.stack import StackTemplate
 
 SIGNAL_TRANSPORTS = ("CFN_SIGNAL", "TEMP_URL_SIGNAL", "HEAT_SIGNAL", "NO_SIGNAL", "ZAQAR_SIGNAL")
 ACTIONS = ("CREATE", "UPDATE", "DELETE", "SUSPEND", "RESUME")
@@ -315,6 +322,16 @@ class SoftwareDeploymentGroup(ResourceGroup):
         "deploy_status_codes": "{name: deploy_status_code} of every server.",
         "ATTR": "Any attribute of the member deployments (outputs too), as {name: value}.",
     }
+
+    # Its members come from `servers`, not a resource_def: at load and preview it is any
+    # plugin, not the ResourceGroup it builds on.
+    @classmethod
+    def validate_definition(cls, t: StackTemplate, rd: ResourceDefinition) -> None:
+        validate_properties(t, rd)
+
+    @classmethod
+    def preview_child(cls, t: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
+        return None
 
     def nested_template(self, parent_template: Any) -> Any:
         p = dict(self.properties)

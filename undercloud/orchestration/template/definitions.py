@@ -27,6 +27,14 @@ def known_types() -> frozenset[str]:
     return registry.known_types()
 
 
+def plugin_class(rtype: str) -> type | None:
+    """The plugin class of a resource type (None for a type the engine lacks): its class
+    hooks validate and preview the type's resources."""
+    from undercloud.orchestration.resources import registry
+
+    return registry.get(rtype)
+
+
 @dataclass
 class ResourceDefinition:
     name: str

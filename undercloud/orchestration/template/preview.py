@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
+from undercloud.orchestration.limits import TooLarge, exceeded, value_size
 from undercloud.orchestration.template.bundle import show
+from undercloud.orchestration.template.definitions import plugin_class
 from undercloud.orchestration.template.evaluation import PlaceholderResolver
-from undercloud.orchestration.template.functions import Unknown, render
+from undercloud.orchestration.template.functions import render
 from undercloud.orchestration.template.source import TemplateError, line_of, problem
 from undercloud.orchestration.template.stack import StackTemplate
-
-GROUP = "OS::Heat::ResourceGroup"
 
 
 def preview(tmpl: StackTemplate, prefix: str = "") -> list[dict]:
@@ -34,29 +33,8 @@ def preview(tmpl: StackTemplate, prefix: str = "") -> list[dict]:
         if rd.template_file:
             child = tmpl.nested(name, props if isinstance(props, dict) else {})
             rows += preview(child, f"{prefix}{name}.")
-        elif rd.type == GROUP and isinstance(props, Mapping):
-            group = _group_child(tmpl, name, props)
-            if group is not None:
-                rows += preview(group, f"{prefix}{name}.")
+        elif isinstance(props, Mapping) and (plugin := plugin_class(rd.type)) is not None:
+            child = plugin.preview_child(tmpl, name, props)  # a group's members, say
+            if child is not None:
+                rows += preview(child, f"{prefix}{name}.")
     return rows
-
-
-def _group_child(tmpl: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
-    """The members of a ResourceGroup when their count is known, as the engine builds them
-    (resources/group.py) for a group with no members yet."""
-    from undercloud.orchestration.resources import group
-
-    count, rdef = props.get("count", 1), props.get("resource_def")
-    if isinstance(count, Unknown) or not isinstance(rdef, Mapping) or not isinstance(rdef.get("type"), str):
-        return None
-    try:
-        count = int(count)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    if not 0 <= count <= LIMITS.group_count:  # load refused those counts already
-        return None
-    gone = {str(x) for policy in props.get("removal_policies") or [] if isinstance(policy, Mapping)
-            for x in policy.get("resource_list") or []}
-    names = group.member_names(count, [], gone)
-    var = props.get("index_var") if isinstance(props.get("index_var"), str) else "%index%"
-    return tmpl.child_from_dict(group.member_template(group.member_resources(rdef, var, names)), {}, name)

@@ -1,6 +1,7 @@
 """Validation of a template's resources beyond their definitions, as Heat's validate: the
-properties against their plugin's schema, the members of groups and chains, and the nested
-stack of each template resource (built with its properties resolved as far as they can be).
+properties against their plugin's schema (what else a type needs checked, as a group's
+members, is its plugin's `validate_definition`), and the nested stack of each template
+resource (built with its properties resolved as far as they can be).
 """
 
 from __future__ import annotations
@@ -9,11 +10,8 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from undercloud.orchestration.limits import LIMITS, exceeded
 from undercloud.orchestration.template import functions as fn
-from undercloud.orchestration.template.bundle import ref_key, show
-from undercloud.orchestration.template.definitions import ResourceDefinition, known_types
-from undercloud.orchestration.template.environment import FileRef
+from undercloud.orchestration.template.definitions import ResourceDefinition, plugin_class
 from undercloud.orchestration.template.evaluation import PlaceholderResolver
 from undercloud.orchestration.template.source import TemplateError
 
@@ -22,15 +20,14 @@ if TYPE_CHECKING:
 
 
 def validate_resource(t: StackTemplate, rd: ResourceDefinition) -> None:
-    """Check a resource of `t` beyond its definition, as its type asks."""
+    """Check a resource of `t` beyond its definition: a template resource's nested stack,
+    else as its plugin's `validate_definition` asks (a type the engine lacks has no checks)."""
     if rd.template_file:
         _validate_child(t, rd)
-    elif rd.type == "OS::Heat::ResourceGroup":
-        _validate_group(t, rd)
-    elif rd.type == "OS::Heat::ResourceChain":
-        _validate_chain(t, rd)
-    else:
-        validate_properties(t, rd)
+        return
+    plugin = plugin_class(rd.type)
+    if plugin is not None:
+        plugin.validate_definition(t, rd)
 
 
 def properties_schema(rtype: str) -> Mapping | None:
@@ -84,89 +81,6 @@ def _validate_child(t: StackTemplate, rd: ResourceDefinition) -> None:
         t.tree_size += t.nested(rd.name, props, validating=True).tree_size
     except TemplateError as exc:
         t.problems.extend(exc.problems)
-
-
-def _group_count(t: StackTemplate, rd: ResourceDefinition, resolved: Mapping) -> int:
-    """A ResourceGroup's count when parameters tell it (else 0), checked against the limit."""
-    count = resolved.get("count", 1)
-    if count is None:
-        return 1
-    if fn.has_unknown(count):
-        return 0
-    path = ("resources", rd.name, "properties", "count")
-    try:
-        if isinstance(count, bool | Mapping | list):
-            raise TypeError
-        n = int(count)
-    except (TypeError, ValueError, OverflowError):  # a value not an integer: its schema said so
-        return 0
-    if n < 0:
-        t.add(path, f"count must be 0 or more, not {n}")
-    elif n > LIMITS.group_count:
-        t.add(path, exceeded("group_count", "the count of members", n))
-        return 0
-    return max(n, 0)
-
-
-def _validate_chain(t: StackTemplate, rd: ResourceDefinition) -> None:
-    """ResourceChain members: each type in `resources` (when known) must be one."""
-    resolved = placeholder_properties(t, rd)
-    validate_properties(t, rd, resolved)
-    types = resolved.get("resources")
-    if not isinstance(types, list):
-        return
-    path = ("resources", rd.name, "properties", "resources")
-    t.tree_size += len(types)
-    for i, mtype in enumerate(types):
-        if not isinstance(mtype, str):
-            continue
-        try:
-            target, _used = t.environment.registry.lookup(mtype, None, known_types())
-        except ValueError as exc:
-            t.add(path + (i,), str(exc))
-            continue
-        if isinstance(target, FileRef):
-            key = ref_key(t.key, target.key) if target.raw else target.key
-            if key not in t.bundle.files:
-                t.add(path + (i,), f"{show(key)}: file not found")
-
-
-def _validate_group(t: StackTemplate, rd: ResourceDefinition) -> None:
-    """ResourceGroup members: their type must be known (the engine builds them later)."""
-    props = rd.properties if isinstance(rd.properties, Mapping) else {}
-    rdef = props.get("resource_def")
-    path = ("resources", rd.name, "properties", "resource_def")
-    resolved = placeholder_properties(t, rd)
-    validate_properties(t, rd, resolved)
-    count = _group_count(t, rd, resolved)
-    if not isinstance(rdef, Mapping):
-        if "resource_def" not in props:
-            t.add(("resources", rd.name, "properties"), "Property resource_def not assigned")
-        return
-    mtype = rdef.get("type")
-    if not isinstance(mtype, str):
-        return
-    t.tree_size += count
-    try:
-        target, used = t.environment.registry.lookup(mtype, None, known_types())
-    except ValueError as exc:
-        t.add(path + ("type",), str(exc))
-        return
-    if isinstance(target, FileRef):
-        key = ref_key(t.key, target.key) if target.raw else target.key
-        if key not in t.bundle.files:
-            t.add(path + ("type",), f"{show(key)}: file not found")
-            return
-        rprops = resolved.get("resource_def")
-        mprops = rprops.get("properties") if isinstance(rprops, Mapping) else None
-        var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
-        from undercloud.orchestration.resources.group import replace_index  # as the engine will
-
-        mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")
-        try:
-            t.tree_size += count * t.child_from_file(key, used, "0", mprops, path, None, True).tree_size
-        except TemplateError as exc:
-            t.problems.extend(exc.problems)
 
 
 def validate_properties(t: StackTemplate, rd: ResourceDefinition, resolved: Mapping | None = None) -> None:
