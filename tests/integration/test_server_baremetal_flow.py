@@ -225,13 +225,18 @@ def test_create_refuses_what_it_cannot_deploy(world):
     assert nodes.get("bm-node")["provision_state"] == states.AVAILABLE
 
 
-def test_inspection_boots_the_ramdisk_and_applies_what_it_reports(world):
-    realiser, nodes, images = world
+def start_inspection(nodes) -> str:
+    """bm-node managed, then inspected until it waits for the ramdisk; returns its id."""
     nodes.act("bm-node", "manage")
     wait_state(nodes, {states.MANAGEABLE})
-    node_id = nodes.get("bm-node")["uuid"]
     nodes.act("bm-node", "inspect")
     wait_state(nodes, {states.INSPECT_WAIT})
+    return nodes.get("bm-node")["uuid"]
+
+
+def test_inspection_boots_the_ramdisk_and_applies_what_it_reports(world):
+    realiser, nodes, images = world
+    node_id = start_inspection(nodes)
     machine = fake.machine_state("fake-bm")
     assert machine["power"] == "on" and machine["media"]
     req = deploy_request(realiser, f"inspect-{node_id}")
@@ -407,11 +412,7 @@ def test_a_pxe_deploy_given_up_disarms_its_network_boot(pxe_world):
 def test_a_pxe_node_is_inspected_by_network_boot(pxe_world):
     realiser, nodes, images = pxe_world
     mac = "52:54:00:aa:bb:01"
-    nodes.act("bm-node", "manage")
-    wait_state(nodes, {states.MANAGEABLE})
-    node_id = nodes.get("bm-node")["uuid"]
-    nodes.act("bm-node", "inspect")
-    wait_state(nodes, {states.INSPECT_WAIT})
+    node_id = start_inspection(nodes)
     machine = fake.machine_state("fake-bm")
     assert machine["power"] == "on" and machine["boot"] == "pxe" and machine["media"] is None
     entry = realiser.netboot.armed(mac)

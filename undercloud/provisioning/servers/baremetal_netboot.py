@@ -54,7 +54,8 @@ class NetBoot:
     def arm(self, *, mac: str, ident: str, node: str, address: str, prefix: int, base_iso: Path,
             iso_sha256: str, request: dict, config_drive: Path | None, kernel_args: str) -> None:
         """Answer `mac` from now on with `request` (a deploy's or an inspection's)."""
-        files = self._files(base_iso, iso_sha256)
+        with self._lock:  # nodes deployed at once would otherwise unpack the ISO into one place together
+            files = self._files(base_iso, iso_sha256)
         gateway = self.network().address
         body = dict(request)
         if config_drive is not None:
