@@ -1,25 +1,28 @@
-"""`baremetal` servers: Ironic's direct deploy through the node's BMC, without PXE.
+"""`baremetal` servers: Ironic's direct deploy through the node's BMC.
 
 The service claims an available node (scheduler) and calls `create`, which prepares this
 deploy's virtual media (baremetal_media.py: the deploy ramdisk ISO + the request + the
-config drive) and moves the node with the `deploy` verb. From there the node state
+config drive) or, for a node whose boot interface is `pxe`, arms its network boot
+(baremetal_netboot.py), and moves the node with the `deploy` verb. From there the node state
 machine (provisioning/states.py) drives it:
 
   deploying       the deploy hook (installed here on the nodes service): power off, insert
-                  the media through Redfish virtual media, boot once from CD, power on
+                  the media through Redfish virtual media and boot once from CD (or boot
+                  once from the network), power on
   wait call-back  the ramdisk sets its lab address, picks the root device by the node's
                   root_device hints, downloads the image from the image store (Range
                   resume), verifies its sha256, writes it and the config drive, and calls
                   POST /v1/deploy/servers/<id>/callback with this deploy's token
-  active          on success the undercloud ejects the media, sets boot to disk
+  active          on success the undercloud ejects the media (or disarms), sets boot to disk
                   (persistent) and reboots; the node's agent then checks in
   deploy failed   the ramdisk's error (checksum mismatch...), a BMC error, or no call-back
                   within CALLBACK_TIMEOUT, each named in the node's last_error; `undeploy`
                   (what server delete does) recovers the node to available
 
 Per server: <home>/baremetal/<server id>/ (deploy.json: node, token hash; the ISOs while
-deploying) and one lab address (vm_net.Addresses). The API is served on the lab network
-as for VMs (vm_net.serve_api). A node whose driver knows its network (`Driver.network()`:
+deploying) and one address of the provisioning network (provisioning/network.py: the
+lab's, or undercloud.conf's; vm_net.Addresses). The API is served there (in the lab's
+namespace as for VMs, vm_net.serve_api). A node whose driver knows its network (`Driver.network()`:
 a cloud's server, drivers/openstack.py) takes no lab address: the ramdisk and the config
 drive use its own address, and the API is also served at the undercloud's address there.
 """
