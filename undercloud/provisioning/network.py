@@ -49,6 +49,11 @@ class ProvisioningNetwork:
     def prefix(self) -> int:
         return ipaddress.ip_network(self.cidr).prefixlen
 
+    def info(self) -> dict:
+        """What a realiser's `network_info()` tells: address-table key, subnet, the
+        undercloud's address, the VIP candidates."""
+        return {"network": self.key, "subnet": self.cidr, "gateway": self.address, "virtual_ips": list(self.virtual_ips)}
+
 
 def config_file(home) -> Path:
     return Path(home.path) / CONFIG

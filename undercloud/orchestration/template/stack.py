@@ -399,10 +399,6 @@ class StackTemplate:
         hidden parameters and the hidden values its parents passed down to it."""
         return mask_texts(message, self.secrets) if self.secrets else message
 
-    def param_value(self, name: str) -> Any:
-        """A parameter's value in its type (Unknown when validate/preview had none)."""
-        return self._values.get(name)
-
 
 # ------------------------------------------------------------------------------- load
 

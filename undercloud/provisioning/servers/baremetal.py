@@ -165,8 +165,7 @@ class BaremetalRealiser(Realiser):
                          net if net is self.configured else None)
 
     def network_info(self) -> dict:
-        net = self.network()
-        return {"network": net.key, "subnet": net.cidr, "gateway": net.address, "virtual_ips": list(net.virtual_ips)}
+        return self.network().info()
 
     def agent_url(self, spec: Spec) -> str:
         net = self._driver_network(spec.node["uuid"]) if spec.node else None

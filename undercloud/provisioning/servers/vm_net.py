@@ -49,14 +49,11 @@ def lab_network(home) -> tuple[str, str, str]:
 
 
 def lab_network_info(home) -> dict:
-    """`Realiser.network_info()` of VM and bare-metal servers: the lab network, made if
-    missing, and the addresses it keeps for virtual IPs."""
-    from undercloud.host.labnet import LabNetwork
-    from undercloud.provisioning.servers.base import virtual_ips
+    """`Realiser.network_info()` of VM servers: the lab network, made if missing, and the
+    addresses it keeps for virtual IPs (bare-metal servers: their provisioning network's)."""
+    from undercloud.provisioning.network import lab
 
-    _ns, _bridge, gateway = lab_network(home)
-    subnet = f"{LabNetwork(home.instance).subnet}.0/{PREFIX}"
-    return {"network": lab_network_key(home), "subnet": subnet, "gateway": gateway, "virtual_ips": virtual_ips(subnet)}
+    return lab(home, lab_network(home)).info()
 
 
 def server_mac(server_id: str) -> str:
