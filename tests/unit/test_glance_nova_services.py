@@ -66,28 +66,69 @@ def _sync(start, monkeypatch, tmp_path, table):
     monkeypatch.setattr(start, "NOVA_CONF", str(conf))
     calls = []
 
-    def manage(*args):
-        calls.append(list(args))
-        return table if args[:2] == ("cell_v2", "list_cells") else ""
-    monkeypatch.setattr(start, "manage", manage)
-    start.sync_databases()
+    def manage(category, action, **kwargs):
+        calls.append((category, action, kwargs))
+        return table if (category, action) == ("cell_v2", "list_cells") else ""
+    start.sync_databases(manage)
     return calls
 
 
 def test_first_start_maps_cell0_and_creates_cell1(start, monkeypatch, tmp_path):
     calls = _sync(start, monkeypatch, tmp_path, "")
-    assert calls == [["api_db", "sync"], ["cell_v2", "list_cells"],
-                     ["cell_v2", "map_cell0", "--database_connection", "mysql+pymysql://nova:secret@db/nova_cell0"],
-                     ["cell_v2", "create_cell", "--name", "cell1"], ["db", "sync"]]
+    assert calls == [("api_db", "sync", {}), ("cell_v2", "list_cells", {}),
+                     ("cell_v2", "map_cell0", {"database_connection": "mysql+pymysql://nova:secret@db/nova_cell0"}),
+                     ("cell_v2", "create_cell", {"name": "cell1"}), ("db", "sync", {})]
 
 
 def test_a_restart_converges_the_cells_and_never_makes_a_second_cell1(start, monkeypatch, tmp_path):
     calls = _sync(start, monkeypatch, tmp_path, LIST_CELLS)
-    assert ["cell_v2", "create_cell", "--name", "cell1"] not in calls
-    assert calls[2] == ["cell_v2", "update_cell", "--cell_uuid", start.CELL0, "--database_connection",
-                        "mysql+pymysql://nova:secret@db/nova_cell0", "--transport-url", "none:///"]
-    assert calls[3] == ["cell_v2", "update_cell", "--cell_uuid", "beeebff4-0c52-4410-b595-c80bcf9e5c18"]
-    assert calls[-1] == ["db", "sync"]
+    assert ("cell_v2", "create_cell", {"name": "cell1"}) not in calls
+    assert calls[2] == ("cell_v2", "update_cell", {"cell_uuid": start.CELL0, "transport_url": "none:///",
+                                                   "db_connection": "mysql+pymysql://nova:secret@db/nova_cell0"})
+    assert calls[3] == ("cell_v2", "update_cell", {"cell_uuid": "beeebff4-0c52-4410-b595-c80bcf9e5c18"})
+    assert calls[-1] == ("db", "sync", {})
+
+
+class _Commands:
+    """nova-manage's command classes as NovaManage calls them: an instance per call."""
+
+    def __init__(self):
+        self.printed = "| cell1 | beeebff4-0c52-4410-b595-c80bcf9e5c18 |\n"
+
+    def list_cells(self):
+        print(self.printed, end="")
+        return 0
+
+    def create_cell(self, name=None):
+        if name == "taken":
+            print("The specified transport_url and/or database_connection combination already exists\n"
+                  "for rabbit://nova:pw@mq:5672/\n")
+            return 2
+
+    def update_cell(self, cell_uuid, db_connection=None):
+        raise RuntimeError(f"(pymysql.err.OperationalError) no access for {db_connection}\nsecond line")
+
+
+def _nova_manage(start):
+    manage = object.__new__(start.NovaManage)  # without importing nova
+    manage.categories = {"cell_v2": _Commands}
+    return manage
+
+
+def test_nova_manage_returns_what_a_command_printed_and_prints_nothing(start, capsys):
+    assert _nova_manage(start)("cell_v2", "list_cells") == "| cell1 | beeebff4-0c52-4410-b595-c80bcf9e5c18 |\n"
+    out, err = capsys.readouterr()
+    assert out == "" and err == "uc-nova-start: nova-manage cell_v2 list_cells\n"
+    assert _nova_manage(start)("cell_v2", "create_cell", name="cell1") == ""
+
+
+def test_nova_manage_failures_are_one_line_without_passwords(start):
+    with pytest.raises(start.Failed, match=r"^nova-manage cell_v2 create_cell failed with exit 2: for rabbit://nova:\*\*\*\*@mq:5672/$"):
+        _nova_manage(start)("cell_v2", "create_cell", name="taken")
+    with pytest.raises(start.Failed) as err:
+        _nova_manage(start)("cell_v2", "update_cell", cell_uuid="x", db_connection="mysql+pymysql://nova:s3cret@db/n")
+    assert str(err.value) == ("nova-manage cell_v2 update_cell failed: RuntimeError: (pymysql.err.OperationalError) "
+                              "no access for mysql+pymysql://nova:****@db/n")
 
 
 def test_database_connection_is_read_from_nova_conf(start, tmp_path):
