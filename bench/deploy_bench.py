@@ -2,7 +2,7 @@
 re-deploy, and the cloud it makes: `server create` to ACTIVE and to the guest's first
 console line. Prints figures and ratios to the goals; never pass/fail.
 
-Goals: minimal (a controller and a compute node) < 120 s, ha < 240 s, no-op < 10 s, an
+Goals: minimal (a controller and a compute node) < 120 s, ha < 150 s (issue 14), no-op < 10 s, an
 instance ACTIVE < 30 s and its first console line < 60 s (software emulation). Day 2 on
 container nodes: keystone healthy again after kill -9 of its process < 15 s and after
 SIGSTOP (hung) < 45 s, with no command (podman's restart policy; the agent's watchdog); a
@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-GOALS = {"minimal": 120.0, "ha": 240.0, "no-op": 10.0, "active": 30.0, "console": 60.0,
+GOALS = {"minimal": 120.0, "ha": 150.0, "no-op": 10.0, "active": 30.0, "console": 60.0,
          "kill -9": 15.0, "SIGSTOP": 45.0, "repair": 30.0, "update": 60.0, "rollback": 60.0, "failover": 10.0}
 CONTROL_PLANE_ONLY = """\
 parameter_defaults: {ComputeCount: 0}
