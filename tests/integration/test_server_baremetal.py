@@ -172,7 +172,8 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
         assert time.monotonic() < deadline, f"the deployed node's agent did not check in: {srv}"
         time.sleep(3)
     assert_firmware(lab)
-    assert redfish(lab).boot_mode() == lab["boot_mode"]
+    # sushy-tools reports UEFI for an OVMF domain, no mode at all for a SeaBIOS one
+    assert redfish(lab).boot_mode() == ("uefi" if lab["boot_mode"] == "uefi" else None)
     print(f"bare metal ({lab['boot_mode']}): stack create -> active {deployed:.0f} s, "
           f"-> agent check-in {time.monotonic() - t0:.0f} s")
     ip = srv["addresses"]["ctlplane"][0]
