@@ -46,6 +46,22 @@ def listing() -> list[dict]:
     return json.loads(run_cli("image", "list", "-f", "json").stdout)
 
 
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+
+
+def firmware_args(firmware: str, tmp: Path) -> list[str]:
+    """qemu's firmware: SeaBIOS (its default), or OVMF with a fresh copy of its variable store."""
+    if firmware == "bios":
+        return []
+    if not OVMF_CODE.exists():
+        pytest.skip(f"no {OVMF_CODE} (apt-get install ovmf)")
+    vars_copy = tmp / "OVMF_VARS.fd"
+    shutil.copyfile(OVMF_VARS, vars_copy)
+    return ["-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
+            "-drive", f"if=pflash,format=raw,file={vars_copy}"]
+
+
 def boot_until(qemu_args: list[str], pattern: str, timeout: float = 300, memory: str = "1024") -> str:
     """Boot under TCG; return the serial console output once `pattern` shows (fail on timeout)."""
     need("qemu-system-x86_64")
@@ -100,7 +116,10 @@ def test_oci_node_image_runs_the_agent_in_podman(uc_home):
     assert "up to date" in r2.stderr and [i["id"] for i in rows2] == [img["id"]]
 
 
-def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home):
+@pytest.mark.parametrize("firmware", ["bios", "uefi"])
+def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home, firmware):
+    """One image for both firmwares: extlinux in the MBR's active partition 1 (root, last on
+    the disk, so growroot grows it), GRUB at /EFI/BOOT/BOOTX64.EFI of the ESP, partition 2."""
     r, rows = build("overcloud-full", "--type", "qcow2")
     assert r.returncode == 0, r.stderr
     assert sorted(i["hypervisor_type"] for i in rows) == ["baremetal", "vm"]
@@ -111,14 +130,17 @@ def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home):
     node_disk = uc_home.path / "node.qcow2"
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(disk), "-F", "qcow2", str(node_disk), "3G"],
                    check=True)
-    console = boot_until(["-drive", f"file={node_disk},format=qcow2,if=virtio"],
-                         r"python3\[\d+\]: undercloud-agent \d")
+    console = boot_until([*firmware_args(firmware, uc_home.path), "-drive", f"file={node_disk},format=qcow2,if=virtio"],
+                         r"python3\[\d+\]: undercloud-agent \d", timeout=420)
     assert "Linux version" in console
+    assert ("undercloud: UEFI boot of /boot/vmlinuz-" in console) == (firmware == "uefi")
     grown = re.search(r"undercloud-growroot: / is (\d+) MB", console)
     assert grown and int(grown.group(1)) > 2500, "the root file system did not grow to the disk"
 
 
-def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home):
+@pytest.mark.parametrize("firmware", ["bios", "uefi"])
+def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home, firmware):
+    """isolinux for BIOS, GRUB (the ISO's second El Torito image) for UEFI."""
     r, rows = build("deploy-ramdisk")
     assert r.returncode == 0, r.stderr
     by = {i["disk_format"]: i for i in rows}
@@ -126,9 +148,10 @@ def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home):
     assert by["iso"]["properties"]["kernel_id"] == by["aki"]["id"]
     assert by["iso"]["properties"]["ramdisk_id"] == by["ari"]["id"]
     iso = uc_home.path / "images" / "blobs" / by["iso"]["checksum"]
-    console = boot_until(["-cdrom", str(iso), "-boot", "d"], r"undercloud-agent: starting \(undercloud-agent \d",
-                         memory="1536")
+    console = boot_until([*firmware_args(firmware, uc_home.path), "-cdrom", str(iso), "-boot", "d"],
+                         r"undercloud-agent: starting \(undercloud-agent \d", memory="1536", timeout=420)
     assert "undercloud deploy ramdisk" in console
+    assert ("undercloud: UEFI boot of /vmlinuz" in console) == (firmware == "uefi")
 
 
 def _mounts_under(path: Path) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,30 @@ def test_lab_refuses_a_second_up_and_bad_options(lab_home: Home):
     lab_up("--nodes", "1", "--memory", "256", "--disk", "1")
     r = run_cli("lab", "up", "--nodes", "1")
     assert r.returncode == 1 and "already up" in r.stderr
+
+
+@pytest.mark.timeout(600)
+def test_a_uefi_lab_boots_ovmf_reports_it_and_down_removes_its_variable_store(lab_home: Home):
+    r = run_cli("lab", "up", "--nodes", "1", "--boot-mode", "efi")
+    assert r.returncode == 2 and "'efi' is not one of 'bios', 'uefi'" in r.stderr and "Traceback" not in r.stderr
+    status = lab_up("--nodes", "1", "--boot-mode", "uefi", "--memory", "256", "--disk", "1")
+    assert status["boot_mode"] == "uefi"
+    node = json.loads(Path(status["instackenv"]).read_text())["nodes"][0]
+    assert node["capabilities"] == "boot_mode:uefi"  # Ironic's capability, for the scheduler and the deploy
+    name = node["name"]
+    loader = ET.fromstring(labmod.virsh("dumpxml", "--inactive", name).stdout).find("os/loader")
+    assert loader is not None and loader.get("type") == "pflash" and loader.text == str(labmod.OVMF_CODE)
+    from undercloud.provisioning import drivers
+    from undercloud.provisioning.instackenv import parse
+
+    spec = parse(Path(status["instackenv"]).read_text(), "instackenv.json")[0]
+    assert spec.properties["capabilities"] == {"boot_mode": "uefi"}
+    bmc = drivers.get(spec.driver, spec.driver_info)
+    assert bmc.boot_mode() == "uefi"  # what the Redfish emulator reports for an OVMF domain
+    bmc.set_power("on")
+    assert domstate(name) == "running"
+    nvram = labmod.NVRAM / f"{name}_VARS.fd"
+    assert nvram.stat().st_size == labmod.OVMF_VARS.stat().st_size  # libvirt's copy of the template
+    r = run_cli("lab", "down", timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert not nvram.exists()

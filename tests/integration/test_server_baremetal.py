@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -66,13 +67,15 @@ def lab(uc_home, tmp_path, request):
         pytest.skip(f"the virtual lab cannot run here: {why}")
     params = dict(getattr(request, "param", {}))
     bmc_type = params.pop("bmc", "redfish")
+    boot_mode = params.pop("boot_mode", "bios")
     for var, value in params.items():
         os.environ[var] = value  # read by the service this test starts
     try:
         for args in (("overcloud-full", "--type", "qcow2"), ("deploy-ramdisk",)):
             r = run_cli("image", "build", *args, timeout=1800)
             assert r.returncode == 0, r.stderr[-2000:]
-        r = run_cli("lab", "up", "--nodes", "1", "--bmc", bmc_type, "--memory", "2048", "--disk", "8", timeout=300)
+        r = run_cli("lab", "up", "--nodes", "1", "--bmc", bmc_type, "--memory", "2048", "--disk", "8",
+                    "--boot-mode", boot_mode, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         lab = Lab(uc_home)
         env = json.loads(lab.instackenv.read_text())
@@ -83,7 +86,7 @@ def lab(uc_home, tmp_path, request):
         assert r.returncode == 0, r.stderr[-2000:]
         node = env["nodes"][0]["name"]
         assert node_state(node)["provision_state"] == "available"
-        yield {"home": uc_home, "lab": lab, "node": node, "tmp": tmp_path}
+        yield {"home": uc_home, "lab": lab, "node": node, "tmp": tmp_path, "boot_mode": boot_mode}
     finally:
         for var in params:
             os.environ.pop(var, None)
@@ -130,7 +133,22 @@ def leftovers(lab, server_id: str) -> dict:
     }
 
 
+def assert_firmware(lab) -> None:
+    """The node's VM runs the firmware its lab was made with: OVMF can boot nothing but EFI
+    binaries (the ISO's or the disk's GRUB), SeaBIOS nothing but BIOS boot code."""
+    from undercloud.lab.lab import OVMF_CODE, virsh
+
+    loader = ET.fromstring(virsh("dumpxml", lab["node"]).stdout).find("os/loader")
+    if lab["boot_mode"] == "uefi":
+        assert loader is not None and loader.text == str(OVMF_CODE)
+    else:
+        assert loader is None or loader.get("type") != "pflash"
+
+
+@pytest.mark.parametrize("lab", [{}, {"boot_mode": "uefi"}], indirect=True, ids=["bios", "uefi"])
 def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
+    """By Redfish virtual media (the deploy ISO: isolinux under BIOS, GRUB under UEFI), then
+    the deployed disk (extlinux, or GRUB from its EFI system partition)."""
     t0 = time.monotonic()
     r = stack_create(lab, "bm")
     assert r.returncode == 0, r.stderr[-3000:] + "\n" + json.dumps(node_state(lab["node"]))
@@ -153,7 +171,11 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     while not (srv := server())["agent_checked_in"]:
         assert time.monotonic() < deadline, f"the deployed node's agent did not check in: {srv}"
         time.sleep(3)
-    print(f"bare metal: stack create -> active {deployed:.0f} s, -> agent check-in {time.monotonic() - t0:.0f} s")
+    assert_firmware(lab)
+    # sushy-tools reports UEFI for an OVMF domain, no mode at all for a SeaBIOS one
+    assert redfish(lab).boot_mode() == ("uefi" if lab["boot_mode"] == "uefi" else None)
+    print(f"bare metal ({lab['boot_mode']}): stack create -> active {deployed:.0f} s, "
+          f"-> agent check-in {time.monotonic() - t0:.0f} s")
     ip = srv["addresses"]["ctlplane"][0]
     out = cli_json("stack", "output", "show", "bm", "--all")
     assert {o["output_key"]: o["output_value"] for o in out}["ip"] == ip
@@ -167,10 +189,12 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
                                          "media inserted": None}
 
 
-@pytest.mark.parametrize("lab", [{"bmc": "ipmi"}], indirect=True)
+@pytest.mark.parametrize("lab", [{"bmc": "ipmi"}, {"bmc": "ipmi", "boot_mode": "uefi"}], indirect=True,
+                         ids=["bios", "uefi"])
 def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):
-    """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE, DHCP from
-    the undercloud's dnsmasq on the lab bridge, kernel and initramfs over HTTP)."""
+    """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE — under OVMF
+    the EFI build in the NIC's option ROM —, DHCP from the undercloud's dnsmasq on the lab
+    bridge, kernel and initramfs over HTTP)."""
     t0 = time.monotonic()
     r = stack_create(lab, "bm")
     assert r.returncode == 0, r.stderr[-3000:] + "\n" + json.dumps(node_state(lab["node"]))
@@ -188,7 +212,8 @@ def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab)
     while not (srv := server())["agent_checked_in"]:
         assert time.monotonic() < deadline, f"the deployed node's agent did not check in: {srv}"
         time.sleep(3)
-    print(f"bare metal by PXE: stack create -> active {deployed:.0f} s, "
+    assert_firmware(lab)
+    print(f"bare metal by PXE ({lab['boot_mode']}): stack create -> active {deployed:.0f} s, "
           f"-> agent check-in {time.monotonic() - t0:.0f} s")
     r = run_cli("stack", "delete", "bm", "--wait", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -39,7 +39,8 @@ GATEWAY = "192.0.2.1"
 
 
 @pytest.fixture
-def world(tmp_path, monkeypatch):
+def world(tmp_path, monkeypatch, request):
+    """`request.param`: more instackenv fields of the node (e.g. capabilities)."""
     if not shutil.which("xorriso"):
         pytest.skip("xorriso is not installed")
     fake.reset()
@@ -64,7 +65,7 @@ def world(tmp_path, monkeypatch):
     nodes.import_nodes(json.dumps({"nodes": [{
         "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
         "ports": [{"address": "52:54:00:aa:bb:01"}], "cpu": 1, "memory": 2048, "disk": 10, "arch": "x86_64",
-        "root_device": {"size": ">= 5"}}]}))
+        "root_device": {"size": ">= 5"}, **getattr(request, "param", {})}]}))
     for verb in ("manage", "provide"):
         nodes.act("bm-node", verb)
         wait_state(nodes, {"manageable", "available"})
@@ -138,6 +139,7 @@ def test_deploy_call_back_finish_and_delete(world, monkeypatch):
     assert realiser.callback(spec.id, req["token"], True, None)["acknowledged"] is True
     n = wait_state(nodes, {states.ACTIVE})
     assert machine["media"] is None and machine["boot"] == "disk" and machine["power"] == "on"
+    assert "boot_mode" not in machine  # a node without the boot_mode capability: its firmware untouched
     st = realiser.status(spec)
     assert st.status == ACTIVE and st.addresses == {"ctlplane": ["192.0.2.100"]}
     assert not (realiser._dir(spec.id) / "deploy.iso").exists()
@@ -152,6 +154,19 @@ def test_deploy_call_back_finish_and_delete(world, monkeypatch):
     assert n["instance_uuid"] is None and machine["power"] == "off"
     assert realiser.status(spec).status == DELETED
     assert not realiser._dir(spec.id).exists()
+
+
+@pytest.mark.parametrize("world", [{"capabilities": "boot_mode:uefi"}], indirect=True)
+def test_a_uefi_node_has_its_bmc_switched_to_uefi_before_the_ramdisk_boots(world):
+    realiser, nodes, images = world
+    machine = fake.machine_state("fake-bm")
+    machine["boot_mode"] = "bios"
+    spec = spec_for(realiser, images, nodes)
+    realiser.create(spec)
+    wait_state(nodes, {states.DEPLOY_WAIT})
+    assert machine["boot_mode"] == "uefi" and machine["boot"].startswith("cd") and machine["power"] == "on"
+    realiser.delete(spec)
+    assert wait_state(nodes, {states.AVAILABLE})["instance_uuid"] is None
 
 
 def test_a_ramdisk_failure_fails_the_deploy_with_its_reason_and_undeploy_recovers(world):

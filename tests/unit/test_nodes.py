@@ -68,6 +68,12 @@ def test_import_maps_instackenv_fields(svc):
     assert n["allowed_verbs"] == ["manage"]
 
 
+def test_import_takes_the_boot_mode_capability(svc):
+    svc.import_nodes(env(node(1, capabilities="boot_mode:uefi"), node(2, capabilities={"boot_mode": "bios"})), "e")
+    assert svc.get("n1")["properties"]["capabilities"] == {"boot_mode": "uefi"}
+    assert svc.get("n2")["properties"]["capabilities"] == {"boot_mode": "bios"}
+
+
 def test_import_yaml_and_legacy_mac_list(svc):
     svc.import_nodes("nodes:\n  - name: y1\n    pm_type: fake\n    pm_addr: fy\n    mac: ['AA:BB:CC:DD:EE:01']\n",
                      "env.yaml")
@@ -111,6 +117,7 @@ def test_import_refuses_what_is_already_enrolled(svc):
     (env(node(1, ports=[{"address": "zz"}])), "'zz' is not a MAC address"),
     (json.dumps({"nodes": [], "extra": 1}), "extra: unknown field"),
     (env({"name": "r", "pm_type": "redfish", "pm_addr": "1.2.3.4"}), "pm_user: required for pm_type redfish"),
+    (env(node(1, capabilities="boot_mode:efi")), "(n1): capabilities: unknown boot_mode 'efi' (bios or uefi)"),
 ])
 def test_import_bad_input_is_one_clear_line(svc, text, expected):
     with pytest.raises(InvalidInput) as info:

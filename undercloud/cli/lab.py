@@ -36,13 +36,15 @@ def lab() -> None:
               help="redfish: one sushy-tools emulator for all; ipmi: a pyghmi BMC per node.")
 @click.option("--memory", type=int, default=512, show_default=True, help="MB of RAM per VM.")
 @click.option("--disk", type=int, default=10, show_default=True, help="GB of (sparse qcow2) disk per VM.")
+@click.option("--boot-mode", type=click.Choice(["bios", "uefi"]), default="bios", show_default=True,
+              help="The VMs' firmware: SeaBIOS, or OVMF (UEFI; the nodes get the capability boot_mode:uefi).")
 @click.option("--cloud", help="Make the nodes empty servers of this cloud (`undercloud cloud add`) instead: "
                                 "driver openstack, power through its Nova.")
 @click.option("--flavor", help="--cloud: a flavor of the cloud (default: its own <instance>-lab, 1 vCPU, 1 GB).")
 @click.option("--network", help="--cloud: a network of the cloud (default: its own <instance>-lab).")
 @click.option("--image", help="--cloud: the boot image (default: its own blank disk <instance>-lab-empty).")
 @formatted()
-def up(count: int, bmc: str, memory: int, disk: int, cloud: str | None, flavor: str | None,
+def up(count: int, bmc: str, memory: int, disk: int, boot_mode: str, cloud: str | None, flavor: str | None,
        network: str | None, image: str | None):
     """Create the lab: N empty VMs (powered off), their BMCs, and an instackenv.json.
 
@@ -52,12 +54,14 @@ def up(count: int, bmc: str, memory: int, disk: int, cloud: str | None, flavor: 
     Run again, it makes only the servers that are missing."""
     from undercloud.lab.lab import Lab
 
+    if cloud and boot_mode != "bios":
+        raise click.UsageError("--boot-mode uefi is for the lab's own VMs, not with --cloud")
     if cloud:
         return _cloud_up(cloud, count, flavor, network, image)
     if flavor or network or image:
         raise click.UsageError("--flavor, --network and --image go with --cloud")
-    status = Lab().up(count, bmc, memory, disk)
-    note(f"lab up: {count} node(s) behind {bmc} BMCs; enrol them with:\n"
+    status = Lab().up(count, bmc, memory, disk, boot_mode)
+    note(f"lab up: {count} {boot_mode.upper()} node(s) behind {bmc} BMCs; enrol them with:\n"
          f"  undercloud node import {status['instackenv']}")
     return _flat(status)
 

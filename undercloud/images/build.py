@@ -36,6 +36,8 @@ AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package d
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
 HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",), "guest": ()}
+# Output formats revised since BUILDER_VERSION (in their key: only their outputs are made again)
+OUTPUT_FORMATS = {"qcow2": "uefi", "ramdisk": "uefi"}  # + an EFI system partition / EFI El Torito image
 GUEST_TREE = "guest"  # a guest output is the disk made of this directory of the image tree
 
 
@@ -145,7 +147,8 @@ class Builder:
             top = keys["service"] = rootfs.digest("service", i, rootfs.build_id(i),
                                                   [(e.name, e.digest()) for e in self.own_elements],
                                                   agent_digest() if uses_agent else None)
-        keys["output"] = rootfs.digest("output", top, rootfs.build_id(top), self.t.type, BUILDER_VERSION)
+        fmt = [OUTPUT_FORMATS[self.t.type]] if self.t.type in OUTPUT_FORMATS else []
+        keys["output"] = rootfs.digest("output", top, rootfs.build_id(top), self.t.type, BUILDER_VERSION, *fmt)
         return keys
 
     @property
@@ -383,8 +386,8 @@ class Builder:
             disk.oci_save(self.podman_ref, archive)
             return [art("oci", archive, "oci")]
         if self.t.type == "qcow2":
-            self.say("qcow2: partition, ext4, extlinux, qemu-img convert")
-            path = disk.qcow2(root, out, self.log)
+            self.say("qcow2: partition, ext4, extlinux, EFI system partition (GRUB), qemu-img convert")
+            path = disk.qcow2(root, out, self.log, efi=True)
             return [art("disk", path, "qcow2")]
         if self.t.type == "guest":
             self.say(f"guest: /{GUEST_TREE} as a disk: partition, ext4, extlinux, qemu-img convert")
@@ -392,7 +395,7 @@ class Builder:
                               tree=f"/{GUEST_TREE}/", element="guest-tiny")
             return [art("disk", path, "qcow2")]
         if self.t.type == "ramdisk":
-            self.say("ramdisk: kernel, initramfs (cpio + zstd), ISO (isolinux)")
+            self.say("ramdisk: kernel, initramfs (cpio + zstd), ISO (isolinux; GRUB for UEFI)")
             kernel, initramfs, iso = disk.ramdisk(root, out, self.t.name, self.log)
             return [art("kernel", kernel, "aki"), art("initramfs", initramfs, "ari"), art("iso", iso, "iso")]
         raise UndercloudError(f"unknown output type {self.t.type!r}", "--type")

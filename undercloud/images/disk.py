@@ -4,6 +4,15 @@ Disk images are made without device-mapper (this kernel has none, so diskimage-b
 kpartx-based outputs fail): sfdisk writes the partition table into the image file,
 mkfs.ext4 -d fills the partition straight from the tree (at its offset in the file), and
 only extlinux needs the file system mounted, through a loop device set at the offset.
+
+Both disk outputs boot with BIOS and with UEFI firmware (a node's `boot_mode`), from the
+same file. UEFI gets a standalone GRUB (Debian's grub-efi-amd64-bin, its configuration
+inside) at the removable-media path /EFI/BOOT/BOOTX64.EFI of a FAT file system (mtools,
+nothing mounted), so no firmware boot entry is needed:
+- the qcow2: an EFI system partition (MBR type 0xEF, partition 2) placed before the root
+  file system, which stays partition 1 and last on the disk (growroot grows it; extlinux
+  boots it under BIOS);
+- the deploy ISO: the FAT image as a second El Torito boot image (isolinux stays the BIOS one).
 """
 
 from __future__ import annotations
@@ -27,6 +36,10 @@ MBR = Path("/usr/lib/syslinux/mbr/mbr.bin")
 ISOLINUX = Path("/usr/lib/ISOLINUX/isolinux.bin")
 ISOHDPFX = Path("/usr/lib/ISOLINUX/isohdpfx.bin")
 LDLINUX = Path("/usr/lib/syslinux/modules/bios/ldlinux.c32")
+GRUB_EFI_MODULES = ("part_msdos part_gpt fat ext2 iso9660 search search_fs_file search_label linux normal "
+                    "echo test gzio efi_gop all_video")
+ISO_MARKER = ".undercloud-ramdisk"  # UEFI GRUB finds the deploy ISO (CD) by this file
+ESP_MB = 8
 KERNEL_ARGS = "console=tty0 console=ttyS0,115200n8"
 # The ramdisk writes its messages to /dev/kmsg (consoles may be absent): none dropped
 RAMDISK_ARGS = f"{KERNEL_ARGS} printk.devkmsg=on"
@@ -103,6 +116,52 @@ def ensure_podman_image(ref: str, archive: Path, say: Callable[[str], None]) -> 
         hp.podman("tag", loaded, ref)
 
 
+# ---- UEFI boot loader ---------------------------------------------------------------
+def efi_fat(config: str, out: Path, size_mb: int = ESP_MB) -> Path:
+    """A FAT file system image holding /EFI/BOOT/BOOTX64.EFI: GRUB with `config` built in."""
+    for tool, pkg in (("grub-mkstandalone", "grub-common"), ("mkfs.vfat", "dosfstools"), ("mcopy", "mtools")):
+        require(tool, pkg)
+    if not Path("/usr/lib/grub/x86_64-efi").is_dir():
+        raise UndercloudError("GRUB for UEFI is not installed (apt-get install grub-efi-amd64-bin)", "image build")
+    work = Path(tempfile.mkdtemp(prefix="uc-efi-", dir=out.parent))
+    try:
+        (work / "grub.cfg").write_text(config)
+        run(["grub-mkstandalone", "-O", "x86_64-efi", "-o", str(work / "BOOTX64.EFI"),
+             f"--install-modules={GRUB_EFI_MODULES}", f"--modules={GRUB_EFI_MODULES}", "--locales=", "--fonts=",
+             "--themes=", f"boot/grub/grub.cfg={work / 'grub.cfg'}"], timeout=120)
+        out.unlink(missing_ok=True)
+        run(["mkfs.vfat", "-C", "-n", "EFI", str(out), str(size_mb * 1024)])
+        run(["mmd", "-i", str(out), "::/EFI", "::/EFI/BOOT"])
+        run(["mcopy", "-i", str(out), str(work / "BOOTX64.EFI"), "::/EFI/BOOT/BOOTX64.EFI"])
+    finally:
+        shutil.rmtree(work)
+    return out
+
+
+def _grub_entry(kernel: str, initrd: str, args: str, search: str) -> str:
+    return (f"set timeout=0\n{search}\necho \"undercloud: UEFI boot of {kernel}\"\n"
+            f"linux {kernel} {args}\ninitrd {initrd}\nboot\n")
+
+
+def extlinux_entry(conf: Path) -> tuple[str, str, str]:
+    """(kernel, initrd, append) of the DEFAULT label of an extlinux.conf (the node-boot element's)."""
+    labels: dict[str, dict[str, str]] = {}
+    default, current = None, None
+    for line in conf.read_text().splitlines():
+        word, _, rest = line.strip().partition(" ")
+        word, rest = word.upper(), rest.strip()
+        if word == "DEFAULT":
+            default = rest
+        elif word == "LABEL":
+            current = labels.setdefault(rest, {})
+        elif current is not None and word in ("KERNEL", "LINUX", "INITRD", "APPEND"):
+            current["KERNEL" if word == "LINUX" else word] = rest
+    entry = labels.get(default or "") or next(iter(labels.values()), {})
+    if not entry.get("KERNEL"):
+        raise UndercloudError(f"{conf.name}: no kernel in its default entry", "qcow2")
+    return entry["KERNEL"], entry.get("INITRD", ""), entry.get("APPEND", "")
+
+
 # ---- qcow2 -------------------------------------------------------------------------
 def tree_size(root: Path) -> int:
     out = run(["du", "-sxb", str(root)]).stdout
@@ -125,10 +184,10 @@ def loop_mount(image: Path, offset: int, size: int):
 
 
 def qcow2(root: Path, out: Path, log: Callable[[str], None], min_mb: int = 512, spare_mb: int = 256,
-          tree: str = "/", element: str = "node-boot") -> Path:
+          tree: str = "/", element: str = "node-boot", efi: bool = False) -> Path:
     """A whole-disk image: MBR + one bootable ext4 partition with extlinux, made of `root`
     (the image's `tree`) with `spare_mb` free (a node's logs and first boot; a guest needs
-    next to nothing)."""
+    next to nothing). `efi`: also an EFI system partition before it (see the top)."""
     for tool, pkg in (("sfdisk", "fdisk"), ("mkfs.ext4", "e2fsprogs"), ("extlinux", "extlinux"),
                       ("qemu-img", "qemu-utils"), ("losetup", "mount")):
         require(tool, pkg)
@@ -138,11 +197,16 @@ def qcow2(root: Path, out: Path, log: Callable[[str], None], min_mb: int = 512, 
                               "qcow2")
     used = tree_size(root)
     fs_mb = max(min_mb, int(used / 2**20 * 1.25) + spare_mb)
-    offset = 2048 * 512
+    esp_mb = ESP_MB if efi else 0
+    offset = (1 + esp_mb) * 2**20
     raw = out / "disk.raw"
     with open(raw, "wb") as f:
         f.truncate(offset + fs_mb * 2**20)
-    run(["sfdisk", "-q", str(raw)], input="label: dos\nstart=2048, type=83, bootable\n")
+    # Partition 1 = root (growroot grows it: it must stay last), 2 = the ESP in front of it.
+    table = f"label: dos\nstart={offset // 512}, type=83, bootable\n"
+    if efi:
+        table += f"start=2048, size={esp_mb * 2048}, type=ef\n"
+    run(["sfdisk", "-q", "--no-reread", "--no-tell-kernel", str(raw)], input=table)
     # 64bit and metadata_csum are left out: extlinux (syslinux 6.04) cannot boot from them;
     # 4 KiB blocks always (a small file system gets 1 KiB ones, whose files extlinux fails to load).
     r = run(["mkfs.ext4", "-q", "-F", "-b", "4096", "-L", ROOT_LABEL, "-O", "^64bit,^metadata_csum",
@@ -153,6 +217,14 @@ def qcow2(root: Path, out: Path, log: Callable[[str], None], min_mb: int = 512, 
         log(r.stdout + r.stderr)
     with open(raw, "r+b") as f:
         f.write(MBR.read_bytes()[:440])
+    if efi:
+        kernel, initrd, append = extlinux_entry(conf)
+        search = f"search --no-floppy --set=root --label {ROOT_LABEL}"
+        esp = efi_fat(_grub_entry(kernel, initrd, append, search), out / "esp.img", esp_mb)
+        with open(esp, "rb") as src, open(raw, "r+b") as dst:
+            dst.seek(2**20)
+            shutil.copyfileobj(src, dst)
+        esp.unlink()
     path = out / "disk.qcow2"
     run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(path)], timeout=1800)
     raw.unlink()
@@ -199,10 +271,15 @@ def ramdisk(root: Path, out: Path, name: str, log: Callable[[str], None]) -> tup
         f"  KERNEL /vmlinuz\n  INITRD /initrd\n  APPEND {RAMDISK_ARGS}\n")
     os.link(kernel, iso_dir / "vmlinuz")
     os.link(initramfs, iso_dir / "initrd")
+    (iso_dir / ISO_MARKER).write_text("the undercloud deploy ramdisk\n")
+    search = f"search --no-floppy --set=root --file /{ISO_MARKER}"
+    efi_fat(_grub_entry("/vmlinuz", "/initrd", RAMDISK_ARGS, search), iso_dir / "efiboot.img", 4)
     iso = out / "deploy.iso"
+    # BIOS: isolinux (also as a hybrid MBR disk); UEFI: the FAT image as the second El Torito entry
     r = run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), "-V", name[:32].upper().replace("-", "_"),
              "-J", "-r", "-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat", "-no-emul-boot",
-             "-boot-load-size", "4", "-boot-info-table", "-isohybrid-mbr", str(ISOHDPFX), str(iso_dir)],
+             "-boot-load-size", "4", "-boot-info-table", "-isohybrid-mbr", str(ISOHDPFX),
+             "-eltorito-alt-boot", "-e", "efiboot.img", "-no-emul-boot", "-isohybrid-gpt-basdat", str(iso_dir)],
             timeout=900)
     log(r.stdout + r.stderr)
     shutil.rmtree(iso_dir)

@@ -12,6 +12,10 @@ Design (see docs/architecture.md, "The virtual lab"):
   and reach libvirt through its Unix socket: one sushy-tools Redfish emulator for all
   nodes (basic auth, restricted to this lab's domains), or one process of IPMI BMCs
   (undercloud.lab.ipmi_bmc), one UDP port per node.
+- `--boot-mode uefi`: the domains boot OVMF (Debian's `ovmf`, 4 MB flash, no Secure Boot)
+  with a copy of its variable store per domain, which `down` removes with the domain; the
+  Redfish emulator reports UEFI for them, and the instackenv.json gives each node the
+  capability `boot_mode:uefi` (Ironic's spelling).
 - `lab/state.json` in UNDERCLOUD_HOME records everything made, as it is made, so `down`
   removes exactly that even after a failed `up`.
 """
@@ -51,8 +55,12 @@ from undercloud.host.libvirt import (
     wait_for,
 )
 from undercloud.host.run import run
+from undercloud.provisioning.drivers import BOOT_MODES
 
 USER = "admin"
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")  # Debian's ovmf: UEFI without Secure Boot
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")  # the variable store each domain gets a copy of
+NVRAM = Path("/var/lib/libvirt/qemu/nvram")
 LabError = HostError  # what the lab refuses, and what the host could not do for it
 
 
@@ -113,12 +121,17 @@ class Lab:
         return record
 
     # ------------------------------------------------------------------- VMs
-    def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int, domain_type: str = "qemu") -> str:
+    def _domain_xml(self, name: str, disk: Path, mac: str, memory_mb: int, domain_type: str = "qemu",
+                    boot_mode: str = "bios") -> str:
+        firmware = ""
+        if boot_mode == "uefi":  # libvirt copies the template into the per-domain store at first start
+            firmware = (f"<loader readonly='yes' type='pflash'>{OVMF_CODE}</loader>"
+                        f"<nvram template='{OVMF_VARS}'>{NVRAM / (name + '_VARS.fd')}</nvram>")
         return f"""<domain type='{domain_type}'>
   <name>{name}</name>
   <memory unit='MiB'>{memory_mb}</memory>
   <vcpu>1</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='network'/><boot dev='hd'/></os>
+  <os><type arch='x86_64' machine='pc'>hvm</type>{firmware}<boot dev='network'/><boot dev='hd'/></os>
   <features><acpi/><apic/></features>
   <on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot>
   <devices>
@@ -144,10 +157,11 @@ class Lab:
             self._save(state)
             run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), f"{disk_gb}G"], timeout=60)
             xml = self.dir / f"{name}.xml"
-            xml.write_text(self._domain_xml(name, disk, entry["mac"], memory_mb, state["accel"]["type"]))
+            xml.write_text(self._domain_xml(name, disk, entry["mac"], memory_mb, state["accel"]["type"],
+                                            state.get("boot_mode", "bios")))
             if virsh("domuuid", name, check=False, timeout=30).returncode == 0:  # ours, left by a lost lab
                 virsh("destroy", name, check=False, timeout=30)
-                virsh("undefine", name, check=False, timeout=30)
+                virsh("undefine", "--nvram", name, check=False, timeout=30)
             virsh("define", str(xml))
             entry["uuid"] = virsh("domuuid", name).stdout.strip()
             self._save(state)
@@ -173,6 +187,9 @@ class Lab:
             f"SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n"
             f"SUSHY_EMULATOR_LIBVIRT_URI = '{LIBVIRT_URI}'\nSUSHY_EMULATOR_AUTH_FILE = '{htpasswd}'\n"
             f"SUSHY_EMULATOR_ALLOWED_INSTANCES = {uuids!r}\nSUSHY_EMULATOR_STORAGE_POOL = '{pool}'\n"
+            # a boot mode set through Redfish gets the lab's OVMF (the emulator's default is another build)
+            f"SUSHY_EMULATOR_BOOT_LOADER_MAP = {{'UEFI': {{'x86_64': '{OVMF_CODE}'}}, 'Legacy': {{'x86_64': None}}}}\n"
+            f"SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '{OVMF_VARS}'\n"
         )
         log = self.dir / "bmc.log"
         pid = self._spawn([sys.executable, "-c", "from sushy_tools.emulator.main import main; main()",
@@ -234,6 +251,8 @@ class Lab:
             node = {"name": d["name"], "pm_user": USER, "pm_password": password,
                     "ports": [{"address": d["mac"]}], "cpu": 1, "memory": state["memory_mb"],
                     "disk": state["disk_gb"], "arch": "x86_64"}
+            if state.get("boot_mode", "bios") != "bios":
+                node["capabilities"] = f"boot_mode:{state['boot_mode']}"
             if bmc["type"] == "redfish":
                 node.update(pm_type="redfish", pm_addr="http://127.0.0.1", pm_port=bmc["port"],
                             pm_system_id=d["uuid"])
@@ -244,12 +263,17 @@ class Lab:
         self.instackenv.write_text(json.dumps({"nodes": nodes}, indent=2) + "\n")
 
     # ------------------------------------------------------------------ verbs
-    def up(self, nodes: int, bmc: str = "redfish", memory_mb: int = 512, disk_gb: int = 10) -> dict:
+    def up(self, nodes: int, bmc: str = "redfish", memory_mb: int = 512, disk_gb: int = 10,
+           boot_mode: str = "bios") -> dict:
         reason = available()
         if reason:
             raise LabError(f"cannot make the virtual lab here: {reason}")
         if bmc not in ("redfish", "ipmi"):
             raise LabError(f"unknown BMC type {bmc!r} (redfish or ipmi)")
+        if boot_mode not in BOOT_MODES:
+            raise LabError(f"unknown boot mode {boot_mode!r} ({' or '.join(BOOT_MODES)})")
+        if boot_mode == "uefi" and not (OVMF_CODE.exists() and OVMF_VARS.exists()):
+            raise LabError(f"--boot-mode uefi needs {OVMF_CODE} and {OVMF_VARS} (apt-get install ovmf)")
         if not 1 <= nodes <= 64:
             raise LabError(f"--nodes must be between 1 and 64, got {nodes}")
         if self.state():
@@ -257,7 +281,7 @@ class Lab:
         accel = accelerator()  # KVM only when a probe boot shows it works (at most ~15 s, once per machine)
         self.dir.mkdir(parents=True, exist_ok=True)
         state: dict[str, Any] = {"instance": self.instance, "netns": self.netns, "memory_mb": memory_mb,
-                                 "disk_gb": disk_gb, "bmc_type": bmc, "created_at": time.time(),
+                                 "disk_gb": disk_gb, "bmc_type": bmc, "boot_mode": boot_mode, "created_at": time.time(),
                                  "accel": {"type": accel.type, "reason": accel.reason}}
         self._save(state)
         try:
@@ -296,7 +320,7 @@ class Lab:
                                                           else ",".join(map(str, bmc.get("ports", []))))
                    + (f" (pid {bmc.get('pid')})" if bmc_ok else " NOT RUNNING"),
             "libvirtd": f"pid {libvirtd_pid()}" if libvirtd_pid() else "NOT RUNNING",
-            "accel": _accel_line(state.get("accel")),
+            "accel": _accel_line(state.get("accel")), "boot_mode": state.get("boot_mode", "bios"),
             "nodes": domains, "instackenv": state.get("instackenv"),
         }
 
@@ -322,8 +346,8 @@ class Lab:
             names |= {n for n in listed if n.startswith(f"{self.instance}-node-")}
             for name in sorted(names):
                 virsh("destroy", name, check=False, timeout=30)
-                if virsh("undefine", name, check=False, timeout=30).returncode == 0:
-                    removed.append(f"domain {name}")
+                if virsh("undefine", "--nvram", name, check=False, timeout=30).returncode == 0:
+                    removed.append(f"domain {name}")  # with its UEFI variable store, if any
         for d in state.get("domains", []):
             disk = Path(d["disk"])
             if disk.exists():

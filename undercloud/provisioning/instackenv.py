@@ -210,6 +210,9 @@ def _properties(entry: dict, path: tuple, label: str, bad) -> tuple[dict, list[s
         parsed = parse_capabilities(caps)
         if parsed is None:
             bad(path + ("capabilities",), label, "capabilities: expected 'key:value,...' or a mapping")
+        elif parsed.get("boot_mode", "bios") not in drivers.BOOT_MODES:
+            bad(path + ("capabilities",), label, f"capabilities: unknown boot_mode {parsed['boot_mode']!r} "
+                                                 f"({' or '.join(drivers.BOOT_MODES)})")
         else:
             props["capabilities"] = parsed
     if entry.get("root_device") is not None:

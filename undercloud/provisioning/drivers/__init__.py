@@ -24,6 +24,7 @@ ALIASES = {"pxe_ipmitool": "ipmi", "ipmitool": "ipmi", "fake-hardware": "fake", 
 POWER_STATES = ("on", "off")
 POWER_ACTIONS = ("on", "off", "reboot")
 BOOT_DEVICES = ("pxe", "disk", "cd")
+BOOT_MODES = ("bios", "uefi")  # a node's `boot_mode` capability (Ironic's values)
 MASK = "******"
 
 
@@ -87,6 +88,14 @@ class Driver:
         """Where a ramdisk on this node is and reaches the undercloud: `mac`, `address`,
         `prefix` and `undercloud` (this host's address there); None: on the lab network."""
         return None
+
+    def boot_mode(self) -> str | None:
+        """The firmware's boot mode ("bios" or "uefi") as the BMC reports it; None: it cannot tell."""
+        return None
+
+    def set_boot_mode(self, mode: str) -> None:
+        """Switch the firmware to `mode` (one of BOOT_MODES) for the boots that follow."""
+        raise DriverError(f"{self.where} cannot set the boot mode")
 
     def insert_media(self, url: str) -> None:
         raise DriverError(f"{self.name} does not support virtual media")

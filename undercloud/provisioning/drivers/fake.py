@@ -53,6 +53,13 @@ class FakeDriver(Driver):
         self._step("boot")
         self._machine()["boot"] = device
 
+    def boot_mode(self) -> str | None:
+        return self._machine().get("boot_mode", "bios")
+
+    def set_boot_mode(self, mode: str) -> None:
+        self._step("boot")
+        self._machine()["boot_mode"] = mode
+
     def inventory(self) -> dict | None:
         self._step("inventory")
         return {**DEFAULT_INVENTORY, **self.info.get("inventory", {})}

@@ -106,6 +106,18 @@ class RedfishDriver(Driver):
         device = {"pxe": "pxe", "hdd": "disk", "cd": "cd"}.get(target, target)
         return device, str(getattr(boot.enabled, "value", boot.enabled)).lower() == "continuous"
 
+    def boot_mode(self) -> str | None:
+        system = self.system()
+        self._call("read the boot mode", system.refresh)
+        mode = str(getattr(system.boot.mode, "value", system.boot.mode) or "").lower()
+        return {"uefi": "uefi", "legacy": "bios"}.get(mode)
+
+    def set_boot_mode(self, mode: str) -> None:
+        sushy = _sushy()
+        value = {"uefi": sushy.BootSourceOverrideMode.UEFI, "bios": sushy.BootSourceOverrideMode.LEGACY}[mode]
+        system = self.system()
+        self._call(f"set boot mode {mode}", lambda: system.set_system_boot_options(mode=value))
+
     def inventory(self) -> dict | None:
         system = self.system()
 

@@ -343,6 +343,7 @@ class BaremetalRealiser(Realiser):
 
         iso = self._dir(node.instance_uuid or "-") / "deploy.iso"
         armed = [m for m in node.macs if (self.netboot.armed(m) or {}).get("ident") == node.instance_uuid]
+        _set_boot_mode(driver, node)
         if armed:
             _boot_from_network(driver)
             log.info("node %s: deploy ramdisk booting from the network (%s)", node.label, armed[0])
@@ -384,6 +385,7 @@ class BaremetalRealiser(Realiser):
         request = {"mode": "inspect", "url": f"http://{gateway}:{self.env.api_port}", "server_id": ident,
                    "token": token, "node": node.label,
                    "network": {"mac": mac, "address": address, "prefix": prov.prefix}}
+        _set_boot_mode(driver, node)
         if boot == "pxe":
             self.netboot.arm(mac=mac, ident=ident, node=node.label, address=address, prefix=prov.prefix,
                              base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
@@ -480,6 +482,16 @@ class BaremetalRealiser(Realiser):
                                     error=None if ok and inv else (error or "the ramdisk reported no inventory"))
         except Conflict as exc:
             log.warning("node %s: inspection finished but %s", record.label, exc)
+
+
+def _set_boot_mode(driver, node) -> None:
+    """The node's `boot_mode` capability (Ironic's), set on the BMC where it reports another
+    mode. The images boot either way (images/disk.py); nodes without the capability, and BMCs
+    that cannot tell (IPMI), are left as they are."""
+    wanted = ((node.properties or {}).get("capabilities") or {}).get("boot_mode")
+    if wanted and driver.boot_mode() not in (None, wanted):
+        driver.set_boot_mode(wanted)
+        log.info("node %s: boot mode set to %s", node.label, wanted)
 
 
 def _boot_from_media(driver, iso) -> None:
