@@ -253,7 +253,8 @@ def test_network_boot_answers_only_an_armed_mac(svc):
     file name, odd or not, gets a 404 and one line."""
     for path in ("/v1/deploy/boot/52:54:00:aa:bb:01", "/v1/deploy/boot/${mac}", "/v1/deploy/boot/" + "a" * 5000,
                  "/v1/deploy/boot/52:54:00:aa:bb:01/secret/vmlinuz", "/v1/deploy/boot/52:54:00:aa:bb:01/s/request",
-                 "/v1/deploy/boot/..%2F..%2Fadmin.token/s/initrd", "/v1/deploy/boot/52-54-00-aa-bb-01/s/..%2Fx"):
+                 "/v1/deploy/boot/..%2F..%2Fadmin.token/s/initrd", "/v1/deploy/boot/52-54-00-aa-bb-01/s/..%2Fx",
+                 "/v1/deploy/boot/x%0Ay%0B%C2%A7"):  # a new line in the MAC stays out of the one line
         refused(httpx.get(svc.url + path), 404)
     healthy(svc)
 

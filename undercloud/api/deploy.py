@@ -45,7 +45,8 @@ def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context 
 def boot_script(mac: str, ctx: Context = Depends(get_context)):
     script = ctx.servers.realiser("baremetal").netboot.script(mac)
     if script is None:
-        return JSONResponse({"error": f"no network boot is armed for {mac[:17]}", "where": None}, status_code=404)
+        # repr: whatever the path holds (a new line, a control character) stays on one line
+        return JSONResponse({"error": f"no network boot is armed for {mac[:17]!r}", "where": None}, status_code=404)
     return PlainTextResponse(script)
 
 

@@ -7,6 +7,8 @@ A store is a database plus its key file (store/crypto.py). Its schema is Alembic
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,10 +38,20 @@ SQLITE_BUSY_MS = 60000  # another process (or connection) writing: wait this lon
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+    # Turning a new file to WAL needs a lock SQLite does not wait for: when several processes
+    # open a new store at once, one of them may hold it for a moment. Ask again until it is free.
+    deadline = time.monotonic() + SQLITE_BUSY_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
     cur.close()
 
 

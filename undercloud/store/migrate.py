@@ -26,7 +26,7 @@ from alembic.migration import MigrationContext  # noqa: E402
 from alembic.runtime.environment import EnvironmentContext  # noqa: E402
 from alembic.script import ScriptDirectory  # noqa: E402
 from sqlalchemy import func, inspect, select  # noqa: E402
-from sqlalchemy.exc import IntegrityError  # noqa: E402
+from sqlalchemy.exc import IntegrityError, OperationalError  # noqa: E402
 
 from undercloud.errors import UndercloudError  # noqa: E402
 
@@ -124,7 +124,7 @@ def downgrade(store, target: str) -> None:
             env.run_migrations()
 
 
-def _check_key(store) -> None:
+def _check_key(store, tries: int = 5) -> None:
     """The store's key-check value decrypts with this key (it is written once, at creation)."""
     from undercloud.store.meta import KEY_CHECK, StoreMeta
 
@@ -136,5 +136,10 @@ def _check_key(store) -> None:
                 raise UndercloudError(f"store {store.display_url}: {exc.message}") from None
             if value is None:
                 s.add(StoreMeta(key=KEY_CHECK, value={"undercloud": True}))
-    except IntegrityError:  # another opener of the new store wrote it first: ours must read it
-        _check_key(store)
+    except (IntegrityError, OperationalError) as exc:
+        # Another opener of the new store wrote first: ours must read what it wrote. SQLite
+        # refuses our write at once ("locked", no busy wait) when another connection committed
+        # after our read began, so that too means: read again.
+        if tries <= 1 or (isinstance(exc, OperationalError) and "locked" not in str(exc.orig)):
+            raise
+        _check_key(store, tries - 1)
