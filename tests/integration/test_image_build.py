@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import need, need_root, run_cli
+from tests.conftest import extended, need, need_root, run_cli
 from undercloud.host import podman as hp
 
 BUILD_TIMEOUT = 1500
@@ -116,7 +116,8 @@ def test_oci_node_image_runs_the_agent_in_podman(uc_home):
     assert "up to date" in r2.stderr and [i["id"] for i in rows2] == [img["id"]]
 
 
-@pytest.mark.parametrize("firmware", ["bios", "uefi"])
+@pytest.mark.parametrize("firmware", ["bios", pytest.param("uefi", marks=extended(
+    "the UEFI bare-metal deploy (test_server_baremetal), which boots this disk under OVMF"))])
 def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home, firmware):
     """One image for both firmwares: extlinux in the MBR's active partition 1 (root, last on
     the disk, so growroot grows it), GRUB at /EFI/BOOT/BOOTX64.EFI of the ESP, partition 2."""
@@ -138,7 +139,8 @@ def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home, f
     assert grown and int(grown.group(1)) > 2500, "the root file system did not grow to the disk"
 
 
-@pytest.mark.parametrize("firmware", ["bios", "uefi"])
+@pytest.mark.parametrize("firmware", ["bios", pytest.param("uefi", marks=extended(
+    "the UEFI bare-metal deploy (test_server_baremetal), which boots this ISO under OVMF"))])
 def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home, firmware):
     """isolinux for BIOS, GRUB (the ISO's second El Torito image) for UEFI."""
     r, rows = build("deploy-ramdisk")

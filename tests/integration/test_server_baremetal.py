@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import lab_addresses, need_root, run_cli
+from tests.conftest import extended, lab_addresses, need_root, run_cli
 
 DEPLOY_TIMEOUT = 1500  # stack create -> active (ramdisk boot, 280 MB download + write under TCG)
 BOOT_TIMEOUT = 600     # active -> the deployed OS's agent checks in
@@ -145,7 +145,9 @@ def assert_firmware(lab) -> None:
         assert loader is None or loader.get("type") != "pflash"
 
 
-@pytest.mark.parametrize("lab", [{}, {"boot_mode": "uefi"}], indirect=True, ids=["bios", "uefi"])
+@pytest.mark.parametrize("lab", [
+    pytest.param({}, id="bios", marks=extended("the BIOS ISO boot (test_image_build) and the BIOS network-boot deploy")),
+    pytest.param({"boot_mode": "uefi"}, id="uefi")], indirect=True)
 def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     """By Redfish virtual media (the deploy ISO: isolinux under BIOS, GRUB under UEFI), then
     the deployed disk (extlinux, or GRUB from its EFI system partition)."""
@@ -189,8 +191,10 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
                                          "media inserted": None}
 
 
-@pytest.mark.parametrize("lab", [{"bmc": "ipmi"}, {"bmc": "ipmi", "boot_mode": "uefi"}], indirect=True,
-                         ids=["bios", "uefi"])
+@pytest.mark.parametrize("lab", [
+    pytest.param({"bmc": "ipmi"}, id="bios"),
+    pytest.param({"bmc": "ipmi", "boot_mode": "uefi"}, id="uefi", marks=extended(
+        "the BIOS network boot and the UEFI virtual-media deploy (one leg each)"))], indirect=True)
 def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):
     """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE — under OVMF
     the EFI build in the NIC's option ROM —, DHCP from the undercloud's dnsmasq on the lab
