@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.template_support import bundle, outputs, problems, run
-from undercloud.orchestration.template import Bundle, PlaceholderResolver, Unknown, load, render
+from undercloud.orchestration.template import (
+    Bundle,
+    PlaceholderResolver,
+    TemplateError,
+    Unknown,
+    load,
+    render,
+)
 from undercloud.orchestration.template.preview import preview
 
 V = "heat_template_version: 2021-04-16\n"
@@ -142,3 +151,47 @@ def test_bundle_from_json_refuses_garbage():
         Bundle.from_json({"template": "t", "files": {"t": 1}})
     with pytest.raises(TemplateError):
         Bundle.from_json({"files": {}})
+
+
+MID = V + """\
+parameters:
+  size: {type: string}
+resources:
+  leaf: {type: leaf.yaml, properties: {size: {get_param: size}}}
+"""
+LEAF = V + "parameters:\n  size: {type: number}\nresources:\n  r: {type: OS::Heat::Value, properties: {value: 1}}\n"
+
+
+def test_a_nested_stack_built_as_the_engine_runs_checks_its_children_with_what_it_knows_then(tmp_path):
+    """Validated at load, `size` is not known yet; the nested stack the engine builds later
+    knows it, and checks its own template resources with it (as Heat's does), whatever was
+    validated before with other values."""
+    tmpl = load(bundle(tmp_path, V + """\
+resources:
+  v: {type: OS::Heat::Value, properties: {value: big}}
+  mid: {type: mid.yaml, properties: {size: {get_attr: [v, value]}}}
+""", files={"mid.yaml": MID, "leaf.yaml": LEAF}), {})
+    assert tmpl.nested("mid", {"size": "3"}).resources["leaf"].template_file
+    with pytest.raises(TemplateError) as info:
+        tmpl.nested("mid", {"size": "big"})
+    assert info.value.problems == [f"{tmp_path}/mid.yaml:5: resources.leaf.properties.size: Parameter 'size' "
+                                   "is invalid: could not convert string to float: 'big'"]
+
+
+def test_a_tree_validated_at_load_is_not_validated_again_level_by_level(tmp_path, monkeypatch):
+    from undercloud.orchestration.template.stack import StackTemplate
+
+    built: list[tuple[str, bool]] = []
+    real = StackTemplate.child_from_file
+
+    def counting(self, key, *args):
+        built.append((key.rsplit("/", 1)[-1], args[-1]))  # (file, validating)
+        return real(self, key, *args)
+
+    monkeypatch.setattr(StackTemplate, "child_from_file", counting)
+    tmpl = load(bundle(tmp_path, V + "resources:\n  mid: {type: mid.yaml, properties: {size: '3'}}\n",
+                       files={"mid.yaml": MID, "leaf.yaml": LEAF}), {})
+    assert built == [("mid.yaml", True), ("leaf.yaml", True)]
+    mid = tmpl.nested("mid", {"size": "3"})  # as the engine: the leaf was validated with these values
+    mid.nested("leaf", {"size": "3"})
+    assert built[2:] == [("mid.yaml", False), ("leaf.yaml", False)]

@@ -251,7 +251,7 @@ class ResourceGroup(Plugin):
         var = resolved.get("index_var") if isinstance(resolved.get("index_var"), str) else "%index%"
         mprops = replace_index(mprops if isinstance(mprops, Mapping) else {}, var, "0")  # as the engine will
         try:
-            t.tree_size += count * t.child_from_file(key, used, "0", mprops, path, None, True).tree_size
+            t.tree_size += count * t.child_tree_size(key, used, "0", mprops, path, None)
         except TemplateError as exc:
             t.problems.extend(exc.problems)
 

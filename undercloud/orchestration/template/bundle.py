@@ -44,6 +44,7 @@ class Bundle:
         self.environments = list(environments or [])
         self.files: dict[str, str] = dict(files or {})
         self._parsed: dict[str, Any] = {}
+        self.validated: dict[tuple, tuple[bool, int]] = {}  # see StackTemplate.child_tree_size
 
     # ---- travel
     def to_json(self) -> dict:

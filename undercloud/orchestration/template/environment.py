@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,6 +129,9 @@ class _NotFound(Exception):
     pass
 
 
+_ROOTS = itertools.count()
+
+
 @dataclass
 class Environment:
     parameters: dict = field(default_factory=dict)
@@ -135,11 +139,15 @@ class Environment:
     registry: Registry = field(default_factory=Registry)
     encrypted_param_names: list = field(default_factory=list)
     event_sinks: list = field(default_factory=list)
+    # Which environment this is, for memos: the top one it derives from (a number never
+    # reused) and the nested stacks' names down to it. Two with the same are the same.
+    lineage: tuple = field(default_factory=lambda: (next(_ROOTS),), compare=False, repr=False)
 
     def child(self, resource_name: str, remove: tuple[str, Any] | None) -> Environment:
         """What a nested stack sees: defaults and registry, never the parent's `parameters`."""
         return Environment({}, self.parameter_defaults, self.registry.child(resource_name, remove),
-                           self.encrypted_param_names, self.event_sinks)
+                           self.encrypted_param_names, self.event_sinks,
+                           self.lineage + ((resource_name, remove),))
 
     def to_dict(self) -> dict:
         def target(v: Any) -> Any:

@@ -179,11 +179,13 @@ class StackTemplate:
         if rd is None or not rd.template_file:
             raise TemplateError([problem(self.file, 0, f"resources.{resource_name}",
                                          "not a template resource of this stack")])
-        facade = {"metadata": metadata if metadata is not None else self._safe_resolve(rd.metadata),
-                  "deletion_policy": rd.deletion_policy,
-                  "update_policy": self._safe_resolve(rd.update_policy)}
         return self.child_from_file(rd.template_file, rd.registry_key, resource_name, properties,
-                                    ("resources", resource_name), facade, validating)
+                                    ("resources", resource_name), self._facade(rd, metadata), validating)
+
+    def _facade(self, rd: ResourceDefinition, metadata: Any = None) -> dict:
+        """What the nested stack of `rd` sees of it (resource_facade)."""
+        return {"metadata": metadata if metadata is not None else self._safe_resolve(rd.metadata),
+                "deletion_policy": rd.deletion_policy, "update_policy": self._safe_resolve(rd.update_policy)}
 
     def child_from_file(self, key: str, registry_key: str | None, resource_name: str, properties: Mapping,
                         p: tuple, facade: Mapping | None, validating: bool) -> StackTemplate:
@@ -211,6 +213,22 @@ class StackTemplate:
                               check_values=self.check_values and validating)
         child.raise_problems()
         return child
+
+    def child_tree_size(self, key: str, registry_key: str | None, resource_name: str, properties: Mapping,
+                        p: tuple, facade: Mapping | None) -> int:
+        """Validate the nested stack of template file `key` (as `child_from_file(...,
+        validating=True)`); returns how many resources its tree holds. Each nested stack the
+        engine builds as it runs validates its own template resources again, as Heat's does;
+        the answers for the same inputs are kept in the bundle, so a tree validated at create
+        is not validated again level by level. Only successes are kept."""
+        memo = (key, registry_key, self.environment.lineage, self.stack_name, resource_name, self.project_id,
+                self.depth, self.secrets, repr(properties), repr(facade))
+        hit = self.bundle.validated.get(memo)
+        if hit is not None and (hit[0] or not self.check_values):  # values checked: a superset
+            return hit[1]
+        size = self.child_from_file(key, registry_key, resource_name, properties, p, facade, True).tree_size
+        self.bundle.validated[memo] = (self.check_values, size)
+        return size
 
     def _safe_resolve(self, snippet: Any) -> Any:
         try:

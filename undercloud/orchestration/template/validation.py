@@ -78,7 +78,8 @@ def placeholder_properties(t: StackTemplate, rd: ResourceDefinition) -> dict:
 def _validate_child(t: StackTemplate, rd: ResourceDefinition) -> None:
     props = placeholder_properties(t, rd)
     try:
-        t.tree_size += t.nested(rd.name, props, validating=True).tree_size
+        t.tree_size += t.child_tree_size(rd.template_file, rd.registry_key, rd.name, props,
+                                         ("resources", rd.name), t._facade(rd))
     except TemplateError as exc:
         t.problems.extend(exc.problems)
 
