@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -193,12 +194,48 @@ def test_config_drive_goes_to_the_end_of_the_disk_leaving_room_to_grow_root(tmp_
 
 def test_network_data_of_the_config_drive_maps_macs_to_addresses(monkeypatch):
     done = []
-    monkeypatch.setattr(deploy, "set_address", lambda mac, a, p, persist: done.append((mac, a, p)) or "eth9")
+    monkeypatch.setattr(deploy, "set_address", lambda mac, a, p, persist, gw: done.append((mac, a, p, gw)) or "eth9")
     data = {"links": [{"id": "eth0", "ethernet_mac_address": "fa:16:3e:00:00:01"}],
             "networks": [{"link": "eth0", "type": "ipv4", "ip_address": "192.168.24.100",
                           "netmask": "255.255.255.0"}, {"link": "eth0", "type": "ipv6"}]}
     assert deploy.apply_network_data(data) == ["192.168.24.100/24 on eth9"]
-    assert done == [("fa:16:3e:00:00:01", "192.168.24.100", 24)]
+    assert done == [("fa:16:3e:00:00:01", "192.168.24.100", 24, None)]
+    # a default route (Nova's form) names the gateway; other routes are not the default
+    data["networks"][0]["routes"] = [{"network": "10.0.0.0", "netmask": "255.0.0.0", "gateway": "192.168.24.9"},
+                                     {"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "192.168.24.254"}]
+    assert deploy.apply_network_data(data) == ["192.168.24.100/24 on eth9 via 192.168.24.254"]
+    assert done[-1] == ("fa:16:3e:00:00:01", "192.168.24.100", 24, "192.168.24.254")
+
+
+def test_a_config_drive_gateway_becomes_the_nodes_default_route(tmp_path):
+    """For real, in a network namespace: the undercloud's config drive contents (a
+    provisioning network with a gateway), read by the node side, give an address and a
+    default route through that gateway on the interface with the node's MAC."""
+    from tests.conftest import need_root
+    from undercloud.provisioning.servers.base import Spec
+    from undercloud.provisioning.servers.vm_configdrive import contents
+
+    need_root()
+    spec = Spec(id="sid", name="bm0", hypervisor_type="baremetal", flavor={}, image={}, image_path=None,
+                first_boot={}, networks=[])
+    mac = "fa:16:3e:00:00:07"
+    net = contents(spec, mac, "192.168.77.10", 24, "192.168.77.254")["openstack/latest/network_data.json"]
+    ns = f"uc-gw-{tmp_path.name[-8:]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "nic0", "address", mac, "type", "veth", "peer", "name", "nic0p"],
+                       check=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "nic0p", "up"], check=True)  # so nic0 gets a carrier
+        code = ("import json, sys; from undercloud.agent import deploy; "
+                "print(deploy.apply_network_data(json.loads(sys.stdin.read()), persist=False))")
+        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], input=net.decode(),
+                           capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+        assert r.returncode == 0, r.stderr
+        assert "192.168.77.10/24 on nic0 via 192.168.77.254" in r.stdout
+        routes = subprocess.run(["ip", "-n", ns, "route", "show", "default"], capture_output=True, text=True).stdout
+        assert routes.split()[:5] == ["default", "via", "192.168.77.254", "dev", "nic0"], routes
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])
 
 
 def test_unknown_subcommand_shows_usage(capsys):
@@ -224,11 +261,11 @@ def test_vm_config_drive_layout_is_what_firstboot_reads(tmp_path):
     seen = []
     deploy_set = deploy.set_address
     try:
-        deploy.set_address = lambda mac, a, p, persist: seen.append((mac, a, p)) or "ens3"  # type: ignore[assignment]
+        deploy.set_address = lambda mac, a, p, persist, gw: seen.append((mac, a, p, gw)) or "ens3"  # type: ignore[assignment]
         deploy.apply_network_data(net)
     finally:
         deploy.set_address = deploy_set  # type: ignore[assignment]
-    assert seen == [("fa:16:3e:00:00:02", "192.168.24.101", 24)]
+    assert seen == [("fa:16:3e:00:00:02", "192.168.24.101", 24, None)]  # no gateway given: no route
     # Settings.load reads the agent part as the agent's configuration file.
     from undercloud.agent.settings import Settings
 

@@ -45,6 +45,23 @@ def test_a_configured_network_is_read_as_tripleo_writes_it(tmp_path):
     assert net.pool[0] == "127.0.0.100" and net.pool[-1] == "127.0.0.120" and len(net.pool) == 21
     assert net.virtual_ips == ("127.0.0.250", "127.0.0.251", "127.0.0.252", "127.0.0.253")
     assert net.key == "provisioning-lo"
+    # nodes being inspected get addresses of their own (TripleO's inspection_iprange)
+    assert net.inspection_pool == tuple(f"127.0.0.{h}" for h in range(130, 141))
+    assert configured(home_with(tmp_path, GOOD.replace("inspection_iprange", "# inspection_iprange"))) \
+        .inspection_pool == ()  # not given: inspection takes from the DHCP range
+
+
+def test_inspection_takes_its_addresses_from_the_inspection_range(tmp_path):
+    from undercloud.provisioning.servers.vm_net import Addresses
+    from undercloud.store.addresses import AddressTable
+    from undercloud.store.db import Store
+
+    home = home_with(tmp_path, GOOD)
+    net = configured(home)
+    table = AddressTable(Store(f"sqlite:///{tmp_path / 'uc.db'}", tmp_path / "store.key").create_schema())
+    assert Addresses(home, net.address, table, net, inspection=True).take("inspect-n1") == "127.0.0.130"
+    assert Addresses(home, net.address, table, net).take("server-1") == "127.0.0.100"
+    assert Addresses(home, net.address, table, net, inspection=True).take("inspect-n2") == "127.0.0.131"
 
 
 @pytest.mark.parametrize("change, says", [
@@ -63,6 +80,15 @@ def test_a_configured_network_is_read_as_tripleo_writes_it(tmp_path):
     (("gateway = 127.0.0.254", "gateway = 127.0.0.110"), "the range 127.0.0.100-127.0.0.120 holds the gateway"),
     (("dhcp_start = 127.0.0.100", "dhcp_start = 127.0.0.1"), "the range 127.0.0.1-127.0.0.120 holds the local_ip"),
     (("[ctlplane-subnet]", "[ctlplane-subnet"), "undercloud.conf: "),
+    (("127.0.0.130,127.0.0.140", "127.0.0.130"), "inspection_iprange: '127.0.0.130' is not two addresses"),
+    (("127.0.0.130,127.0.0.140", "127.0.0.130,x"), "inspection_iprange: '127.0.0.130,x' is not two addresses"),
+    (("127.0.0.130,127.0.0.140", "127.0.0.140,127.0.0.130"), "inspection_iprange: 127.0.0.130 comes before"),
+    (("127.0.0.130,127.0.0.140", "127.0.0.110,127.0.0.140"), "inspection_iprange: 127.0.0.110-127.0.0.140 "
+                                                           "overlaps the DHCP range 127.0.0.100-127.0.0.120"),
+    (("127.0.0.130,127.0.0.140", "127.0.0.90,127.0.0.100"), "overlaps the DHCP range"),
+    (("127.0.0.130,127.0.0.140", "127.0.0.130,10.0.0.1"), "inspection_iprange: 10.0.0.1 is not a host address"),
+    (("127.0.0.130,127.0.0.140", "127.0.0.250,127.0.0.255"), "inspection_iprange: the range 127.0.0.250-127.0.0.255 "
+                                                           "holds the gateway 127.0.0.254"),
 ])
 def test_each_mistake_is_one_line_naming_the_key(tmp_path, change, says):
     old, new = change

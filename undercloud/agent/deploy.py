@@ -132,8 +132,9 @@ def interfaces() -> dict[str, str]:
     return out
 
 
-def set_address(mac: str, address: str, prefix: int, persist: bool) -> str:
-    """Put `address/prefix` on the interface with `mac`; returns the interface name."""
+def set_address(mac: str, address: str, prefix: int, persist: bool, gateway: str | None = None) -> str:
+    """Put `address/prefix` on the interface with `mac`, and the default route through
+    `gateway` if one is given; returns the interface name."""
     deadline = time.monotonic() + 30  # NICs may still be probing at first boot
     while (dev := interfaces().get(mac.lower())) is None:
         if time.monotonic() > deadline:
@@ -143,13 +144,16 @@ def set_address(mac: str, address: str, prefix: int, persist: bool) -> str:
     if shutil.which("ip"):  # the ramdisk has iproute2; node images may have only networkd
         sh("ip", "link", "set", "dev", dev, "up")
         sh("ip", "addr", "replace", f"{address}/{prefix}", "dev", dev)
+        if gateway:
+            sh("ip", "route", "replace", "default", "via", gateway, "dev", dev)
     elif not networkd:
         raise DeployError(f"cannot set {address} on {dev}: neither ip (iproute2) nor systemd-networkd here")
     if networkd:
         # Kept across reboots; and networkd stops asking DHCP on it (80-undercloud-dhcp.network).
         unit = Path(f"/etc/systemd/network/10-undercloud-{dev}.network")
         text = (f"[Match]\nMACAddress={mac.lower()}\n\n[Network]\nAddress={address}/{prefix}\n"
-                "DHCP=no\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n")
+                + (f"Gateway={gateway}\n" if gateway else "")
+                + "DHCP=no\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n")
         if _attr(unit) != text.strip() or not has_address(address):
             unit.write_text(text)
             # `networkctl reload` needs D-Bus, which minimal images lack: restart networkd instead.
@@ -186,8 +190,11 @@ def apply_network_data(data: dict, persist: bool = True) -> list[str]:
         if not mac:
             continue
         prefix = ipaddress.ip_network(f"0.0.0.0/{net.get('netmask', '255.255.255.0')}").prefixlen
-        dev = set_address(mac, net["ip_address"], prefix, persist)
-        done.append(f"{net['ip_address']}/{prefix} on {dev}")
+        # the default route, as Nova writes it: network and netmask 0.0.0.0
+        gateway = next((r.get("gateway") for r in net.get("routes") or []
+                        if r.get("network") == "0.0.0.0" and r.get("netmask") == "0.0.0.0" and r.get("gateway")), None)
+        dev = set_address(mac, net["ip_address"], prefix, persist, gateway)
+        done.append(f"{net['ip_address']}/{prefix} on {dev}" + (f" via {gateway}" if gateway else ""))
     return done
 
 

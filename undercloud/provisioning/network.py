@@ -15,6 +15,8 @@ configured in `<home>/undercloud.conf`, with TripleO's names for it:
     dhcp_start = 192.168.24.5         # nodes get addresses from dhcp_start to dhcp_end
     dhcp_end = 192.168.24.24
     gateway = 192.168.24.254          # the nodes' router (optional; none by default)
+    inspection_iprange = 192.168.24.100,192.168.24.120   # nodes being inspected (optional;
+                                      # the DHCP range by default)
 
 Other keys of a TripleO undercloud.conf are left alone. It is read when the service starts,
 and any mistake stops the start with one line naming the key (`configured`).
@@ -42,8 +44,9 @@ class ProvisioningNetwork:
     address: str              # the undercloud's address on it
     cidr: str
     pool: tuple[str, ...]     # the addresses nodes get
-    gateway: str | None       # the nodes' router, if any
+    gateway: str | None       # the nodes' router, if any (deployed nodes' default route)
     virtual_ips: tuple[str, ...]
+    inspection_pool: tuple[str, ...] = ()  # the addresses nodes being inspected get (empty: `pool`)
 
     @property
     def prefix(self) -> int:
@@ -119,16 +122,46 @@ def configured(home) -> ProvisioningNetwork | None:
     for name, ip in (("local_ip", local.ip), ("gateway", gateway)):
         if ip is not None and int(start) <= int(ip) <= int(end):
             raise bad(section, "dhcp_start", f"the range {start}-{end} holds the {name} {ip}")
+    inspection = _inspection_range(s.get("inspection_iprange", "").strip(), cidr, (start, end),
+                                   (("local_ip", local.ip), ("gateway", gateway)),
+                                   lambda why: bad(section, "inspection_iprange", why))
     addrs = run(["ip", "-o", "addr", "show", "dev", interface], check=False, timeout=10).stdout
     if f" {local} " not in addrs:
         raise bad("DEFAULT", "local_ip", f"{local} is not on {interface} (ip addr add {local} dev {interface})")
     pool = tuple(str(ipaddress.ip_address(i)) for i in range(int(start), int(end) + 1))
-    taken = set(pool) | {str(local.ip), str(gateway)}
+    taken = set(pool) | set(inspection) | {str(local.ip), str(gateway)}
     vips = tuple(str(cidr.network_address + n) for n in VIP_HOSTS
                  if n < cidr.num_addresses - 1 and str(cidr.network_address + n) not in taken)
     return ProvisioningNetwork(key=f"provisioning-{interface}", netns=None, interface=interface,
                                address=str(local.ip), cidr=str(cidr), pool=pool,
-                               gateway=str(gateway) if gateway else None, virtual_ips=vips)
+                               gateway=str(gateway) if gateway else None, virtual_ips=vips,
+                               inspection_pool=inspection)
+
+
+def _inspection_range(text: str, cidr, dhcp: tuple, held: tuple, bad) -> tuple[str, ...]:
+    """TripleO's `inspection_iprange` (`start,end`): its own addresses, in the subnet, apart
+    from the DHCP range and from the addresses in `held` ((name, address) pairs)."""
+    if not text:
+        return ()
+    parts = [x.strip() for x in text.split(",")]
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        start, end = (ipaddress.ip_address(x) for x in parts)
+    except ValueError:
+        raise bad(f"{text!r} is not two addresses (start,end)") from None
+    hosts = (cidr.network_address, cidr.broadcast_address)
+    for ip in (start, end):
+        if ip not in cidr or ip in hosts:
+            raise bad(f"{ip} is not a host address of cidr {cidr}")
+    if int(start) > int(end):
+        raise bad(f"{end} comes before {start}")
+    if int(start) <= int(dhcp[1]) and int(dhcp[0]) <= int(end):
+        raise bad(f"{start}-{end} overlaps the DHCP range {dhcp[0]}-{dhcp[1]}")
+    for name, ip in held:
+        if ip is not None and int(start) <= int(ip) <= int(end):
+            raise bad(f"the range {start}-{end} holds the {name} {ip}")
+    return tuple(str(ipaddress.ip_address(i)) for i in range(int(start), int(end) + 1))
 
 
 def lab(home, made: tuple[str, str, str]) -> ProvisioningNetwork:

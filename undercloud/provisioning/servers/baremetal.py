@@ -160,9 +160,9 @@ class BaremetalRealiser(Realiser):
             self.env.listen(net.address)
         return f"http://{net.address}:{self.env.api_port}"
 
-    def _addresses(self, net: network.ProvisioningNetwork) -> Addresses:
+    def _addresses(self, net: network.ProvisioningNetwork, inspection: bool = False) -> Addresses:
         return Addresses(self.env.home, net.address, self.env.addresses,
-                         net if net is self.configured else None)
+                         net if net is self.configured else None, inspection)
 
     def network_info(self) -> dict:
         return self.network().info()
@@ -222,12 +222,12 @@ class BaremetalRealiser(Realiser):
         net = self._driver_network(node_id)
         boot = self._boot_interface(node_id)
         if net:  # the node's own network (a cloud's port): its address, no lab address
-            gateway, address, prefix, mac = None, net["address"], net["prefix"], net["mac"]
+            gateway, address, prefix, mac, router = None, net["address"], net["prefix"], net["mac"], None
         else:
             prov = self.network()
-            gateway = prov.address
+            gateway = prov.address  # where its address was taken (the record's name for it)
             address = self._addresses(prov).take(spec.id, fixed_ip(spec))
-            prefix, mac = prov.prefix, macs[0]
+            prefix, mac, router = prov.prefix, macs[0], prov.gateway
         token = secrets.token_urlsafe(32)
         d = self._dir(spec.id)
         d.mkdir(parents=True, exist_ok=True)
@@ -241,7 +241,7 @@ class BaremetalRealiser(Realiser):
             "root_device": (node.get("properties") or {}).get("root_device") or {},
             "network": {"mac": mac, "address": address, "prefix": prefix},
         }
-        config_drive = vm_configdrive.make(spec, mac, address, d / "configdrive.iso", prefix)
+        config_drive = vm_configdrive.make(spec, mac, address, d / "configdrive.iso", prefix, router)
         try:
             if boot == "pxe":
                 self.netboot.arm(mac=mac, ident=spec.id, node=label, address=address, prefix=prefix,
@@ -375,7 +375,7 @@ class BaremetalRealiser(Realiser):
         gateway = prov.address
         self._serve_api(prov)
         ident = f"inspect-{node.id}"
-        address = self._addresses(prov).take(ident)
+        address = self._addresses(prov, inspection=True).take(ident)  # from inspection_iprange, if set
         token = secrets.token_urlsafe(32)
         d = self._dir(ident)
         d.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX
 LABEL = "config-2"
 
 
-def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX) -> dict[str, bytes]:
-    """Relative path -> content of the config drive of `spec`."""
+def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX, gateway: str | None = None) -> dict[str, bytes]:
+    """Relative path -> content of the config drive of `spec`; `gateway`: the node's router."""
     fb = dict(spec.first_boot or {})
     hostname = fb.get("hostname") or spec.name
     meta = {"uuid": spec.id, "name": spec.name, "hostname": hostname, "launch_index": 0,
@@ -32,7 +32,8 @@ def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX) -> dict[s
     network = {
         "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
         "networks": [{"id": NETWORK, "link": "eth0", "type": "ipv4", "ip_address": address,
-                      "netmask": netmask, "routes": [], "network_id": NETWORK}],
+                      "netmask": netmask, "network_id": NETWORK,
+                      "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": gateway}] if gateway else []}],
         "services": [],
     }
     agent = {**fb, "hostname": hostname, "server_id": fb.get("server_id") or spec.id}
@@ -47,13 +48,13 @@ def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX) -> dict[s
     return files
 
 
-def make(spec: Spec, mac: str, address: str, out: Path, prefix: int = PREFIX) -> Path:
+def make(spec: Spec, mac: str, address: str, out: Path, prefix: int = PREFIX, gateway: str | None = None) -> Path:
     """Write the config drive ISO of `spec` to `out` (replacing it); returns `out`."""
     require("xorriso", "xorriso")
     tmp = Path(tempfile.mkdtemp(prefix="uc-configdrive-"))
     try:
         os.chmod(tmp, 0o700)
-        for rel, data in contents(spec, mac, address, prefix).items():
+        for rel, data in contents(spec, mac, address, prefix, gateway).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)

@@ -74,11 +74,12 @@ class Addresses:
     (`env.addresses`), on the lab network's key. Servers take theirs from RANGE; on a
     configured provisioning network (`network`), from its DHCP range."""
 
-    def __init__(self, home, subnet_gateway: str, table, network=None):
+    def __init__(self, home, subnet_gateway: str, table, network=None, inspection: bool = False):
         self.table = table
         self.gateway = subnet_gateway
         if network is not None:  # provisioning/network.ProvisioningNetwork
-            self.network, self.net, self.pool = network.key, ipaddress.ip_network(network.cidr), list(network.pool)
+            pool = (inspection and network.inspection_pool) or network.pool
+            self.network, self.net, self.pool = network.key, ipaddress.ip_network(network.cidr), list(pool)
             self.name = f"the provisioning network on {network.interface}"
             return
         self.network = lab_network_key(home)
