@@ -139,17 +139,24 @@ def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home, f
     assert grown and int(grown.group(1)) > 2500, "the root file system did not grow to the disk"
 
 
-@pytest.mark.parametrize("firmware", ["bios", pytest.param("uefi", marks=extended(
-    "the UEFI bare-metal deploy (test_server_baremetal), which boots this ISO under OVMF"))])
-def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home, firmware):
-    """isolinux for BIOS, GRUB (the ISO's second El Torito image) for UEFI."""
+def test_deploy_ramdisk_is_an_iso_linked_to_its_kernel_and_initramfs(uc_home):
     r, rows = build("deploy-ramdisk")
     assert r.returncode == 0, r.stderr
     by = {i["disk_format"]: i for i in rows}
     assert set(by) == {"aki", "ari", "iso"}
     assert by["iso"]["properties"]["kernel_id"] == by["aki"]["id"]
     assert by["iso"]["properties"]["ramdisk_id"] == by["ari"]["id"]
-    iso = uc_home.path / "images" / "blobs" / by["iso"]["checksum"]
+
+
+@pytest.mark.parametrize("firmware", [
+    pytest.param("bios", marks=extended("the e2e's bare-metal overcloud, whose node boots this ISO under SeaBIOS")),
+    pytest.param("uefi", marks=extended("the UEFI bare-metal deploy (test_server_baremetal), "
+                                        "which boots this ISO under OVMF"))])
+def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home, firmware):
+    """isolinux for BIOS, GRUB (the ISO's second El Torito image) for UEFI."""
+    r, rows = build("deploy-ramdisk")
+    assert r.returncode == 0, r.stderr
+    iso = uc_home.path / "images" / "blobs" / next(i for i in rows if i["disk_format"] == "iso")["checksum"]
     console = boot_until([*firmware_args(firmware, uc_home.path), "-cdrom", str(iso), "-boot", "d"],
                          r"undercloud-agent: starting \(undercloud-agent \d", memory="1536", timeout=420)
     assert "undercloud deploy ramdisk" in console

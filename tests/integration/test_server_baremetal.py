@@ -146,7 +146,8 @@ def assert_firmware(lab) -> None:
 
 
 @pytest.mark.parametrize("lab", [
-    pytest.param({}, id="bios", marks=extended("the BIOS ISO boot (test_image_build) and the BIOS network-boot deploy")),
+    pytest.param({}, id="bios", marks=extended(
+        "the e2e's bare-metal overcloud (tests/e2e/test_overcloud_vm.py), deployed the same way in BIOS")),
     pytest.param({"boot_mode": "uefi"}, id="uefi")], indirect=True)
 def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     """By Redfish virtual media (the deploy ISO: isolinux under BIOS, GRUB under UEFI), then
@@ -191,10 +192,8 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
                                          "media inserted": None}
 
 
-@pytest.mark.parametrize("lab", [
-    pytest.param({"bmc": "ipmi"}, id="bios"),
-    pytest.param({"bmc": "ipmi", "boot_mode": "uefi"}, id="uefi", marks=extended(
-        "the BIOS network boot and the UEFI virtual-media deploy (one leg each)"))], indirect=True)
+@pytest.mark.parametrize("lab", [{"bmc": "ipmi"}, {"bmc": "ipmi", "boot_mode": "uefi"}], indirect=True,
+                         ids=["bios", "uefi"])
 def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):
     """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE — under OVMF
     the EFI build in the NIC's option ROM —, DHCP from the undercloud's dnsmasq on the lab
