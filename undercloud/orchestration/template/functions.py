@@ -44,13 +44,15 @@ class _HasUnknown(Exception):
     pass
 
 
-_SCALARS = frozenset((str, int, float, bool, type(None)))  # exact types: no abc isinstance
+# The exact classes of YAML scalars: a set lookup where isinstance (with a union, or an ABC)
+# costs more; a tree has 100,000s of them. Subclasses still take the isinstance paths.
+SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def render(value: Any) -> Any:
     """Plain data for output: Unknowns become the snippet that would compute them."""
     c = value.__class__
-    if c in _SCALARS:
+    if c in SCALARS:
         return value
     if isinstance(value, Unknown):
         return render(value.snippet)
@@ -66,7 +68,7 @@ def render(value: Any) -> Any:
 def has_unknown(value: Any) -> bool:
     # called on every value a function computes: scalars (most values) answer at once
     c = value.__class__
-    if c in _SCALARS:
+    if c in SCALARS:
         return False
     if isinstance(value, Unknown):
         return True

@@ -269,7 +269,7 @@ class StackTemplate:
     # ---------------------------------------------------------------------- parsing
     def parse(self, snippet: Any, path: tuple, table: Mapping | None = None) -> Any:
         """Raw YAML -> tree of Functions (only where the version allows them)."""
-        if isinstance(snippet, str | int | float | bool) or snippet is None:
+        if snippet.__class__ in fn.SCALARS or isinstance(snippet, str | int | float | bool):
             return snippet
         table = self.version.functions if table is None else table
         if isinstance(snippet, dict):
@@ -286,7 +286,7 @@ class StackTemplate:
             out = {}
             changed = False
             for k, v in snippet.items():
-                if v is None or isinstance(v, str | int | float):
+                if v.__class__ in fn.SCALARS or isinstance(v, str | int | float):
                     out[k] = v
                     continue
                 try:
@@ -306,7 +306,7 @@ class StackTemplate:
         if isinstance(snippet, list):
             items = []
             for i, v in enumerate(snippet):
-                if v is None or isinstance(v, str | int | float):
+                if v.__class__ in fn.SCALARS or isinstance(v, str | int | float):
                     items.append(v)
                     continue
                 try:
