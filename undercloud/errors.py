@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
-import traceback
 
 
 class UndercloudError(Exception):
@@ -51,6 +49,9 @@ def internal_error(exc: BaseException, log: logging.Logger | None = None, what: 
     Neither the log nor the answer carries the exception's message: it may hold values
     (SQL parameters, resolved template values, hidden parameters). The log gets the
     exception types and where they were raised, which is what finding the bug needs."""
+    import secrets  # here, not at the top: every CLI command imports this module
+    import traceback
+
     ident = secrets.token_hex(4)
     lines = []
     seen: set[int] = set()
