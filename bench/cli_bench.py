@@ -54,7 +54,7 @@ def values_template(n: int) -> str:
     for i in range(n):
         lines.append(f"  v{i}:\n    type: OS::Heat::Value\n    properties:\n"
                      f"      value: {{list_join: ['-', [{{get_param: prefix}}, '{i}']]}}\n")
-    lines.append("outputs:\n  last: {value: {get_attr: [v%d, value]}}\n" % (n - 1))
+    lines.append(f"outputs:\n  last: {{value: {{get_attr: [v{n - 1}, value]}}}}\n")
     return "".join(lines)
 
 

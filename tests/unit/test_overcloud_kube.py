@@ -103,6 +103,21 @@ def test_a_failing_probe_names_pod_container_and_check(env, monkeypatch):
     assert "last lines of its log: | cannot open the data directory" in reason
 
 
+def test_a_long_log_tail_keeps_its_last_line_within_the_reasons_size():
+    """A service that printed many long lines before it stopped: the older lines give way,
+    the last one (why it stopped) stays whole, and the reason fits its budget."""
+    log = "".join(f"uc-start: /var/lib/undercloud/config/file-{i} -> /etc/svc/{'x' * 180}\n" for i in range(12))
+    log += "uc-svc-start: broken on purpose\n"
+    reason = kube.failure_reason("pod svc: container svc: readiness probe (HTTP GET :1/) did not pass", log)
+    assert len(reason) <= kube.REASON_CHARS and "\n" not in reason
+    assert reason.endswith(" | uc-svc-start: broken on purpose")
+    # 5 of the 7 lines before it in the last 8 fit (each cut to 200 characters); a 6th would not
+    assert reason.count(" | uc-start: ") == 5 and len(reason) + len(" | ") + 200 > kube.REASON_CHARS
+    short = kube.failure_reason("pod a: container a: failed", "one\n\ntwo\n")
+    assert short == "pod a: container a: failed | last lines of its log: | one | two"
+    assert kube.failure_reason("pod a: container a: failed", "") == "pod a: container a: failed"
+
+
 def test_a_container_that_keeps_exiting_ends_the_wait_early():
     pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"tcpSocket": {"port": 1}}}]}}
     start = time.monotonic()

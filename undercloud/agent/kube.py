@@ -881,9 +881,7 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
         container, spec, not_ready_why = not_ready
         tail = log_tail(mode, name, container)
         msg = f"pod {name}: container {container}: readiness probe ({_probe_text(spec)}) {not_ready_why}"
-        lines = [x.strip()[:200] for x in tail.splitlines() if x.strip()][-8:]
-        # The reason travels as one line (resource status, events): the log tail joined by " | ".
-        reason = msg + (" | last lines of its log: | " + " | ".join(lines) if lines else "")
+        reason = failure_reason(msg, tail)
         return {"deploy_stdout": out, "deploy_stderr": err + f"kube: {msg}\n{tail.rstrip()}",
                 "deploy_status_code": 1, "deploy_failure_reason": reason,
                 "failed_pod": name, "failed_container": container}
@@ -898,6 +896,19 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
 
 # The Pods of a step are played at once (play_all); their containers are made one Pod at a
 # time, so two Pods that share a claimed volume never both create it.
+REASON_CHARS = 1200  # a failed Pod's reason, log tail included: well within the engine's message limit
+
+
+def failure_reason(msg: str, log: str, lines: int = 8, chars: int = REASON_CHARS) -> str:
+    """The reason a Pod failed, as one line (it travels in resource statuses and events):
+    `msg` and the last lines of the container's log joined by " | ". Older lines give way
+    first, so that the last line, where a service says why it stopped, always fits."""
+    tail = [x.strip()[:200] for x in log.splitlines() if x.strip()][-lines:]
+    while tail and len(msg) + len(" | last lines of its log: | ") + len(" | ".join(tail)) > chars:
+        tail.pop(0)
+    return msg + (" | last lines of its log: | " + " | ".join(tail) if tail else "")
+
+
 _CREATING = threading.Lock()
 
 
