@@ -1,6 +1,7 @@
 """The overcloud on VM and bare-metal nodes (`undercloud deploy --hypervisor vm|baremetal`).
 
-vm: `minimal`'s identity service on one libvirt VM (TCG here; the message queue and placement
+vm (an extended case: see its skip reason; UNDERCLOUD_TEST_EXTENDED=1 runs it): `minimal`'s
+identity service on one libvirt VM (TCG here; the message queue and placement
 left out, as emulated they add minutes and prove nothing more): the node's own podman loads
 each service image from the image store the first time a Pod needs it; the real `openstack`
 client reaches the virtual IP on the lab network through the host's link to it (`token
@@ -21,7 +22,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import extended, run_cli
 from tests.e2e.test_overcloud import (  # noqa: F401
     LIGHT_CONTROL_PLANE,
     deploy,
@@ -62,6 +63,9 @@ def host_link_exists(instance: str) -> bool:
     return subprocess.run(["ip", "link", "show", f"{instance}-h"], capture_output=True).returncode == 0
 
 
+@extended("the bare-metal overcloud below (a node's podman loading the service images from the image "
+          "store, its VIP on the lab network, reached from the host, delete leaving nothing) and "
+          "tests/integration/test_server_vm.py (VM servers: create, check-in, power, rebuild, delete)")
 def test_minimal_on_vm_nodes(overcloud_home, tmp_path):  # noqa: F811
     uc_home = overcloud_home
     need_overcloud_tools()
