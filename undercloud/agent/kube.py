@@ -894,8 +894,6 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
     return dict(result, deploy_stdout=out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", pod_action=action)
 
 
-# The Pods of a step are played at once (play_all); their containers are made one Pod at a
-# time, so two Pods that share a claimed volume never both create it.
 REASON_CHARS = 1200  # a failed Pod's reason, log tail included: well within the engine's message limit
 
 
@@ -909,6 +907,8 @@ def failure_reason(msg: str, log: str, lines: int = 8, chars: int = REASON_CHARS
     return msg + (" | last lines of its log: | " + " | ".join(tail) if tail else "")
 
 
+# The Pods of a step are played at once (play_all); their containers are made one Pod at a
+# time, so two Pods that share a claimed volume never both create it.
 _CREATING = threading.Lock()
 
 
