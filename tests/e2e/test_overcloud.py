@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import need, need_root, run_cli
+from tests.conftest import extended, need, need_root, run_cli
 from tests.integration.test_server_baremetal import SERVER
 
 pytestmark = pytest.mark.timeout(2400)
@@ -506,6 +506,8 @@ def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
         == [image["ID"]]  # the cached copy stays
 
 
+@extended("the QuintupleO test before it (servers of the overcloud's Nova, deployed and checked in) "
+          "and the UEFI bare-metal deploy (the ramdisk by virtual media, then the disk)")
 def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
     """`lab up --cloud host --network lab` makes an empty server (and the flavor and blank
     image it needs) in the overcloud; enrolled with pm_type openstack it is managed,

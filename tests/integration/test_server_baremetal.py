@@ -192,8 +192,11 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
                                          "media inserted": None}
 
 
-@pytest.mark.parametrize("lab", [{"bmc": "ipmi"}, {"bmc": "ipmi", "boot_mode": "uefi"}], indirect=True,
-                         ids=["bios", "uefi"])
+@pytest.mark.parametrize("lab", [
+    pytest.param({"bmc": "ipmi"}, id="bios"),
+    pytest.param({"bmc": "ipmi", "boot_mode": "uefi"}, id="uefi", marks=extended(
+        "the BIOS network boot above and the UEFI virtual-media deploy (the same iPXE script; OVMF "
+        "booting the same disk)"))], indirect=True)
 def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):
     """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE — under OVMF
     the EFI build in the NIC's option ROM —, DHCP from the undercloud's dnsmasq on the lab
