@@ -180,9 +180,9 @@ class StackTemplate:
             raise TemplateError([problem(self.file, 0, f"resources.{resource_name}",
                                          "not a template resource of this stack")])
         return self.child_from_file(rd.template_file, rd.registry_key, resource_name, properties,
-                                    ("resources", resource_name), self._facade(rd, metadata), validating)
+                                    ("resources", resource_name), self.facade_of(rd, metadata), validating)
 
-    def _facade(self, rd: ResourceDefinition, metadata: Any = None) -> dict:
+    def facade_of(self, rd: ResourceDefinition, metadata: Any = None) -> dict:
         """What the nested stack of `rd` sees of it (resource_facade)."""
         return {"metadata": metadata if metadata is not None else self._safe_resolve(rd.metadata),
                 "deletion_policy": rd.deletion_policy, "update_policy": self._safe_resolve(rd.update_policy)}

@@ -79,7 +79,7 @@ def _validate_child(t: StackTemplate, rd: ResourceDefinition) -> None:
     props = placeholder_properties(t, rd)
     try:
         t.tree_size += t.child_tree_size(rd.template_file, rd.registry_key, rd.name, props,
-                                         ("resources", rd.name), t._facade(rd))
+                                         ("resources", rd.name), t.facade_of(rd))
     except TemplateError as exc:
         t.problems.extend(exc.problems)
 
