@@ -14,6 +14,10 @@ lost controller powered on to healthy.
 
     python3 bench/deploy_bench.py [--only minimal|ha] [--computes 1,2,3] [--hypervisor container|vm]
 
+Beside each deploy's time: the CPU seconds it used (the whole machine, and the overcloud's
+containers alone, from their cgroups) over the machine's cores, the least time that work
+can take here: a deploy that keeps every core busy is bound by it, not by waits.
+
 `minimal` runs once per ComputeCount of --computes (each a fresh deploy in its own
 UNDERCLOUD_HOME, deleted afterwards, its delete timed too), and boots as many instances
 as there are compute nodes, at once, to show how both grow with the number of nodes.
@@ -95,6 +99,46 @@ def boot(home: str, guest: str, count: int) -> tuple[float, float]:
     if pending:
         sys.exit(f"no console line from {sorted(pending)} within 600 s")
     return active, time.monotonic() - start
+
+
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has used since boot (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def cgroup_cpu(path: str) -> float:
+    """CPU seconds of one cgroup: cgroup v2 (or v1's unified hierarchy), else v1's cpuacct;
+    0 for a container that is not running (it has no cgroup)."""
+    from pathlib import Path
+
+    for v2 in (Path("/sys/fs/cgroup", path, "cpu.stat"), Path("/sys/fs/cgroup/unified", path, "cpu.stat")):
+        try:
+            lines = v2.read_text().splitlines()
+        except OSError:
+            continue
+        return next((int(x.split()[1]) / 1e6 for x in lines if x.startswith("usage_usec ")), 0.0)
+    try:
+        return int(Path("/sys/fs/cgroup/cpuacct", path, "cpuacct.usage").read_text()) / 1e9
+    except OSError:
+        return 0.0
+
+
+def containers_cpu(home: str) -> tuple[float, int]:
+    """(CPU seconds, count) of this home's overcloud containers, from their cgroups: what
+    the nodes and their services used, whatever else the machine ran meanwhile."""
+    from pathlib import Path
+
+    from undercloud.config import Home
+
+    ids = podman("ps", "-a", "-q", "--filter", f"name=^{Home(Path(home)).instance}-").split()
+    paths = podman("inspect", "--format", "{{.State.CgroupPath}}", *ids).split() if ids else []
+    total = 0.0
+    for cgroup in paths:
+        total += cgroup_cpu(cgroup.lstrip("/"))
+    return total, len(ids)
 
 
 def podman(*args: str) -> str:
@@ -281,11 +325,20 @@ def main() -> None:
             label = f"{ex}, {computes} compute ({args.hypervisor})"
             try:
                 how = ["--example", ex, "--hypervisor", args.hypervisor, "-e", env]
+                cpu_before = machine_cpu()
                 total, p = cli(home, "deploy", *how)
+                cpu_all = machine_cpu() - cpu_before
+                cpu_ovc, n = containers_cpu(home)
                 stack = stack_seconds(p.stderr)
                 noop, q = cli(home, "deploy", *how)
                 assert "no change" in q.stderr, q.stderr[-500:]
                 rows.append((f"{label}: deploy (cached images -> healthy)", total, GOALS[ex]))
+                # What bounds the deploy on this machine: its CPU seconds over the cores it has.
+                cores = os.cpu_count() or 1
+                rows.append((f"{label}:   CPU used, all processes ({cpu_all:.0f} CPU-s / {cores} cores)",
+                             cpu_all / cores, GOALS[ex]))
+                rows.append((f"{label}:   CPU used by its {n} containers ({cpu_ovc:.0f} CPU-s / {cores} cores)",
+                             cpu_ovc / cores, GOALS[ex]))
                 if stack is not None:
                     rows.append((f"{label}:   of which stack create -> healthy", stack, GOALS[ex]))
                 rows.append((f"{label}: no-op re-deploy", noop, GOALS["no-op"]))

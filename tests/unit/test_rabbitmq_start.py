@@ -114,3 +114,39 @@ def test_the_template_gives_every_node_the_cluster_the_cookie_and_a_data_claim()
               if "persistentVolumeClaim" in v}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert {mounts[n]: c for n, c in claims.items()} == {"/var/lib/rabbitmq/mnesia": "rabbitmq-data"}
+
+
+def test_the_cluster_is_asked_to_grow_only_once_a_peer_answers(script, monkeypatch):
+    calls = []
+
+    def ctl(*args, tool="rabbitmqctl", timeout=120):
+        calls.append((tool, args[0]))
+        if args[0] == "cluster_status":
+            return 0, json.dumps({"running_nodes": ["rabbit@10.0.0.2", "rabbit@10.0.0.3"]})
+        return 0, ""
+
+    def sleep(_s):
+        raise Waits("sleeps")
+
+    monkeypatch.setattr(script, "ctl", ctl)
+    monkeypatch.setattr(script.time, "sleep", sleep)
+    # the first node of a deploy answers long before its peers: no rabbitmqctl (an Erlang
+    # VM of its own, 2-3 s of CPU) while it is alone
+    script.answers = lambda address: address == "10.0.0.2"
+    with pytest.raises(Waits):
+        script.grow_when_up("10.0.0.2", ["10.0.0.3", "10.0.0.4"])
+    assert calls == []
+    script.answers = lambda address: address in ("10.0.0.2", "10.0.0.3")
+    script.grow_when_up("10.0.0.2", ["10.0.0.3", "10.0.0.4"])
+    assert calls == [("rabbitmqctl", "cluster_status"), ("rabbitmq-queues", "grow")]
+
+
+def test_as_pid_1_it_runs_itself_under_dumb_init(script, monkeypatch):
+    ran = []
+    monkeypatch.setattr(script.os, "execvp", lambda prog, argv: ran.append(argv))
+    monkeypatch.setattr(script.os, "getpid", lambda: 1)
+    script.under_init()
+    assert ran == [["dumb-init", "--single-child", "--", script.sys.executable, str(SCRIPT)]]
+    monkeypatch.setattr(script.os, "getpid", lambda: 7)  # under dumb-init: its child runs on
+    script.under_init()
+    assert len(ran) == 1
