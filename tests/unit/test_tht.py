@@ -123,6 +123,42 @@ def test_tht_overcloud_creates_with_its_outputs_and_deletes_to_nothing(monkeypat
     assert not list(ctx.home.path.glob("agents/*.json"))
 
 
+STACK_ID_CHILD = """
+heat_template_version: 2018-08-31
+resources:
+  cfg: {type: OS::Heat::SoftwareConfig, properties: {config: hi}}
+outputs:
+  OS::stack_id: {value: {get_resource: cfg}}
+  cfg_id: {value: {get_resource: cfg}}
+"""
+
+
+def test_a_template_resource_is_referred_to_by_its_os_stack_id_output(eng, tmp_path):
+    # TripleO rocky/stein's net-config-*.yaml give their SoftwareConfig's id as OS::stack_id,
+    # and a deployment's `config: {get_resource: NetworkConfig}` must find that config (with
+    # the nested stack's id it failed: "software config '...' not found").
+    # Heat (oracle): ref == cfg_id == attr_sid (the config's id); for a child without that
+    # output get_resource gives the stack's ARN (here: its id) and the attribute is null.
+    (tmp_path / "child.yaml").write_text(STACK_ID_CHILD)
+    (tmp_path / "plain.yaml").write_text("heat_template_version: 2018-08-31\n")
+    s, out = eng.create_and_show("""
+        heat_template_version: 2018-08-31
+        resources:
+          c: {type: child.yaml}
+          p: {type: plain.yaml}
+        outputs:
+          ref: {value: {get_resource: c}}
+          cfg_id: {value: {get_attr: [c, cfg_id]}}
+          attr_sid: {value: {get_attr: [c, OS::stack_id]}}
+          plain_ref: {value: {get_resource: p}}
+          plain_sid: {value: {get_attr: [p, OS::stack_id]}}
+    """)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    assert out["ref"] == out["cfg_id"] == out["attr_sid"] and out["ref"]
+    p = next(r for r in eng.resources("s") if r["resource_name"] == "p")
+    assert out["plain_ref"] == p["physical_resource_id"] and out["plain_sid"] is None
+
+
 def write(tmp_path, text: str) -> str:
     p = tmp_path / "t.yaml"
     p.write_text(textwrap.dedent(text))
