@@ -159,6 +159,43 @@ def test_a_template_resource_is_referred_to_by_its_os_stack_id_output(eng, tmp_p
     assert out["plain_ref"] == p["physical_resource_id"] and out["plain_sid"] is None
 
 
+CANCELLED_SERVER = """
+heat_template_version: 2018-08-31
+resources:
+  server: {type: OS::Heat::DeployedServer}
+  bad: {type: OS::Heat::TestResource, properties: {fail: true, wait_secs: 0.3}}
+"""
+
+
+def test_a_deployed_server_whose_create_was_cancelled_leaves_no_agent_behind(monkeypatch, tmp_path):
+    # Seen with TripleO rocky/stein (a deployment failed while config-download-*.yaml's
+    # TripleOServer was being created): the server was registered under its uuid, its row kept
+    # no physical id, and the stack's delete left the agent's credentials in the store.
+    import time
+
+    from undercloud.orchestration.resources.deployed_server import DeployedServer
+
+    real = DeployedServer.create
+
+    def slow_create(self):
+        real(self)
+        time.sleep(1)  # still running when `bad` fails: the walk cancels it, drops its result
+
+    monkeypatch.setattr(DeployedServer, "create", slow_create)
+    ctx = Context(Home(tmp_path / "uc"))
+    path = tmp_path / "t.yaml"
+    path.write_text(CANCELLED_SERVER)
+    ctx.stacks.create("s", Bundle.from_paths(str(path)).to_json(), {}, wait=True)
+    assert ctx.stacks.show("s")["stack_status"] == "CREATE_FAILED"
+    with ctx.store.engine.connect() as c:
+        assert c.execute(sa.text("select count(*) from agent_servers")).scalar() == 1
+    ctx.stacks.delete("s", wait=True)
+    with ctx.store.engine.connect() as c:
+        assert c.execute(sa.text("select count(*) from agent_servers")).scalar() == 0
+    time.sleep(1.2)  # the cancelled call has ended: nothing it made is left
+    assert not list(ctx.home.path.glob("agents/*.json"))
+
+
 def write(tmp_path, text: str) -> str:
     p = tmp_path / "t.yaml"
     p.write_text(textwrap.dedent(text))
