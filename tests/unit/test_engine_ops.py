@@ -181,6 +181,36 @@ def test_delete_order_events(eng):
     assert ("c", "DELETE_COMPLETE", "retained") in seen
 
 
+def test_a_nested_stack_is_deleted_after_what_required_its_parent_resource(eng):
+    """As Heat, whose template resource deletes its nested stack in its own delete: `net`'s
+    tree (down to `leaf`, two levels below, whose parent `mid` nothing requires) is deleted
+    only once `user`, which depends on `net`, is. Seen with TripleO master's network-isolation:
+    the subnets of `Networks` went at once, while the role groups' ports on them were still
+    there ("subnet ... still has addresses in use")."""
+    eng.write("inner.yaml", "heat_template_version: 2018-08-31\nresources:\n  leaf: {type: OS::Heat::TestResource}\n")
+    eng.write("net.yaml", "heat_template_version: 2018-08-31\nresources:\n  mid: {type: inner.yaml}\n"
+                          "  other: {type: OS::Heat::TestResource}\n")
+    b = eng.bundle("t.yaml", """\
+        heat_template_version: 2018-08-31
+        resources:
+          net: {type: net.yaml}
+          user:
+            type: OS::Heat::TestResource
+            depends_on: net
+            properties: {action_wait_secs: {delete: 0.3}}
+    """)
+    assert eng.create("s", b)["stack_status"] == "CREATE_COMPLETE"
+    seen = []
+    orig = eng.svc._purge
+    eng.svc._purge = lambda root_id: seen.extend(
+        (e["resource_name"], e["resource_status"]) for e in eng.svc.events(root_id))
+    eng.svc.delete("s", wait=True)
+    eng.svc._purge = orig
+    gone = seen.index(("user", "DELETE_COMPLETE"))
+    for name in ("s-net", "net.other", "s-net-mid", "net.mid.leaf", "net.mid", "net"):
+        assert seen.index((name, "DELETE_IN_PROGRESS")) > gone, name
+
+
 def test_failure_fails_the_stack_with_the_resource_reason(eng):
     s = eng.create("s", eng.bundle("t.yaml", CHAIN), {"fail": "true"})
     assert s["stack_status"] == "CREATE_FAILED"

@@ -195,3 +195,49 @@ def test_a_tree_validated_at_load_is_not_validated_again_level_by_level(tmp_path
     mid = tmpl.nested("mid", {"size": "3"})  # as the engine: the leaf was validated with these values
     mid.nested("leaf", {"size": "3"})
     assert built[2:] == [("mid.yaml", False), ("leaf.yaml", False)]
+
+
+PATH_CHILD = """\
+heat_template_version: 2018-08-31
+parameters:
+  data: {type: json}
+conditions:
+  has_extra: {not: {equals: [{get_param: [data, a, extra]}, '']}}
+resources:
+  c:
+    type: OS::Heat::Value
+    properties:
+      value: {list_concat: [{get_param: [data, a, tasks]}, [1]]}
+  x:
+    type: OS::Mistral::Workflow
+    condition: has_extra
+    properties: {type: direct, tasks: {get_param: [data, a, extra]}}
+outputs:
+  out: {value: {get_attr: [c, value]}}
+  extra: {value: {if: [has_extra, 'yes', 'no']}}
+"""
+
+
+def test_get_param_path_through_a_value_known_only_at_runtime(tmp_path):
+    """A json parameter whose value holds a parent's get_attr: a get_param path through that
+    part is not known at validation (not "", which list_concat refuses), and a condition on
+    it takes it as null (the path gives "": false, so the disabled resource's type is not
+    checked). Seen in TripleO queens' common/post.yaml (role_data of map_merges of get_attrs).
+    Heat (oracle): CREATE_COMPLETE, outputs {"out": [2, 1], "extra": "no"}."""
+    template = """\
+heat_template_version: 2018-08-31
+resources:
+  v:
+    type: OS::Heat::Value
+    properties: {type: json, value: {tasks: [2]}}
+  child:
+    type: child.yaml
+    properties:
+      data: {a: {get_attr: [v, value]}}
+outputs:
+  out: {value: {get_attr: [child, out]}}
+  extra: {value: {get_attr: [child, extra]}}
+"""
+    tmpl = load(bundle(tmp_path, template, files={"child.yaml": PATH_CHILD}))
+    assert [r["name"] for r in preview(tmpl)] == ["v", "child", "child.c"]
+    assert run(tmp_path, template, files={"child.yaml": PATH_CHILD}) == {"out": [2, 1], "extra": "no"}

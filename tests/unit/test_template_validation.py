@@ -174,3 +174,34 @@ def test_many_problems_are_told_in_the_first_fifty_and_a_count(tmp_path):
     assert len(lines) == 51 and lines[0].endswith("t.yaml:3: resources.v0.properties: Property value not assigned")
     assert lines[-1] == "... and 70 more problems like these"
     assert e.value.message == str(e.value)
+
+
+SUBNET_CASES = {  # the Subnet's properties besides `network: ctl` -> Heat's refusal (None: valid)
+    "cidr: 192.168.24.0/24, gateway_ip: holdout": 'Gateway IP address "holdout" is in invalid format.',
+    "cidr: 192.168.24.0/24, gateway_ip: '10.1'": None,  # inet_aton's forms, as oslo's is_valid_ip
+    "cidr: 192.168.24.0/24, gateway_ip: auto": None,
+    "cidr: 192.168.24.0/24, gateway_ip: ''": None,
+    "cidr: 192.168.24.0/24, subnetpool: pool":
+        "Cannot define the following properties at the same time: subnetpool, cidr.",
+    "name: x": "At least one of the following properties must be specified: subnetpool, cidr.",
+    "cidr: 192.168.24.0/24, prefixlen: 24": "Cannot define the following properties at the same time: prefixlen, cidr.",
+    "cidr: 192.168.24.0/24, ipv6_ra_mode: slaac": "ipv6_ra_mode and ipv6_address_mode are not supported for ipv4.",
+    "{cidr: 'fd00::/64', ip_version: 6, ipv6_ra_mode: slaac, ipv6_address_mode: dhcpv6-stateful}":
+        "When both ipv6_ra_mode and ipv6_address_mode are set, they must be equal.",
+}
+
+
+@pytest.mark.parametrize("props", list(SUBNET_CASES))
+def test_subnet_rules_are_checked_in_a_nested_stack_as_heat(tmp_path, props):
+    """Heat's Subnet.validate runs on the values known at validation, in nested stacks too
+    (TripleO's network/*.yaml: a gateway_ip parameter that is no address refuses the
+    overcloud with network-isolation.yaml). Heat (oracle, heat_tht.py validate of a parent
+    of this child): the messages of SUBNET_CASES (its gateway message prints unformatted,
+    "('Gateway IP address \"%(gateway)s\" is in invalid format.', 'holdout')"), None: valid."""
+    inner = props.strip("{}")
+    (tmp_path / "child.yaml").write_text(
+        "heat_template_version: 2018-08-31\nresources:\n  sub:\n    type: OS::Neutron::Subnet\n"
+        f"    properties: {{network: ctl, {inner}}}\n")
+    got = problems(tmp_path, "resources:\n  net: {type: child.yaml}\n")
+    want = SUBNET_CASES[props]
+    assert [g.split(": ", 1)[1] for g in got] == ([want] if want else [])

@@ -123,6 +123,79 @@ def test_tht_overcloud_creates_with_its_outputs_and_deletes_to_nothing(monkeypat
     assert not list(ctx.home.path.glob("agents/*.json"))
 
 
+STACK_ID_CHILD = """
+heat_template_version: 2018-08-31
+resources:
+  cfg: {type: OS::Heat::SoftwareConfig, properties: {config: hi}}
+outputs:
+  OS::stack_id: {value: {get_resource: cfg}}
+  cfg_id: {value: {get_resource: cfg}}
+"""
+
+
+def test_a_template_resource_is_referred_to_by_its_os_stack_id_output(eng, tmp_path):
+    # TripleO rocky/stein's net-config-*.yaml give their SoftwareConfig's id as OS::stack_id,
+    # and a deployment's `config: {get_resource: NetworkConfig}` must find that config (with
+    # the nested stack's id it failed: "software config '...' not found").
+    # Heat (oracle): ref == cfg_id == attr_sid (the config's id); for a child without that
+    # output get_resource gives the stack's ARN (here: its id) and the attribute is null.
+    (tmp_path / "child.yaml").write_text(STACK_ID_CHILD)
+    (tmp_path / "plain.yaml").write_text("heat_template_version: 2018-08-31\n")
+    s, out = eng.create_and_show("""
+        heat_template_version: 2018-08-31
+        resources:
+          c: {type: child.yaml}
+          p: {type: plain.yaml}
+        outputs:
+          ref: {value: {get_resource: c}}
+          cfg_id: {value: {get_attr: [c, cfg_id]}}
+          attr_sid: {value: {get_attr: [c, OS::stack_id]}}
+          plain_ref: {value: {get_resource: p}}
+          plain_sid: {value: {get_attr: [p, OS::stack_id]}}
+    """)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    assert out["ref"] == out["cfg_id"] == out["attr_sid"] and out["ref"]
+    p = next(r for r in eng.resources("s") if r["resource_name"] == "p")
+    assert out["plain_ref"] == p["physical_resource_id"] and out["plain_sid"] is None
+
+
+CANCELLED_SERVER = """
+heat_template_version: 2018-08-31
+resources:
+  server: {type: OS::Heat::DeployedServer}
+  bad: {type: OS::Heat::TestResource, properties: {fail: true, wait_secs: 0.3}}
+"""
+
+
+def test_a_deployed_server_whose_create_was_cancelled_leaves_no_agent_behind(monkeypatch, tmp_path):
+    # Seen with TripleO rocky/stein (a deployment failed while config-download-*.yaml's
+    # TripleOServer was being created): the server was registered under its uuid, its row kept
+    # no physical id, and the stack's delete left the agent's credentials in the store.
+    import time
+
+    from undercloud.orchestration.resources.deployed_server import DeployedServer
+
+    real = DeployedServer.create
+
+    def slow_create(self):
+        real(self)
+        time.sleep(1)  # still running when `bad` fails: the walk cancels it, drops its result
+
+    monkeypatch.setattr(DeployedServer, "create", slow_create)
+    ctx = Context(Home(tmp_path / "uc"))
+    path = tmp_path / "t.yaml"
+    path.write_text(CANCELLED_SERVER)
+    ctx.stacks.create("s", Bundle.from_paths(str(path)).to_json(), {}, wait=True)
+    assert ctx.stacks.show("s")["stack_status"] == "CREATE_FAILED"
+    with ctx.store.engine.connect() as c:
+        assert c.execute(sa.text("select count(*) from agent_servers")).scalar() == 1
+    ctx.stacks.delete("s", wait=True)
+    with ctx.store.engine.connect() as c:
+        assert c.execute(sa.text("select count(*) from agent_servers")).scalar() == 0
+    time.sleep(1.2)  # the cancelled call has ended: nothing it made is left
+    assert not list(ctx.home.path.glob("agents/*.json"))
+
+
 def write(tmp_path, text: str) -> str:
     p = tmp_path / "t.yaml"
     p.write_text(textwrap.dedent(text))

@@ -1251,6 +1251,7 @@ class Walk:
         for t in tasks:
             by_name.setdefault((t.row.stack_id, t.row.name), []).append(t)
             by_stack.setdefault(t.row.stack_id, []).append(t)
+        blockers: dict[int, list[DelTask]] = {}  # id(task) -> the tasks that required it
         for t in tasks:
             # t must wait for: rows that required it, and every row of its nested stack
             for req in t.row.requires or []:
@@ -1258,13 +1259,53 @@ class Walk:
                     if target is not t:
                         t.dependents.append(target)
                         target.waiting += 1
+                        blockers.setdefault(id(target), []).append(t)
             for child in by_stack.get(t.row.nested_id or "", []):
                 child.dependents.append(t)
                 t.waiting += 1
-        for t in tasks:
+        # As Heat (a nested stack is deleted by its parent resource's delete): the rows of a
+        # nested stack wait until the rows that required its parent resource are deleted, e.g.
+        # the subnets of TripleO's Networks until the role groups' ports on them are gone. One
+        # gate per nested stack, after the parent's blockers and the gate of the parent's stack.
+        owner = {t.row.nested_id: t for t in tasks if t.row.nested_id}
+        gates: dict[str, _Gate | None] = {}
+
+        def gate(sid: str) -> _Gate | None:
+            if sid not in gates:
+                gates[sid] = None
+                parent = owner.get(sid)
+                if parent is not None:
+                    g = _Gate(self)
+                    for b in blockers.get(id(parent), []) + [x for x in [gate(parent.row.stack_id)] if x]:
+                        b.dependents.append(g)
+                        g.waiting += 1
+                    gates[sid] = g
+            return gates[sid]
+
+        for sid, children in by_stack.items():
+            g = gate(sid)
+            if g is not None:
+                for child in children:
+                    g.dependents.append(child)
+                    child.waiting += 1
+        for t in [*tasks, *(g for g in gates.values() if g is not None)]:
             if t.waiting == 0:
                 self.ready.append(t)
         return tasks
+
+
+class _Gate:
+    """A point of the delete graph (no resource): done as soon as what it waits for is."""
+
+    __slots__ = ("w", "waiting", "dependents", "state")
+
+    def __init__(self, w: Walk):
+        self.w, self.waiting, self.dependents, self.state = w, 0, [], TaskState.WAIT
+
+    def begin(self) -> bool:
+        self.state = TaskState.DONE
+        self.w.finished(self)
+        return False
 
 
 def new_root_row(name: str, bundle: dict, parameters: dict, description: str, action: str,

@@ -82,8 +82,12 @@ class DeployedServer(Plugin):
         meta.set_extra(self.physical_id, self._extra())
 
     def delete(self) -> None:
-        if self.physical_id and not isinstance(self.services, EngineOnly):  # on its own: no agent
-            self.services.server_metadata.forget(self.physical_id)
+        # A create cancelled while it ran (another resource failed) may have registered the
+        # server without its id being stored: that id is the resource's uuid, as create gives.
+        server_id = self.physical_id or self.uuid
+        if server_id and not isinstance(self.services, EngineOnly):  # on its own: no agent
+            self.services.server_metadata.forget(server_id)
+            Path(self.services.home.path / "agents" / f"{server_id}.json").unlink(missing_ok=True)
         if self.data.get("agent_config"):
             Path(self.data["agent_config"]).unlink(missing_ok=True)
 

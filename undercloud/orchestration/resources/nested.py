@@ -20,10 +20,17 @@ class TemplateResource(Plugin):
         return parent_template.nested(self.name, self.properties)
 
     def attributes(self) -> dict:
+        # As Heat: `OS::stack_id` is the child's output of that name if it has one, else null
         view = self.nested
         outputs = {k: (v or {}).get("value") for k, v in (view.outputs or {}).items()} if view else {}
-        return {**outputs, "OS::stack_id": view.stack_id if view else None}
+        return {"OS::stack_id": None, **outputs}
 
     def reference_id(self) -> str:
-        attrs = self.attributes()
-        return str(attrs.get("OS::stack_id") or self.name)
+        """What `get_resource` gives: as Heat, the child's `OS::stack_id` output where it has
+        one (TripleO's net-config templates give their SoftwareConfig's id so), else the
+        nested stack's id."""
+        given = self.attributes().get("OS::stack_id")
+        if given is not None:
+            return str(given)
+        view = self.nested
+        return str((view.stack_id if view else None) or self.physical_id or self.name)

@@ -6,13 +6,57 @@ meaning here (QoS, security groups, bindings) are accepted and kept."""
 
 from __future__ import annotations
 
+import socket
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from undercloud.errors import UndercloudError
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
+from undercloud.orchestration.template.functions import Unknown
+from undercloud.orchestration.template.validation import placeholder_properties, validate_properties
+
+if TYPE_CHECKING:
+    from undercloud.orchestration.template.definitions import ResourceDefinition
+    from undercloud.orchestration.template.stack import StackTemplate
 
 CTLPLANE = "ctlplane"  # a port on it needs no Net in the stack: the undercloud's own (Port._ctlplane)
+
+
+def is_valid_ip(address: str) -> bool:
+    """As oslo's netutils.is_valid_ip (Heat's check): IPv4 as inet_aton takes it ("10.1" too), or IPv6."""
+    for family in (None, socket.AF_INET6):
+        try:
+            socket.inet_aton(address) if family is None else socket.inet_pton(family, address)
+            return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def subnet_problem(props: Mapping) -> tuple[str, str | None] | None:
+    """Heat's Subnet.validate on the values known (a runtime value counts as given):
+    (message, the property it names) for the first rule broken, else None."""
+    def given(k: str) -> bool:
+        return props.get(k) is not None and props.get(k) != ""
+
+    if props.get("subnetpool") is not None and given("cidr"):
+        return "Cannot define the following properties at the same time: subnetpool, cidr.", None
+    if props.get("subnetpool") is None and not given("cidr"):
+        return "At least one of the following properties must be specified: subnetpool, cidr.", None
+    if given("prefixlen") and props.get("prefixlen") != 0 and given("cidr"):
+        return "Cannot define the following properties at the same time: prefixlen, cidr.", None
+    ra, mode = (None if isinstance(v, Unknown) else v for v in (props.get("ipv6_ra_mode"),
+                                                                 props.get("ipv6_address_mode")))
+    if str(props.get("ip_version", 4)) == "4" and (ra or mode):
+        return "ipv6_ra_mode and ipv6_address_mode are not supported for ipv4.", "ipv6_ra_mode" if ra else \
+            "ipv6_address_mode"
+    if ra and mode and ra != mode:
+        return "When both ipv6_ra_mode and ipv6_address_mode are set, they must be equal.", "ipv6_address_mode"
+    gw = props.get("gateway_ip")
+    if isinstance(gw, str) and gw not in ("~", "", "auto") and not is_valid_ip(gw):
+        return f'Gateway IP address "{gw}" is in invalid format.', "gateway_ip"
+    return None
 
 
 def _ipam():
@@ -127,6 +171,19 @@ class Subnet(_Neutron):
     }
     acted_on = frozenset({"network", "network_id", "cidr", "name", "ip_version", "gateway_ip",
                           "allocation_pools", "subnetpool", "prefixlen"})
+
+    @classmethod
+    def validate_definition(cls, t: StackTemplate, rd: ResourceDefinition) -> None:
+        """The properties, then Heat's Subnet.validate rules (run by Heat in nested stacks too)."""
+        if not t.check_values or not isinstance(rd.properties, Mapping) or rd.external_id is not None:
+            validate_properties(t, rd)
+            return
+        resolved = placeholder_properties(t, rd)
+        validate_properties(t, rd, resolved)
+        found = subnet_problem(resolved)
+        if found:
+            message, key = found
+            t.add(("resources", rd.name, "properties") + ((key,) if key in rd.properties else ()), message)
 
     def create(self) -> None:
         if self.physical_id:

@@ -240,6 +240,9 @@ class GetParam(Function):
         if isinstance(value, Unknown):
             return Unknown({self.fn: render(a)})
         for key in path:  # any path that misses (or cannot be walked) yields "", as in Heat
+            if isinstance(value, Unknown):  # a part not known yet (a json value holding a get_attr):
+                # unknown; taken as null (conditions at validation), a path through it gives ""
+                return "" if ev.unknown_as_none else Unknown({self.fn: render(a)})
             if not isinstance(value, Mapping | list | tuple | str) or not isinstance(key, int | str):
                 return ""
             if not isinstance(value, Mapping) and isinstance(key, str):
