@@ -951,7 +951,7 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert bad.returncode == 1, bad.stderr[-3000:]
     assert (f"error: update: update failed on node {controllers[0]}, step 3: pod keystone: container keystone: "
             f"readiness probe (HTTP GET :15000/v3) did not pass") in bad.stderr, bad.stderr[-3000:]
-    assert "rolled back by itself" in bad.stderr and "broken on this node on purpose" in bad.stderr
+    assert "rolled back by itself" in bad.stderr and "broken on this node on purpose" in bad.stderr, bad.stderr[-3000:]
     assert f"{controllers[1]}: step 3 running" not in bad.stderr
     assert started_at(uc_home.instance, controllers[1], "keystone") == keystone_1
     assert images_by_service(before) == before
