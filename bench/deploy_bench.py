@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 GOALS = {"minimal": 120.0, "ha": 150.0, "no-op": 10.0, "active": 30.0, "console": 60.0,
          "kill -9": 15.0, "SIGSTOP": 45.0, "repair": 30.0, "update": 60.0, "rollback": 60.0, "failover": 10.0}
@@ -112,8 +113,6 @@ def machine_cpu() -> float:
 def cgroup_cpu(path: str) -> float:
     """CPU seconds of one cgroup: cgroup v2 (or v1's unified hierarchy), else v1's cpuacct;
     0 for a container that is not running (it has no cgroup)."""
-    from pathlib import Path
-
     for v2 in (Path("/sys/fs/cgroup", path, "cpu.stat"), Path("/sys/fs/cgroup/unified", path, "cpu.stat")):
         try:
             lines = v2.read_text().splitlines()
@@ -129,8 +128,6 @@ def cgroup_cpu(path: str) -> float:
 def containers_cpu(home: str) -> tuple[float, int]:
     """(CPU seconds, count) of this home's overcloud containers, from their cgroups: what
     the nodes and their services used, whatever else the machine ran meanwhile."""
-    from pathlib import Path
-
     from undercloud.config import Home
 
     ids = podman("ps", "-a", "-q", "--filter", f"name=^{Home(Path(home)).instance}-").split()
@@ -152,8 +149,6 @@ def day2(home: str, how: list[str]) -> list[tuple[str, float, str]]:
     from undercloud.cli.overcloud import probe
 
     node = "overcloud-controller-0"
-    from pathlib import Path
-
     from undercloud.config import Home
 
     prefix = f"{Home(Path(home)).instance}-{node}"
@@ -208,8 +203,6 @@ def rolling(home: str, tmp: str) -> list[tuple[str, float, str]]:
 def replace_node(home: str) -> list[tuple[str, float, str | None]]:
     """A whole controller lost (its node container and the service containers joined to
     it, removed) and `overcloud replace` of it, until its services are healthy."""
-    from pathlib import Path
-
     from undercloud.config import Home
 
     node = "overcloud-controller-2"
@@ -244,8 +237,6 @@ def failover(home: str) -> list[tuple[str, float, str | None]]:
     node container stopped at once, SIGKILL): seconds until another controller holds the VIP
     and until a token request through it succeeds; then `server power on` of the lost
     controller until its services are healthy again."""
-    from pathlib import Path
-
     import yaml
 
     from undercloud.config import Home

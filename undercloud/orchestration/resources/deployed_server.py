@@ -22,10 +22,13 @@ from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailur
 from undercloud.orchestration.services import EngineOnly
 
 
+def agent_config_path(home_path: Path, server_id: str) -> Path:
+    return home_path / "agents" / f"{server_id}.json"
+
+
 def write_agent_config(home_path: Path, server_id: str, config: dict) -> Path:
-    directory = home_path / "agents"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{server_id}.json"
+    path = agent_config_path(home_path, server_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.unlink(missing_ok=True)
     with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
@@ -87,7 +90,7 @@ class DeployedServer(Plugin):
         server_id = self.physical_id or self.uuid
         if server_id and not isinstance(self.services, EngineOnly):  # on its own: no agent
             self.services.server_metadata.forget(server_id)
-            Path(self.services.home.path / "agents" / f"{server_id}.json").unlink(missing_ok=True)
+            agent_config_path(self.services.home.path, server_id).unlink(missing_ok=True)
         if self.data.get("agent_config"):
             Path(self.data["agent_config"]).unlink(missing_ok=True)
 

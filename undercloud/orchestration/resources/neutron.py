@@ -25,9 +25,9 @@ CTLPLANE = "ctlplane"  # a port on it needs no Net in the stack: the undercloud'
 
 def is_valid_ip(address: str) -> bool:
     """As oslo's netutils.is_valid_ip (Heat's check): IPv4 as inet_aton takes it ("10.1" too), or IPv6."""
-    for family in (None, socket.AF_INET6):
+    for parse in (socket.inet_aton, lambda a: socket.inet_pton(socket.AF_INET6, a)):
         try:
-            socket.inet_aton(address) if family is None else socket.inet_pton(family, address)
+            parse(address)
             return True
         except (OSError, ValueError):
             continue
