@@ -241,3 +241,69 @@ outputs:
     tmpl = load(bundle(tmp_path, template, files={"child.yaml": PATH_CHILD}))
     assert [r["name"] for r in preview(tmpl)] == ["v", "child", "child.c"]
     assert run(tmp_path, template, files={"child.yaml": PATH_CHILD}) == {"out": [2, 1], "extra": "no"}
+
+
+REUSED_CHILD = V + """\
+parameters:
+  name: {type: string}
+resources:
+  r: {type: OS::Heat::Value, properties: {value: {str_replace: {template: hi-N, params: {N: {get_param: name}}}}}}
+outputs:
+  out: {value: {get_attr: [r, value]}}
+"""
+
+
+def test_a_nested_stack_built_again_takes_the_parsed_definitions_and_its_own_values(tmp_path, monkeypatch):
+    """The engine builds each nested stack again with its real properties: when parsing the
+    child read no parameter value, the definitions parsed at validation serve again, and
+    the child resolves with its own values."""
+    from undercloud.orchestration.template import stack as stack_module
+
+    tmpl = load(bundle(tmp_path, V + """\
+resources:
+  a: {type: OS::Heat::Value, properties: {value: x}}
+  c: {type: child.yaml, properties: {name: {get_attr: [a, value]}}}
+""", files={"child.yaml": REUSED_CHILD}))
+    parsed = []
+    real = stack_module.build_resources
+    monkeypatch.setattr(stack_module, "build_resources", lambda t: parsed.append(t.key) or real(t))
+    first, second = tmpl.nested("c", {"name": "one"}), tmpl.nested("c", {"name": "two"})
+    assert parsed == []
+    assert first.resolve(first.resources["r"].properties, PlaceholderResolver()) == {"value": "hi-one"}
+    assert second.resolve(second.resources["r"].properties, PlaceholderResolver()) == {"value": "hi-two"}
+    with pytest.raises(TemplateError) as info:  # the parameters are still checked each time
+        tmpl.nested("c", {})
+    assert info.value.problems == [f"{tmp_path}/t.yaml:4: resources.c.properties: Property name not assigned"]
+
+
+VALUE_CHILD = """\
+heat_template_version: 2021-04-16
+parameters:
+  extra: {type: boolean, default: false}
+  which: {type: string, default: a}
+conditions:
+  with_extra: {get_param: extra}
+resources:
+  a: {type: OS::Heat::Value, properties: {value: 1}}
+  b: {type: OS::Heat::Value, properties: {value: 2}}
+  x: {type: OS::Heat::Value, condition: with_extra, properties: {value: 3}}
+  user: {type: OS::Heat::Value, properties: {value: {get_attr: [{get_param: which}, value]}}}
+outputs:
+  picked: {value: {if: [with_extra, extra, plain]}}
+"""
+
+
+def test_a_nested_stack_whose_definitions_depend_on_its_values_is_parsed_again(tmp_path):
+    """Conditions and names computed from parameters decide what the definitions are: a
+    child whose parsing read a value is built from its template again with the new values."""
+    tmpl = load(bundle(tmp_path, V + """\
+resources:
+  v: {type: OS::Heat::Value, properties: {value: true}}
+  c: {type: child.yaml, properties: {extra: {get_attr: [v, value]}, which: a}}
+""", files={"child.yaml": VALUE_CHILD}))
+    plain = tmpl.nested("c", {"extra": False, "which": "a"})
+    extra = tmpl.nested("c", {"extra": True, "which": "b"})
+    assert sorted(plain.resources) == ["a", "b", "user"] and sorted(extra.resources) == ["a", "b", "user", "x"]
+    assert plain.dependencies()["user"] == {"a"} and extra.dependencies()["user"] == {"b"}
+    assert plain.resolve(plain.outputs["picked"].value, PlaceholderResolver()) == "plain"
+    assert extra.resolve(extra.outputs["picked"].value, PlaceholderResolver()) == "extra"
