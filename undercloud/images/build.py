@@ -278,7 +278,9 @@ class Builder:
                 static = el.path / "static"
                 if static.is_dir():
                     self.say(f"static: {el.name}")
-                    shutil.copytree(static, root, symlinks=True, dirs_exist_ok=True)
+                    # as digest(): bytecode a test left beside a script is no part of the element
+                    shutil.copytree(static, root, symlinks=True, dirs_exist_ok=True,
+                                    ignore=shutil.ignore_patterns("__pycache__"))
             self.run_phase(root, els, "extra-data.d")
             with rootfs.chroot_ready(root):
                 if with_packages:
