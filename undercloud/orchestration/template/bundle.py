@@ -45,7 +45,6 @@ class Bundle:
         self.files: dict[str, str] = dict(files or {})
         self._parsed: dict[str, Any] = {}
         self.validated: dict[tuple, tuple[bool, int]] = {}  # see StackTemplate.child_tree_size
-        self.definitions: dict[tuple, Any] = {}  # see StackTemplate.child_from_file
 
     # ---- travel
     def to_json(self) -> dict:

@@ -88,7 +88,6 @@ class Conditions:
     def decide(self, tree: Any) -> Any:
         """A condition's value; one that depends on what is not known yet (validate,
         preview: a parameter a parent stack passes from an attribute) takes that as null."""
-        self.t._value_reads += 1
         value = Evaluation(self.t, NullResolver()).eval(tree)
         if isinstance(value, fn.Unknown):
             try:

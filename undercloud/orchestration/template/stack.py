@@ -67,8 +67,7 @@ class StackTemplate:
                  *, stack_name: str = "", stack_id: str = "", project_id: str = "",
                  depth: int = 0, chain: tuple[str, ...] = (), partial: bool = False,
                  facade: Mapping | None = None, top: bool = True, given_where: Any = None,
-                 secrets: frozenset[str] = frozenset(), check_values: bool | None = None,
-                 same_definitions: StackTemplate | None = None):
+                 secrets: frozenset[str] = frozenset(), check_values: bool | None = None):
         self.bundle, self.key, self.doc, self.environment = bundle, key, doc, env
         # Property values are computed at validation (see validate_properties) for the tree
         # a stack is created or updated from, as Heat does; by `template validate` and preview
@@ -99,11 +98,7 @@ class StackTemplate:
         self.secrets: frozenset[str] = secrets
         # resources of the tree below, as far as validation knows (group counts known from parameters)
         self.tree_size = 0
-        # Parameter and condition values read while the definitions were parsed (conditions,
-        # names computed for dependencies): with none, the parsed definitions fit any values.
-        self._value_reads = 0
-        self.reusable = False  # definitions clean and read no value: another build may take them
-        self._build(params, given_where, same_definitions)
+        self._build(params, given_where)
 
     # ------------------------------------------------------------------ problems
     @functools.cached_property
@@ -123,7 +118,7 @@ class StackTemplate:
             raise TemplateError(list(seen))
 
     # ------------------------------------------------------------------ building
-    def _build(self, params: Mapping, given_where: Any, same: StackTemplate | None = None) -> None:
+    def _build(self, params: Mapping, given_where: Any) -> None:
         doc = self.doc
         if doc is None or doc == "":
             self.add((), "the template is empty")
@@ -159,35 +154,13 @@ class StackTemplate:
         self.description = desc if isinstance(desc, str) else ("" if desc is None else str(desc))
         build_parameters(self, params, given_where)
         self.conditions.build()
-        if same is not None and same.reusable and same.doc is doc and not self.problems:
-            self._take_definitions(same)
-            for rd in self.resources.values():
-                validate_resource(self, rd)
-            return
         build_resources(self)
-        parse_reads = self._value_reads
         for rd in self.resources.values():
             validate_resource(self, rd)
-        reads = self._value_reads
         build_outputs(self)
-        parse_reads += self._value_reads - reads
         cycle = find_cycle(self.dependencies())
         if cycle:
             self.add(("resources", cycle[0]), f"Circular Dependency Found: {' -> '.join(cycle)}")
-        self.reusable = not self.problems and parse_reads == 0
-
-    def _take_definitions(self, same: StackTemplate) -> None:
-        """The resources and outputs of a build of the same template that read no parameter
-        value while parsing them: the same for these values (the engine builds each nested
-        stack again with its real properties; parsing its snippets again was most of that)."""
-        self.all_resources = same.all_resources
-        self.resources = dict(same.resources)
-        self.outputs = dict(same.outputs)
-        self._trees = dict(same._trees)
-        self._rdeps = same._rdeps
-        self._deps = same._deps  # dependencies() hands out copies
-        self.tree_size += len(self.resources)
-        self.reusable = True
 
     def section(self, name: str) -> Mapping:
         s = self.doc.get(name)
@@ -232,20 +205,13 @@ class StackTemplate:
             return problem(self.file, line_of(self.doc, path), dotted(path), message)
 
         doc = self.bundle.parsed(key)
-        # The same file under the same environment was built before (validation builds each
-        # nested stack, the engine again with its real properties): its parsed definitions
-        # serve again if reading them took no parameter value.
-        same = (key, env.lineage)
         child = StackTemplate(self.bundle, key, doc, env, dict(properties or {}),
                               stack_name=f"{self.stack_name}-{resource_name}", stack_id="",
                               project_id=self.project_id, depth=self.depth + 1, chain=self.chain,
                               partial=self.partial or validating, facade=facade, top=False,
                               given_where=given_where, secrets=self.secrets,
-                              check_values=self.check_values and validating,
-                              same_definitions=self.bundle.definitions.get(same))
+                              check_values=self.check_values and validating)
         child.raise_problems()
-        if child.reusable:
-            self.bundle.definitions.setdefault(same, child)
         return child
 
     def child_tree_size(self, key: str, registry_key: str | None, resource_name: str, properties: Mapping,
@@ -410,7 +376,6 @@ class StackTemplate:
         """A value computable from parameters alone, else None (used for dependency names)."""
         if not isinstance(tree, fn.Function):
             return tree
-        self._value_reads += 1
         try:
             v = Evaluation(self, NullResolver()).eval(tree)
         except FnError:
