@@ -13,7 +13,6 @@ get_attr between siblings (chains of dependencies) and outputs read by the paren
 from __future__ import annotations
 
 import argparse
-import gc
 import resource
 import sys
 import tempfile
@@ -22,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from undercloud import tune_gc  # noqa: E402
 from undercloud.orchestration.limits import BY_NAME, LIMITS  # noqa: E402
 from undercloud.orchestration.template import Bundle, load, select_path  # noqa: E402
 
@@ -114,11 +112,7 @@ def main() -> None:
     ap.add_argument("--mids", type=int, default=10)
     ap.add_argument("--leaves", type=int, default=99)
     ap.add_argument("--per-template", type=int, default=19)
-    ap.add_argument("--default-gc", action="store_true",
-                    help="Python's default collector thresholds instead of the ones undercloud's processes set")
     a = ap.parse_args()
-    if not a.default_gc:
-        tune_gc()  # as the CLI and the service do (undercloud.tune_gc)
     total = a.mids * (1 + a.per_template + a.leaves * (1 + a.per_template))
     if total > LIMITS.resources:  # this tree is bigger than the default limit on purpose
         print(f"{BY_NAME['resources'].env}: {LIMITS.resources} -> {total} for this run")
@@ -146,8 +140,6 @@ def main() -> None:
     print(f"resolve whole tree  {t4 - t3:7.2f} s")
     print(f"total               {total:7.2f} s   (goal < 5 s: {total / 5:.2f} of the budget; "
           f"CPU {cpu:.2f} s, wall time varies with the machine's load)")
-    print(f"garbage collector   {'Python default' if a.default_gc else 'as the service (undercloud.tune_gc)'}: "
-          f"thresholds {gc.get_threshold()}")
     print(f"peak memory (RSS)   {peak_mb:7.0f} MB  (goal < 500 MB: {peak_mb / 500:.2f} of the budget)")
     sample = next(iter(outs.values()), None) if outs else None
     print(f"check: top outputs {len(outs)}, sample {str(sample)[:60]!r}")

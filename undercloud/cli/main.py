@@ -7,7 +7,7 @@ import sys
 import click
 from click.utils import make_default_short_help
 
-from undercloud import __version__, tune_gc
+from undercloud import __version__
 from undercloud.cli import commands
 from undercloud.cli.commands import COMMANDS
 from undercloud.errors import UndercloudError
@@ -55,5 +55,4 @@ def cli() -> None:
 
 
 def main() -> None:
-    tune_gc()
     cli(prog_name="undercloud")
