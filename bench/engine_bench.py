@@ -12,7 +12,6 @@ Goals from the issue: create < 10 s, 1-resource update < 2 s, < 500 MB (Heat: ~1
 from __future__ import annotations
 
 import argparse
-import gc
 import resource
 import sys
 import tempfile
@@ -24,7 +23,6 @@ from sqlalchemy import func, select
 
 sys.path.insert(0, str(bench_store.REPO))  # this checkout's code, not the venv's installed copy
 
-from undercloud import tune_gc  # noqa: E402
 from undercloud.orchestration.engine import StackService  # noqa: E402
 from undercloud.orchestration.limits import BY_NAME, LIMITS  # noqa: E402
 from undercloud.orchestration.template import Bundle  # noqa: E402
@@ -72,13 +70,7 @@ def main() -> None:
     ap.add_argument("--stacks", type=int, default=1000)
     ap.add_argument("--per-stack", type=int, default=20)
     ap.add_argument("--db", default="sqlite", help=bench_store.HELP)
-    ap.add_argument("--default-gc", action="store_true",
-                    help="Python's default collector thresholds instead of the ones undercloud's processes set")
     args = ap.parse_args()
-    if not args.default_gc:
-        tune_gc()  # as the service does (undercloud.tune_gc)
-    print(f"garbage collector: {'Python default' if args.default_gc else 'as the service'}, "
-          f"thresholds {gc.get_threshold()}")
     with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp, \
             bench_store.store_url(args.db, Path(tmp)) as url:
         root = Path(tmp)
