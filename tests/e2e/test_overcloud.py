@@ -860,11 +860,13 @@ def keystone_variant(where, start: str | None = None):
 
 def images_by_service(want: dict | None = None, limit: float = 90) -> dict:
     """(node, service) -> the image id its node's agent reports; with `want`, waits (the
-    agents report within seconds of a change) until the report says so."""
+    agents report within seconds of a change) until the report says so; without, until
+    every service has one (just after a deploy, a service may not have reported yet)."""
     deadline = time.monotonic() + limit
     while True:
         got = {(x["node"], x["service"]): x["image"] for x in status_rows()}
-        if want is None or got == want or time.monotonic() > deadline:
+        done = got == want if want is not None else all(got.values())
+        if done or time.monotonic() > deadline:
             return got
         time.sleep(2)
 
