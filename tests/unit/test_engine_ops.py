@@ -666,3 +666,26 @@ def test_update_existing_keeps_the_stored_bundle_and_parameters_and_takes_an_inl
     with pytest.raises(InvalidInput, match="only {parameter_defaults"):
         eng.svc.update("s", None, {}, existing=True, environment={"resource_registry": {}})
     assert eng.outputs("s") == {"top": "t3", "inner": "i2/o2"}  # nothing changed by the refused ones
+
+
+def test_a_failed_update_goes_straight_to_its_rollback_never_written_failed(eng, monkeypatch):
+    """A client polling the stack stops at the first status that is not IN_PROGRESS: the
+    row must never say UPDATE_FAILED between the failure and the rollback it starts (the
+    ha e2e's `overcloud update` once read that and reported the rollback as failed)."""
+    from undercloud.orchestration.engine.writer import Writer
+
+    b = eng.bundle("t.yaml", CHAIN)
+    root_id = eng.create("s", b)["id"]
+    written = []
+    real = Writer.flush
+
+    def flush(self):
+        written.extend((s["action"], s["status"]) for s in self.dirty_stacks.values() if s["id"] == root_id)
+        return real(self)
+
+    monkeypatch.setattr(Writer, "flush", flush)
+    s = eng.update("s", b, {"v": "new", "fail": "true"}, rollback=True)
+    assert s["stack_status"] == "ROLLBACK_COMPLETE", s["stack_status_reason"]
+    assert ("UPDATE", "FAILED") not in written and ("ROLLBACK", "IN_PROGRESS") in written, written
+    ev = eng.events("s")
+    assert ev.index(("s", "UPDATE_FAILED")) < ev.index(("s", "ROLLBACK_IN_PROGRESS")) < ev.index(("s", "ROLLBACK_COMPLETE"))

@@ -302,21 +302,25 @@ class StackService:
             self._finish(root, "COMPLETE", reason, w)
             return
         action = root["action"]
-        self._finish(root, "FAILED", f"Stack {action} failed: {w.failure}", w)
+        failed = f"Stack {action} failed: {w.failure}"
+        if not (op.get("rollback") and root_id not in self.superseded):
+            self._finish(root, "FAILED", failed, w)
+            return
         if w.tolerated or op.get("carried"):  # still behind after the rollback: the next update retries them
             op = {**op, "tolerated": [*op.get("carried", []), *w.tolerated]}
         if w.behind:
             op = {**op, "restore": w.behind}
-        if op.get("rollback") and root_id not in self.superseded:
-            root = self._root(root_id)
-            root.update(action="ROLLBACK", status="IN_PROGRESS", status_reason=f"rolling back: {w.failure}",
-                        operation={**op, "kind": "rollback"})
-            wr = Writer(self.store, clean=w.clean)
-            wr.touch_stack(root)
-            wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "ROLLBACK", "IN_PROGRESS",
-                     f"Stack ROLLBACK started: {w.failure}")
-            wr.flush()
-            self._rollback(root, threading.Event(), timeout, False)
+        # The FAILED event and the row straight to ROLLBACK IN_PROGRESS, in one write: a client
+        # polling the status never sees the operation ended (FAILED) before its rollback began.
+        root.update(action="ROLLBACK", status="IN_PROGRESS", status_reason=f"rolling back: {w.failure}",
+                    operation={**op, "kind": "rollback"}, updated_at=time.time())
+        wr = w.writer
+        wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], action, "FAILED", failed)
+        wr.touch_stack(root)
+        wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "ROLLBACK", "IN_PROGRESS",
+                 f"Stack ROLLBACK started: {w.failure}")
+        wr.flush()
+        self._rollback(root, threading.Event(), timeout, False)
 
     def _walk(self, root: dict, cancel: threading.Event, timeout: float, resuming: bool,
               plan: Plan | None = None, lazy: bool = False) -> Walk:

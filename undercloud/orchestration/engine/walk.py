@@ -1011,11 +1011,12 @@ class Walk:
         while isinstance(stack, StackNode):
             if not stack.failed:
                 stack.failed = True
+                # The root's row stays IN_PROGRESS until the walk is over: then it ends FAILED,
+                # or goes straight to its rollback (a client polling it must not stop before).
                 if stack.parent_task is not None:
                     self.changed(stack)  # IN_PROGRESS first, if nothing in it had started
-                stack.row["status"], stack.row["status_reason"] = Status.FAILED, message
-                self.writer.touch_stack(stack.row)
-                if stack.parent_task is not None:
+                    stack.row["status"], stack.row["status_reason"] = Status.FAILED, message
+                    self.writer.touch_stack(stack.row)
                     self.stack_event(stack.row, stack.row["action"], Status.FAILED, message)
             parent = stack.parent_task
             if parent is not None and parent.state not in ENDED and self.plan is None:
