@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import socket
 import threading
@@ -78,6 +79,12 @@ class Home:
         """The token the CLI presents; created once, readable by the owner only. It is kept in
         clear because the CLI must present it; the service only compares it."""
         return self.made_once("admin.token", secrets.token_urlsafe(32))
+
+    def worker_id(self) -> str:
+        """This home's name among the workers sharing a store: made once (host + random), so a
+        restarted service is the same worker and resumes its own operations at once."""
+        host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:40] or "host"
+        return self.made_once("worker.id", f"{host}-{secrets.token_hex(4)}")
 
     def api_port(self) -> int:
         """The API port: chosen free at the first start, then kept (nodes hold the address)."""

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from undercloud.config import Home, private_file
-from undercloud.errors import ServiceUnavailable, UndercloudError
+from undercloud.errors import InvalidInput, ServiceUnavailable, UndercloudError
 
 START_TIMEOUT = 30.0
 
@@ -203,6 +203,17 @@ def _is_stderr(path: Path) -> bool:
     except OSError:
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def check_worker(home: Home, db_url: str | None) -> None:
+    """A worker joins a store that exists: named explicitly, opened with its key."""
+    if not (db_url or os.environ.get("UNDERCLOUD_DB")):
+        raise InvalidInput("a worker joins the store of another service: give it with --db URL "
+                           "(or UNDERCLOUD_DB)", where="--worker")
+    key = os.environ.get("UNDERCLOUD_STORE_KEY")
+    if not key and not home.file("store.key").exists():
+        raise InvalidInput("a worker needs the store's key: set UNDERCLOUD_STORE_KEY to a copy of the first "
+                           "service's store.key (mode 600)", where="--worker")
 
 
 def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> None:

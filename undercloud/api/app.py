@@ -43,10 +43,13 @@ ROUTERS: list[str] = [
     "undercloud.api.servers",
     "undercloud.api.stacks",
     "undercloud.api.stack_signals",
+    "undercloud.api.workers",
 ]
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
+# They stop in the reverse order: the worker leaves the store last.
 STARTUP: list[str] = [
+    "undercloud.api.workers:startup",
     "undercloud.api.stacks:startup",
     "undercloud.images.store:startup",
     "undercloud.provisioning.periodic:startup",
@@ -178,11 +181,11 @@ def create_app(ctx: Context) -> FastAPI:
 
 
 def run_startup(ctx: Context) -> list:
-    """Run the STARTUP hooks; returns the stop callables they handed back."""
+    """Run the STARTUP hooks; returns the stop callables they handed back, last started first."""
     stops = []
     for spec in STARTUP:
         mod, fn = spec.split(":")
         stop = getattr(importlib.import_module(mod), fn)(ctx)
         if callable(stop):
             stops.append(stop)
-    return stops
+    return stops[::-1]

@@ -46,7 +46,16 @@ class Context:
         """The stack engine; resource plugins reach the other services through this Context."""
         from undercloud.orchestration.engine import StackService
 
-        return StackService(self.store, services=self)
+        svc = StackService(self.store, services=self)
+        svc.worker_id, svc.live_workers, svc.dead_after = self.workers.id, self.workers.live, self.workers.dead_after
+        return svc
+
+    @cached_property
+    def workers(self):
+        """This process among the workers sharing the store (heartbeats: api/workers.py)."""
+        from undercloud.store.workers import Workers
+
+        return Workers(self.store, self.home.worker_id(), url=self.api_url)
 
     @property
     def api_url(self) -> str:
@@ -59,7 +68,9 @@ class Context:
         from undercloud.provisioning.nodes import NodeService
 
         openstack.cloud_config = lambda name: self.clouds.config(name)  # pm_type openstack: its cloud
-        return NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
+        svc = NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
+        svc.worker_id, svc.live_workers = self.workers.id, self.workers.live
+        return svc
 
     @cached_property
     def clouds(self):

@@ -60,11 +60,32 @@ def status():
             "home": h["home"], "uptime_s": h["uptime"], "version": h["version"]}
 
 
+@service.command()
+@formatted(["id", "host", "pid", "alive", "heartbeat_age_s", "url", "this"])
+def workers():
+    """List the service processes sharing this store: alive while they heart-beat; the work
+    of one that stops is taken over by the others (`undercloud serve --worker`)."""
+    from undercloud.cli.client import Client
+
+    return Client().get("/v1/workers")
+
+
 @click.command()
 @click.option("--db", envvar="UNDERCLOUD_DB", help="Store URL: sqlite:///FILE or postgresql://...")
-def serve(db: str | None) -> None:
-    """Run the undercloud service in the foreground (for systemd or debugging)."""
-    daemon.serve(Home.current(), db)
+@click.option("--worker", is_flag=True,
+              help="Join the workers of a store another service already uses: needs --db (or UNDERCLOUD_DB) "
+                   "and that store's key (UNDERCLOUD_STORE_KEY=FILE), and a home of its own (UNDERCLOUD_HOME).")
+def serve(db: str | None, worker: bool) -> None:
+    """Run the undercloud service in the foreground (for systemd or debugging).
+
+    Several services can share one store, each with its own home: stack operations and
+    nodes' power sync are shared among them, and one that stops heart-beating has its
+    operations taken over by another within about ten seconds.
+    """
+    home = Home.current()
+    if worker:
+        daemon.check_worker(home, db)
+    daemon.serve(home, db)
 
 
 # --- a systemd unit, for operators who run the service as their other services -----------------

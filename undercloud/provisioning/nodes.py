@@ -37,6 +37,7 @@ from undercloud.provisioning import drivers, instackenv, states
 from undercloud.provisioning.drivers import Driver, DriverError
 from undercloud.store import Store
 from undercloud.store.nodes import Node, NodeEvent, Port
+from undercloud.store.workers import HashRing
 
 log = logging.getLogger("undercloud.nodes")
 
@@ -145,6 +146,10 @@ class NodeService:
         self.deploy_hook: Step = deploy_boot_disk
         self.undeploy_hook: Step = undeploy_power_off
         self._sync_lock = threading.Lock()
+        # This process among the workers sharing the store, and who of them is alive (the
+        # service sets both from store/workers.py; on its own this service is the only one).
+        self.worker_id = "local"
+        self.live_workers: Callable[[], set[str]] = lambda: {self.worker_id}
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -270,7 +275,8 @@ class NodeService:
                 return None
             dst = states.next_state(src, event, n.name or n.id)
             now = time.time()
-            vals = {"provision_state": dst, "provision_updated_at": now, "updated_at": now, **(values or {})}
+            vals = {"provision_state": dst, "provision_updated_at": now, "updated_at": now,
+                    "reservation": self.worker_id if dst in states.BUSY else None, **(values or {})}
             if target is not None:
                 vals["target_state"] = target
             elif states.is_stable(dst):
@@ -492,11 +498,18 @@ class NodeService:
         enforce = self.enforce_power if enforce is None else enforce
         with self._sync_lock:
             t0 = time.perf_counter()
+            settled = (Node.maintenance.is_(False), Node.provision_state.not_in(states.BUSY),
+                       Node.provision_state != states.ENROLL)
+            cols = (Node.id, Node.driver, Node.driver_info, Node.power_state, Node.power_sync_failures)
+            live = self.live_workers()
             with self.store.session() as s:
-                rows = s.execute(
-                    select(Node.id, Node.driver, Node.driver_info, Node.power_state, Node.power_sync_failures)
-                    .where(Node.maintenance.is_(False), Node.provision_state.not_in(states.BUSY),
-                           Node.provision_state != states.ENROLL)).all()
+                if live == {self.worker_id}:
+                    rows = s.execute(select(*cols).where(*settled)).all()
+                else:  # each node is synced by one worker: its owner on the ring of live workers
+                    ring = HashRing(live)
+                    mine = [i for i in s.scalars(select(Node.id).where(*settled)) if ring.owner(i) == self.worker_id]
+                    rows = [r for k in range(0, len(mine), 500)
+                            for r in s.execute(select(*cols).where(Node.id.in_(mine[k:k + 500])))]
 
             def read(row) -> tuple[str, str | None, str | None]:
                 try:
@@ -560,13 +573,23 @@ class NodeService:
                     count += 1
         return count
 
-    def recover_interrupted(self) -> int:
-        """At start: work that was running when the service stopped cannot finish; fail it."""
+    def recover_interrupted(self, at_start: bool = True) -> int:
+        """Busy work whose worker stopped cannot finish (a BMC call cannot resume halfway): fail
+        it. At start: this worker's own (left by its previous run) and that of dead workers;
+        afterwards (every heartbeat): that of workers that stopped heart-beating."""
+        live = self.live_workers()
         with self.store.session() as s:
-            rows = s.execute(select(Node.id, Node.provision_state)
+            rows = s.execute(select(Node.id, Node.provision_state, Node.reservation)
                              .where(Node.provision_state.in_(list(states.BUSY)))).all()
-        return sum(1 for node_id, st in rows if self._fire(
-            node_id, "fail", expect=st, error=f"interrupted: the undercloud service stopped while {st}"))
+        failed = 0
+        for node_id, st, owner in rows:
+            if owner in live and (owner != self.worker_id or not at_start):
+                continue
+            if owner is None and not at_start:
+                continue
+            who = "the undercloud service" if owner in (None, self.worker_id) else f"worker {owner}"
+            failed += bool(self._fire(node_id, "fail", expect=st, error=f"interrupted: {who} stopped while {st}"))
+        return failed
 
 
 MAX_SYNC_FAILURES = 3

@@ -14,4 +14,5 @@ from undercloud.store import (  # noqa: F401
     nodes,
     servers,
     stacks,
+    workers,
 )

@@ -34,6 +34,8 @@ class Node(Base):
     # Set atomically by the scheduler's claim; a node serves one server at a time.
     instance_uuid: Mapped[str | None] = mapped_column(String(36), index=True)
     instance_info: Mapped[dict] = mapped_column(default=dict)
+    # The worker doing the node's busy work (store/workers.py); None when the node is settled.
+    reservation: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
     updated_at: Mapped[float] = mapped_column(Float, default=time.time, onupdate=time.time)
 

@@ -45,6 +45,8 @@ class Stack(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Root stacks: the worker running the operation under way (store/workers.py).
+    engine_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class StackResource(Base):

@@ -11,11 +11,19 @@ import hmac
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
 
-from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError, internal_error
+from undercloud.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    ServiceUnavailable,
+    UndercloudError,
+    internal_error,
+)
 from undercloud.orchestration.engine.walk import INTERNAL, Plan, Signal, StackNode, Walk, new_root_row
 from undercloud.orchestration.engine.writer import ResourceRow, Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
@@ -24,6 +32,7 @@ from undercloud.orchestration.resources.base import Plugin, StackRef
 from undercloud.orchestration.services import EngineOnly, PluginServices
 from undercloud.store import Store
 from undercloud.store.stacks import Stack, StackEvent, StackResource
+from undercloud.store.workers import Worker
 
 log = logging.getLogger("undercloud.engine")
 
@@ -32,6 +41,7 @@ STOP_WAIT = 30.0  # seconds a delete waits for the operation it supersedes to st
 RES = StackResource.__table__
 STACKS = Stack.__table__
 EVENTS = StackEvent.__table__
+WORKERS = Worker.__table__
 
 
 def _template_api():
@@ -100,6 +110,11 @@ class StackService:
         self.superseded: set[str] = set()  # root ids whose operation a delete stops
         self.last_walk: Walk | None = None  # for benchmarks and tests
         self.stopping = threading.Event()  # set when the service stops: walks end at their next step
+        # This process among the workers sharing the store, and who of them is alive (the
+        # service sets both from store/workers.py; on its own the engine is the only one).
+        self.worker_id = "local"
+        self.live_workers: Callable[[], set[str]] = lambda: {self.worker_id}
+        self.dead_after = 0.0  # seconds without a heartbeat after which a worker is dead
 
     # -- loading ----------------------------------------------------------------------
     def _root(self, name_or_id: str) -> dict:
@@ -136,6 +151,7 @@ class StackService:
                 raise Conflict(f"stack {name!r} already exists")
         op = {"kind": "create", "rollback": rollback, "timeout": timeout or DEFAULT_TIMEOUT, "started": time.time()}
         row = new_root_row(name, bundle, parameters or {}, "", "CREATE", op)
+        row["engine_id"] = self.worker_id
         tmpl = self._load(bundle, parameters or {}, name, row["id"])  # validation before any write
         row["description"] = getattr(tmpl, "description", "") or ""
         op["hidden"] = self._hidden(tmpl)
@@ -186,7 +202,7 @@ class StackService:
             op["max_fail"] = max_fail
         root.update(prev_bundle=root["bundle"], prev_parameters=root["parameters"], bundle=bundle,
                     parameters=parameters or {}, action="UPDATE", status="IN_PROGRESS",
-                    status_reason="Stack UPDATE started", operation=op, updated_at=time.time(),
+                    status_reason="Stack UPDATE started", operation=op, updated_at=time.time(), engine_id=self.worker_id,
                     description=getattr(tmpl, "description", "") or "")
         w = Writer(self.store)
         w.touch_stack(root)
@@ -199,12 +215,13 @@ class StackService:
 
     def delete(self, name_or_id: str, wait: bool = False) -> dict:
         root = self._root(name_or_id)
+        self._not_elsewhere(root)
         self._stop_running(root["id"])
         root = self._root(root["id"])
         op = {"kind": "delete", "timeout": DEFAULT_TIMEOUT, "started": time.time(),
               "hidden": (root.get("operation") or {}).get("hidden", [])}
         root.update(action="DELETE", status="IN_PROGRESS", status_reason="Stack DELETE started", operation=op,
-                    updated_at=time.time())
+                    updated_at=time.time(), engine_id=self.worker_id)
         w = Writer(self.store)
         w.touch_stack(root)
         w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "DELETE", "IN_PROGRESS",
@@ -218,6 +235,7 @@ class StackService:
 
     def cancel(self, name_or_id: str) -> dict:
         root = self._root(name_or_id)
+        self._not_elsewhere(root)
         with self.lock:
             op = self.ops.get(root["id"])
         if root["status"] != "IN_PROGRESS" or op is None:
@@ -226,6 +244,13 @@ class StackService:
             raise Conflict(f"stack {root['name']}: a delete cannot be cancelled")
         op[1].set()
         return self.show(root["id"])
+
+    def _not_elsewhere(self, root: dict) -> None:
+        """Refuse to touch an operation that another live worker runs (only it holds the walk)."""
+        owner = root.get("engine_id")
+        if root["status"] == "IN_PROGRESS" and owner not in (None, self.worker_id) and owner in self.live_workers():
+            raise ServiceUnavailable(f"stack {root['name']}: its {root['action']} runs on worker {owner}; "
+                                     "ask that worker (`undercloud service workers` lists them) or wait for it")
 
     def _stop_running(self, root_id: str) -> None:
         """Stop the operation under way (a delete supersedes it: no rollback)."""
@@ -437,23 +462,57 @@ class StackService:
         return {"stack_name": root["name"], "dry_run": True, **p.as_dict()}
 
     def resume_all(self) -> list[str]:
-        """At service start: continue every operation a dead service left IN_PROGRESS (those
-        resumed too often end FAILED instead); returns the ids of those resumed."""
+        """At service start: continue every operation this worker's previous run, a dead worker
+        or a store older than workers left IN_PROGRESS (those resumed too often end FAILED
+        instead); returns the ids of those resumed."""
+        return self.take_over(at_start=True)
+
+    def take_over(self, at_start: bool = False) -> list[str]:
+        """Continue the operations whose worker stopped heart-beating (called every heartbeat).
+        Each is claimed by one conditional UPDATE of its row: of two workers taking over the
+        same stack, one wins; the walk resumes from what the dead one wrote."""
+        live = self.live_workers()
         with self.store.engine.connect() as conn:
-            ids = [r[0] for r in conn.execute(select(STACKS.c.id).where(STACKS.c.parent_id.is_(None))
-                                              .where(STACKS.c.status == "IN_PROGRESS"))]
+            rows = conn.execute(select(STACKS.c.id, STACKS.c.engine_id).where(STACKS.c.parent_id.is_(None))
+                                .where(STACKS.c.status == "IN_PROGRESS")).all()
         resumed = []
-        for sid in ids:
-            if not self._count_resume(sid):
+        for sid, owner in rows:
+            if owner == self.worker_id or owner is None:
+                if not at_start:
+                    continue  # this worker's own (its thread may be starting), or taken at a start
+            elif owner in live:
+                continue
+            with self.lock:
+                if sid in self.ops:
+                    continue
+            if not self._claim(sid, owner) or not self._count_resume(sid):
                 continue
             resumed.append(sid)
-            log.info("resuming the interrupted operation of stack %s", sid)
+            if owner in (None, self.worker_id):
+                log.info("resuming the interrupted operation of stack %s", sid)
+            else:
+                log.warning("taking over the operation of stack %s from worker %s (no heartbeat)", sid, owner)
             cancel = threading.Event()
             t = threading.Thread(target=self._run, args=(sid, cancel, True), name=f"stack-{sid[:8]}", daemon=True)
             with self.lock:
                 self.ops[sid] = (t, cancel)
             t.start()
         return resumed
+
+    def _claim(self, root_id: str, owner: str | None) -> bool:
+        """Take the operation of `root_id` from `owner`, unless it moved on or (for another
+        worker) beat again meanwhile: the check and the write are one statement."""
+        stmt = STACKS.update().where(STACKS.c.id == root_id).where(STACKS.c.status == "IN_PROGRESS")
+        if owner is None:
+            stmt = stmt.where(STACKS.c.engine_id.is_(None))
+        else:
+            stmt = stmt.where(STACKS.c.engine_id == owner)
+            if owner != self.worker_id and self.dead_after:
+                beating = select(WORKERS.c.id).where(WORKERS.c.id == owner).where(
+                    WORKERS.c.heartbeat_at >= time.time() - self.dead_after)
+                stmt = stmt.where(~beating.exists())
+        with self.store.engine.begin() as conn:
+            return conn.execute(stmt.values(engine_id=self.worker_id)).rowcount == 1
 
     def _count_resume(self, root_id: str) -> bool:
         """Note one more resume of the operation; past the limit it ends FAILED instead (an
@@ -513,6 +572,8 @@ class StackService:
                 return
             if errors and not isinstance(errors[0], LookupError):
                 raise _signal_error(resource, errors[0])
+        else:  # a walk on another worker holds the live plugin: the sender tries again later
+            self._not_elsewhere(self._root(srow["root_id"]))
         cls = registry.get(row.type) or Plugin
         p = cls(name=row.name, uuid=row.uuid, stack=StackRef(srow["id"], srow["name"], srow["root_id"]),
                 properties=row.properties or {}, data=dict(row.data or {}), physical_id=row.physical_id)

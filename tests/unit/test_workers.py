@@ -1,0 +1,186 @@
+"""Several workers on one store (issue 19): heartbeats, the hash ring spreading power sync,
+stack operations taken over from a worker that stopped heart-beating, nodes' busy work of a
+dead worker failed. In-process here (each worker a service object with its own id, on one
+store: SQLite, or PostgreSQL in the postgresql tier); tests/integration/test_workers.py runs
+them as processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import select, update
+
+from tests.conftest import own_store_url
+from tests.unit.test_engine_resume import CLOUD, CRASH, eng, template  # noqa: F401 - eng: the fixture
+from tests.unit.test_nodes import env, node
+from undercloud.errors import ServiceUnavailable
+from undercloud.orchestration.engine import StackService
+from undercloud.provisioning.drivers import fake
+from undercloud.provisioning.nodes import NodeService
+from undercloud.store import Store
+from undercloud.store.nodes import Node, NodeEvent
+from undercloud.store.workers import HashRing, Worker, Workers
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+INTERVAL = 0.2  # heartbeat interval of these tests: dead after 1 s without a beat
+
+
+def stop_beating(store: Store, worker_id: str) -> None:
+    """What a worker killed with -9 leaves: its last heartbeat, getting old."""
+    with store.engine.begin() as conn:
+        conn.execute(update(Worker).where(Worker.id == worker_id).values(heartbeat_at=time.time() - 60))
+
+
+def test_the_ring_gives_each_key_one_owner_and_moves_only_a_leavers_keys():
+    keys = [f"node-{i}" for i in range(10_000)]
+    three = HashRing(["w1", "w2", "w3"])
+    owners = {k: three.owner(k) for k in keys}
+    shares = {w: sum(1 for o in owners.values() if o == w) for w in ("w1", "w2", "w3")}
+    assert sum(shares.values()) == len(keys)
+    assert all(2_000 < n < 4_700 for n in shares.values()), shares  # spread, not one taking all
+    two = HashRing(["w1", "w2"])
+    moved = [k for k in keys if two.owner(k) != owners[k]]
+    assert {owners[k] for k in moved} == {"w3"}  # only the leaver's keys move...
+    assert len(moved) == shares["w3"]  # ...all of them
+    assert HashRing([]).owner("x") is None
+    assert HashRing(["w2", "w1"]).owner("node-7") == two.owner("node-7")  # order of members does not matter
+
+
+def test_workers_are_alive_while_they_beat(tmp_path):
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    a, b = (Workers(store, w, interval=INTERVAL) for w in ("wa", "wb"))
+    a.join()
+    b.join()
+    assert a.live() == b.live() == {"wa", "wb"}
+    stop_beating(store, "wb")
+    assert a.live() == {"wa"}
+    listed = {w["id"]: w for w in a.list()}
+    assert listed["wa"]["alive"] and listed["wa"]["this"] and not listed["wb"]["alive"]
+    b.beat()  # back (a process paused, not dead): alive again
+    assert a.live() == {"wa", "wb"}
+    b.leave()
+    assert a.live() == {"wa"} and [w["id"] for w in a.list()] == ["wa"]
+    b.beat()  # a worker forgotten while it ran joins again at its next beat
+    assert "wb" in a.live()
+
+
+def test_power_sync_spreads_nodes_over_live_workers_each_synced_once(tmp_path):
+    fake.reset()
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    ids = ("w1", "w2", "w3")
+    services = {}
+    for w in ids:
+        workers = Workers(store, w, interval=INTERVAL)
+        workers.join()
+        svc = NodeService(store, workers=2)
+        svc.worker_id, svc.live_workers = w, workers.live
+        services[w] = svc
+    n = 240
+    services["w1"].import_nodes(env(*(node(i) for i in range(1, n + 1))))
+    with store.engine.begin() as conn:  # settled nodes, recorded off (the lifecycle is tested elsewhere)
+        conn.execute(update(Node).values(provision_state="manageable", power_state="off"))
+    for i in range(1, n + 1):
+        fake.machine_state(f"fake-{i}")["power"] = "on"  # every one drifted
+    try:
+        stats = {w: svc.sync_power() for w, svc in services.items()}
+        assert sum(s["nodes"] for s in stats.values()) == n
+        assert all(s["nodes"] > n // 6 and s["drift"] == s["nodes"] for s in stats.values()), stats
+        with store.session() as s:
+            assert set(s.scalars(select(Node.power_state))) == {"on"}
+            drift_events = s.scalars(select(NodeEvent.node_id).where(NodeEvent.message.contains("BMC reports on"))).all()
+        assert len(drift_events) == len(set(drift_events)) == n  # each node read by exactly one worker
+
+        stop_beating(store, "w3")
+        ring = HashRing(["w1", "w2"])
+        with store.session() as s:
+            node_ids = list(s.scalars(select(Node.id)))
+        for i in range(1, n + 1):
+            fake.machine_state(f"fake-{i}")["power"] = "off"
+        after = {w: services[w].sync_power() for w in ("w1", "w2")}
+        assert sum(s["nodes"] for s in after.values()) == n  # w3's nodes moved to the live two
+        for w in ("w1", "w2"):
+            assert after[w]["nodes"] == sum(1 for i in node_ids if ring.owner(i) == w)
+            assert after[w]["nodes"] >= stats[w]["nodes"]  # each kept its own and took some of w3's
+    finally:
+        for svc in services.values():
+            svc.close()
+
+
+def test_busy_work_of_a_dead_worker_fails_and_a_live_ones_is_left(tmp_path):
+    fake.reset()
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    mine = Workers(store, "w1", interval=INTERVAL)
+    mine.join()
+    Workers(store, "w2", interval=INTERVAL).join()
+    Workers(store, "w3", interval=INTERVAL).join()
+    svc = NodeService(store, workers=2)
+    svc.worker_id, svc.live_workers = "w1", mine.live
+    try:
+        svc.import_nodes(env(node(1), node(2), node(3)))
+        with store.engine.begin() as conn:
+            for name, worker in (("n1", "w2"), ("n2", "w3"), ("n3", "w1")):
+                conn.execute(update(Node).where(Node.name == name).values(provision_state="deploying",
+                                                                          reservation=worker))
+        stop_beating(store, "w3")
+        assert svc.recover_interrupted(at_start=False) == 1
+        assert svc.get("n2")["provision_state"] == "deploy failed"
+        assert "interrupted: worker w3 stopped while deploying" in svc.get("n2")["last_error"]
+        assert svc.get("n1")["provision_state"] == svc.get("n3")["provision_state"] == "deploying"
+        assert svc.recover_interrupted(at_start=True) == 1  # this worker's own, left by its previous run
+        assert svc.get("n3")["provision_state"] == "deploy failed" and svc.get("n1")["provision_state"] == "deploying"
+    finally:
+        svc.close()
+
+
+def engine(store: Store, worker_id: str) -> tuple[StackService, Workers]:
+    workers = Workers(store, worker_id, interval=INTERVAL)
+    workers.join()
+    svc = StackService(store)
+    svc.worker_id, svc.live_workers, svc.dead_after = worker_id, workers.live, workers.dead_after
+    return svc, workers
+
+
+def test_a_stack_operation_is_taken_over_from_a_dead_worker_and_done_once(eng):  # noqa: F811
+    a, _ = engine(eng.store, "wa")
+    b, b_workers = engine(eng.store, "wb")
+    bundle = eng.bundle("t.yaml", template("Test::Thing", 5))
+    CRASH.set()
+    a.create("s", bundle, {}, wait=True)  # worker a dies inside its walk (nothing written after)
+    CRASH.clear()
+    sid = a.show("s")["id"]
+    assert a.show("s")["stack_status"] == "CREATE_IN_PROGRESS"
+    # a still heart-beats (say, a long pause): nobody takes its operation, nor may touch it
+    assert b.take_over() == []
+    with pytest.raises(ServiceUnavailable, match="stack s: its CREATE runs on worker wa"):
+        b.delete("s")
+    with pytest.raises(ServiceUnavailable, match="runs on worker wa"):
+        b.cancel("s")
+    stop_beating(eng.store, "wa")
+    c, _ = engine(eng.store, "wc")
+    taken = {"wb": b.take_over(), "wc": c.take_over()}  # two live workers race for it: one wins
+    assert sorted(taken.values()) == [[], [sid]]
+    winner = b if taken["wb"] else c
+    winner.wait("s", 10)
+    s = winner.show("s")
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    assert len(CLOUD) == 5 and all(v["creates"] == 1 for v in CLOUD.values())  # nothing done twice
+    with eng.store.engine.connect() as conn:
+        from undercloud.store.stacks import Stack
+
+        assert conn.execute(select(Stack.engine_id).where(Stack.id == sid)).scalar() == winner.worker_id
+    assert winner.take_over() == [] and b_workers.live() >= {"wb", "wc"}
+
+
+def test_a_restarted_worker_resumes_its_own_operations_at_once(eng):  # noqa: F811
+    a, _ = engine(eng.store, "wa")
+    CRASH.set()
+    a.create("s", eng.bundle("t.yaml", template("Test::Thing", 3)), {}, wait=True)
+    CRASH.clear()
+    b, _ = engine(eng.store, "wb")
+    assert b.take_over(at_start=True) == []  # wa still beats: not b's to take, even at b's start
+    again, _ = engine(eng.store, "wa")  # wa's next start (same home, same id): no wait for a timeout
+    assert again.resume_all() == [again.show("s")["id"]]
+    again.wait("s", 10)
+    assert again.show("s")["stack_status"] == "CREATE_COMPLETE"
+    assert all(v["creates"] == 1 for v in CLOUD.values())
