@@ -1,0 +1,134 @@
+"""Several workers as real processes on one store (issue 19): the service the CLI started and
+two `undercloud serve --worker` processes, each with its own home. SIGKILL the worker running
+a stack create: another takes it over and finishes it, creating nothing twice; the API of
+any worker answers for the stack. Prints the measured takeover time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.integration.test_engine_crash import TEMPLATE, rows
+
+INTERVAL = "0.5"  # heartbeats: a worker is dead 2.5 s after its last one
+
+
+def wait_for(what: str, check, timeout: float = 60, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def cli(home, *args, timeout: float = 120):
+    r = run_cli(*args, env={"UNDERCLOUD_HOME": str(home)}, timeout=timeout)
+    assert r.returncode == 0, f"{args}: {r.stderr}"
+    return r
+
+
+def workers_of(home) -> dict[str, dict]:
+    return {w["id"]: w for w in json.loads(cli(home, "service", "workers", "-f", "json").stdout)}
+
+
+@pytest.fixture
+def cluster(uc_home, tmp_path, monkeypatch):
+    """The first service (uc_home) and two workers joined to its SQLite store."""
+    monkeypatch.setenv("UNDERCLOUD_HEARTBEAT_INTERVAL", INTERVAL)
+    cli(uc_home.path, "service", "start")
+    db = f"sqlite:///{uc_home.path / 'undercloud.db'}"
+    procs = []
+    homes = [tmp_path / f"worker{i}" for i in (2, 3)]
+    for home in homes:
+        log = open(tmp_path / f"{home.name}.log", "w")  # noqa: SIM115 - closed with the process
+        env = {**os.environ, "UNDERCLOUD_HOME": str(home), "UNDERCLOUD_STORE_KEY": str(uc_home.path / "store.key")}
+        procs.append((subprocess.Popen([sys.executable, "-m", "undercloud", "serve", "--worker", "--db", db],
+                                       env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    try:
+        wait_for("three live workers", lambda: sum(w["alive"] for w in workers_of(uc_home.path).values()) == 3)
+        yield uc_home, homes
+    finally:
+        for p, log in procs:
+            p.send_signal(signal.SIGTERM)
+        for p, log in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            log.close()
+
+
+def test_a_worker_without_the_store_or_its_key_is_refused(uc_home, tmp_path):
+    r = run_cli("serve", "--worker", env={"UNDERCLOUD_HOME": str(tmp_path / "w"), "UNDERCLOUD_DB": ""})
+    assert r.returncode != 0 and "a worker joins the store of another service" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_cli("serve", "--worker", "--db", f"sqlite:///{tmp_path / 'x.db'}",
+                env={"UNDERCLOUD_HOME": str(tmp_path / "w"), "UNDERCLOUD_STORE_KEY": ""})
+    assert r.returncode != 0 and "a worker needs the store's key" in r.stderr
+
+
+def test_sigkill_of_the_worker_running_a_create_another_takes_over(cluster, tmp_path):
+    from undercloud import daemon
+
+    first, (home2, home3) = cluster
+    listed = workers_of(home2)
+    assert len(listed) == 3 and all(w["alive"] for w in listed.values())
+    assert sum(w["this"] for w in listed.values()) == 1
+    t = tmp_path / "slow.yaml"
+    t.write_text(TEMPLATE)
+    cli(first.path, "stack", "create", "crash", "-t", str(t))  # runs on the first service
+    first_id = (first.path / "worker.id").read_text().strip()
+
+    def second_layer_running():
+        s = json.loads(cli(home2, "stack", "show", "crash", "-f", "json").stdout)  # any worker answers
+        return s["progress"]["complete"] >= 3 and s["progress"]["in_progress_count"] > 0
+
+    wait_for("the second layer in progress", second_layer_running, timeout=30)
+    time.sleep(0.5)
+    before = rows(first, "crash")
+    os.kill(daemon.pid(first), signal.SIGKILL)
+    killed = time.monotonic()
+
+    def owner():
+        from sqlalchemy import select
+
+        from undercloud.store import Store
+        from undercloud.store.stacks import Stack
+
+        with Store(f"sqlite:///{first.path / 'undercloud.db'}").engine.connect() as c:
+            found = c.execute(select(Stack.engine_id).where(Stack.name == "crash")).scalar()
+        return found if found != first_id else None
+
+    new_owner = wait_for("another worker to take the create over", owner, timeout=60)
+    takeover = time.monotonic() - killed
+    print(f"\ntakeover: {takeover:.1f} s after SIGKILL (heartbeat {INTERVAL} s, dead after 5 beats)")
+    assert new_owner in {(h / "worker.id").read_text().strip() for h in (home2, home3)}
+    s = wait_for("CREATE_COMPLETE", lambda: (lambda s: s if s["stack_status"] != "CREATE_IN_PROGRESS" else None)(
+        json.loads(cli(home3, "stack", "show", "crash", "-f", "json").stdout)), timeout=60)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    assert {o["output_key"]: o["output_value"] for o in s["outputs"]} == {"last": "first2"}
+
+    after = rows(first, "crash")
+    assert sorted(after) == sorted(before)
+    for name, row in after.items():
+        assert row["uuid"] == before[name]["uuid"]
+        if before[name]["data"].get("started"):  # created once: the same creation carried on
+            assert row["data"]["started"] == before[name]["data"]["started"]
+    events = json.loads(cli(home2, "stack", "event", "list", "crash", "-f", "json").stdout)
+    for name in after:
+        mine = [e["resource_status"] for e in events if e["resource_name"] == name]
+        assert mine == ["CREATE_IN_PROGRESS", "CREATE_COMPLETE"], (name, mine)
+    logs = "".join((tmp_path / f"{h.name}.log").read_text() for h in (home2, home3))
+    assert f"taking over the operation of stack {s['id']} from worker {first_id}" in logs
+    listed = workers_of(home2)
+    assert not listed[first_id]["alive"] and listed[new_owner]["alive"]
+    cli(home2, "stack", "delete", "crash", "--wait")
