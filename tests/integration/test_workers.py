@@ -57,7 +57,7 @@ def cluster(uc_home, tmp_path, monkeypatch):
         wait_for("three live workers", lambda: sum(w["alive"] for w in workers_of(uc_home.path).values()) == 3)
         yield uc_home, homes
     finally:
-        for p, log in procs:
+        for p, _ in procs:
             p.send_signal(signal.SIGTERM)
         for p, log in procs:
             try:
@@ -132,3 +132,53 @@ def test_sigkill_of_the_worker_running_a_create_another_takes_over(cluster, tmp_
     listed = workers_of(home2)
     assert not listed[first_id]["alive"] and listed[new_owner]["alive"]
     cli(home2, "stack", "delete", "crash", "--wait")
+
+
+WAIT_TEMPLATE = """\
+heat_template_version: 2018-08-31
+resources:
+  handle: {type: OS::Heat::WaitConditionHandle}
+  wait:
+    type: OS::Heat::WaitCondition
+    properties: {handle: {get_resource: handle}, timeout: 120}
+outputs:
+  data: {value: {get_attr: [wait, data]}}
+"""
+
+
+def post_signal(home, stack_id: str, resource: str, token: str, body: dict) -> tuple[int, str]:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", int((home / "port").read_text()), timeout=60)
+    try:
+        conn.request("POST", f"/v1/stacks/{stack_id}/resources/{resource}/signal", json.dumps(body),
+                     {"Content-Type": "application/json", "X-Signal-Token": token})
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
+def test_a_signal_sent_to_any_worker_reaches_the_walk_that_waits_for_it(cluster, tmp_path):
+    first, (home2, _) = cluster
+    t = tmp_path / "wait.yaml"
+    t.write_text(WAIT_TEMPLATE)
+    cli(home2, "stack", "create", "waiting", "-t", str(t))  # runs on worker 2
+
+    def handle_ready():
+        got = rows(first, "waiting")
+        return got if got.get("handle", {}).get("status") == "COMPLETE" else None
+
+    handle = wait_for("the handle", handle_ready, timeout=30)["handle"]
+    stack_id = handle["root_id"]
+    status, text = post_signal(first.path, stack_id, "handle", "wrong-token", {"status": "SUCCESS"})
+    assert status == 404 and "not found" in text  # refused where it was sent
+    # sent to the first service, whose API nodes may know: forwarded to worker 2's walk
+    status, text = post_signal(first.path, stack_id, "handle", handle["data"]["token"],
+                               {"status": "SUCCESS", "id": "1", "data": "from-a-node"})
+    assert status == 204, text
+    s = wait_for("CREATE_COMPLETE", lambda: (lambda s: s if s["stack_status"] != "CREATE_IN_PROGRESS" else None)(
+        json.loads(cli(first.path, "stack", "show", "waiting", "-f", "json").stdout)), timeout=30)
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+    assert {o["output_key"]: o["output_value"] for o in s["outputs"]} == {"data": json.dumps({"1": "from-a-node"})}
+    assert "Traceback" not in (first.path / "service.log").read_text()

@@ -47,7 +47,10 @@ class Context:
         from undercloud.orchestration.engine import StackService
 
         svc = StackService(self.store, services=self)
+        from undercloud.api.workers import forward_signal
+
         svc.worker_id, svc.live_workers, svc.dead_after = self.workers.id, self.workers.live, self.workers.dead_after
+        svc.forward_signal = lambda *a: forward_signal(self.workers, *a)
         return svc
 
     @cached_property

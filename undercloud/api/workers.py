@@ -7,21 +7,60 @@ wrote) and their nodes' busy work (failed: a BMC call cannot resume halfway).
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import threading
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, Depends
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
+from undercloud.errors import InvalidInput, NotFound, ServiceUnavailable
 
 log = logging.getLogger("undercloud.workers")
 router = APIRouter()
+FORWARD_TIMEOUT = 40.0  # the owner waits up to 30 s for its walk to apply a signal
 
 
 @router.get("/v1/workers")
 def list_workers(ctx: Context = Depends(get_context)):
     return ctx.workers.list()
+
+
+def forward_signal(workers, owner: str, stack_id: str, resource: str, payload: Any, token: str) -> None:
+    """Hand a stack signal to the worker whose walk holds the resource, as the sender sent it;
+    its refusal comes back as it gave it."""
+    url = workers.url_of(owner)
+    where = urlsplit(url or "")
+    if not where.hostname:
+        raise ServiceUnavailable(f"worker {owner} runs this stack and gave no address; try again later")
+    conn = http.client.HTTPConnection(where.hostname, where.port or 80, timeout=FORWARD_TIMEOUT)
+    try:
+        conn.request("POST", f"/v1/stacks/{quote(stack_id)}/resources/{quote(resource, safe='')}/signal",
+                     json.dumps(payload).encode(), {"Content-Type": "application/json", "X-Signal-Token": token,
+                                                    "X-Undercloud-Forwarded": workers.id})
+        r = conn.getresponse()
+        body = r.read()
+    except OSError as exc:
+        raise ServiceUnavailable(f"worker {owner} runs this stack and did not answer ({exc}); try again later") \
+            from None
+    finally:
+        conn.close()
+    if r.status < 300:
+        return
+    try:
+        message = str(json.loads(body).get("error") or "")
+    except (ValueError, AttributeError):
+        message = ""
+    message = message or f"HTTP {r.status}"
+    if r.status == 404:
+        raise NotFound(message)
+    if r.status == 400:
+        raise InvalidInput(message)
+    raise ServiceUnavailable(f"worker {owner}: {message}")
 
 
 def startup(ctx: Context):

@@ -83,6 +83,10 @@ class Workers:
             ids = {r[0] for r in conn.execute(select(Worker.id).where(Worker.heartbeat_at >= since))}
         return ids | {self.id}
 
+    def url_of(self, worker_id: str) -> str | None:
+        with self.store.engine.connect() as conn:
+            return conn.execute(select(Worker.url).where(Worker.id == worker_id)).scalar()
+
     def ring(self) -> HashRing:
         return HashRing(self.live())
 

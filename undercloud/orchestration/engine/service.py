@@ -115,6 +115,9 @@ class StackService:
         self.worker_id = "local"
         self.live_workers: Callable[[], set[str]] = lambda: {self.worker_id}
         self.dead_after = 0.0  # seconds without a heartbeat after which a worker is dead
+        # (worker, stack id, resource, payload, token): hands a signal to the worker whose walk
+        # holds the resource (the service sets it: api/workers.py); None: refused, try later
+        self.forward_signal: Callable[[str, str, str, Any, str], None] | None = None
 
     # -- loading ----------------------------------------------------------------------
     def _root(self, name_or_id: str) -> dict:
@@ -549,8 +552,10 @@ class StackService:
             op[0].join(timeout)
 
     # -- signals --------------------------------------------------------------------------
-    def signal(self, stack_id: str, resource: str, payload: Any, token: str | None = None) -> None:
-        """Deliver a signal to a resource (wait condition handles, deployments)."""
+    def signal(self, stack_id: str, resource: str, payload: Any, token: str | None = None,
+               forwarded: bool = False) -> None:
+        """Deliver a signal to a resource (wait condition handles, deployments). One for a walk
+        that another worker runs is forwarded to it (once: `forwarded` marks a forwarded one)."""
         with self.store.engine.connect() as conn:
             row = conn.execute(select(RES).where(RES.c.stack_id == stack_id).where(RES.c.name == resource)
                                .where(RES.c.replaced_by.is_(None))).mappings().first()
@@ -572,8 +577,14 @@ class StackService:
                 return
             if errors and not isinstance(errors[0], LookupError):
                 raise _signal_error(resource, errors[0])
-        else:  # a walk on another worker holds the live plugin: the sender tries again later
-            self._not_elsewhere(self._root(srow["root_id"]))
+        else:
+            root = self._root(srow["root_id"])
+            owner = root.get("engine_id")
+            if self.forward_signal and token and not forwarded and root["status"] == "IN_PROGRESS" \
+                    and owner not in (None, self.worker_id) and owner in self.live_workers():
+                self.forward_signal(owner, stack_id, resource, payload, token)  # its walk holds the plugin
+                return
+            self._not_elsewhere(root)  # no way to reach that walk: the sender tries again later
         cls = registry.get(row.type) or Plugin
         p = cls(name=row.name, uuid=row.uuid, stack=StackRef(srow["id"], srow["name"], srow["root_id"]),
                 properties=row.properties or {}, data=dict(row.data or {}), physical_id=row.physical_id)
