@@ -184,3 +184,31 @@ def test_a_restarted_worker_resumes_its_own_operations_at_once(eng):  # noqa: F8
     again.wait("s", 10)
     assert again.show("s")["stack_status"] == "CREATE_COMPLETE"
     assert all(v["creates"] == 1 for v in CLOUD.values())
+
+
+def test_agents_metadata_written_by_one_worker_is_served_right_by_another(tmp_path):
+    from undercloud.orchestration.server_metadata import ServerMetadata
+
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    a, b = (ServerMetadata(store, lambda: "http://127.0.0.1:1") for _ in range(2))
+    assert b.servers() == []  # b loaded (an empty store) before a wrote anything
+    token = a.register("s1", "node-1")
+    assert b.authenticate("s1", token) is not None  # unknown to b: looked up in the store at once
+    assert b.authenticate("s1", "wrong") is None
+    a.put_deployment("s1", {"id": "d1", "name": "step1", "config": "x"}, owner="res-1")
+    assert b._get("s1").etag != a._get("s1").etag  # b's copy is behind until its next heartbeat
+    assert b.refresh() == 1
+    assert b._get("s1").doc == a._get("s1").doc and b._get("s1").etag == a._get("s1").etag
+    b.record_signal("s1", "d1", {"deploy_status_code": 0})  # the agent answers b
+    assert a.signal_of("d1") is None
+    a.refresh()
+    assert a.signal_of("d1") == {"deploy_status_code": 0}
+    rotated = a.register("s1", "node-1")
+    assert b.authenticate("s1", rotated) is not None and b.authenticate("s1", token) is None
+    a.put_deployment("s1", {"id": "d2", "name": "step2", "config": "y"}, owner="res-2")
+    b.record_signal("s1", "d2", {"deploy_status_code": 1})  # published on a, signalled on b before b's refresh
+    a.refresh()
+    assert a.signal_of("d2") == {"deploy_status_code": 1}
+    a.forget("s1")
+    assert b.refresh() == 1 and not b.exists("s1")
+    assert b.refresh() == 0  # nothing moved: nothing reloaded

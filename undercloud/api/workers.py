@@ -72,6 +72,8 @@ def startup(ctx: Context):
         while not stop.wait(workers.interval) and not ctx.stopping.is_set():
             try:
                 workers.beat()
+                if len(workers.live()) > 1:  # others may have written agents' metadata and signals
+                    ctx.server_metadata.refresh()
                 ctx.stacks.take_over()
                 failed = ctx.nodes.recover_interrupted(at_start=False)
                 if failed:

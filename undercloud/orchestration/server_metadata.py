@@ -13,7 +13,9 @@ software-deployment resources all use it.
 
 The store is the truth; every server's document (JSON bytes), ETag and Last-Modified are
 kept in memory, so a poll costs a dict lookup and a hash compare, never a query. Changes
-wake long-polls waiting on that server.
+wake long-polls waiting on that server. With several workers on one store, each takes up
+what the others wrote at every heartbeat (`refresh`: servers whose revision moved, new
+signals), and a server or token it does not know is looked up in the store at once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from sqlalchemy import delete, select
 from undercloud.errors import NotFound
 from undercloud.store import Store
 from undercloud.store.agent import AgentDeployment, AgentServer
+
+SKEW = 10.0  # seconds: signals written this long before the last refresh are read again (clocks, commits)
 
 
 def hash_token(token: str) -> str:
@@ -71,6 +75,7 @@ class ServerMetadata:
         self._owner: dict[str, str] = {}     # deployment id -> server id
         self._owner_of: dict[str, str] = {}  # deployment id -> publishing resource
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
+        self._refreshed = time.time()  # signals from about then on are taken up by `refresh`
 
     # --- loading -------------------------------------------------------------------
     def _all(self) -> dict[str, _Server]:
@@ -96,10 +101,62 @@ class ServerMetadata:
         return self._servers
 
     def _get(self, server_id: str) -> _Server:
-        srv = self._all().get(server_id)
+        srv = self._all().get(server_id) or self._reload(server_id)
         if srv is None:
             raise NotFound(f"no agent server {server_id!r}")
         return srv
+
+    def _reload(self, server_id: str) -> _Server | None:
+        """The server as the store has it now (another worker may have changed it)."""
+        servers = self._all()
+        with self._lock:
+            with self.store.session() as s:
+                row = s.get(AgentServer, server_id)
+                deployments = [] if row is None else list(
+                    s.scalars(select(AgentDeployment).where(AgentDeployment.server_id == server_id)))
+                old = servers.pop(server_id, None)
+                for did in list(old.deployments) if old else []:
+                    self._drop(did)
+                if row is None:
+                    return None
+                srv = servers[server_id] = _Server(row.id, row.name, row.token_hash, row.extra or {}, row.revision)
+                for d in deployments:
+                    srv.deployments[d.id] = d.document
+                    self._owner[d.id] = server_id
+                    if d.owner:
+                        self._owner_of[d.id] = d.owner
+                    if d.signal is not None:
+                        self._signals[d.id] = d.signal
+            if old is not None:
+                srv.last_seen, srv.health = old.last_seen, old.health
+            srv.rebuild()
+        if old is None or old.etag != srv.etag:
+            self._wake(server_id)
+        return srv
+
+    def refresh(self) -> int:
+        """Take up what other workers wrote since the last call: servers whose revision moved
+        (documents, tokens, new and forgotten servers) and agents' signals. Returns how many
+        servers changed."""
+        if self._servers is None:
+            return 0  # not loaded yet: the first use reads it all
+        started = time.time()
+        since = self._refreshed - SKEW
+        with self.store.engine.connect() as conn:
+            revisions = dict(conn.execute(select(AgentServer.id, AgentServer.revision)).all())
+            signals = conn.execute(select(AgentDeployment.id, AgentDeployment.signal)
+                                   .where(AgentDeployment.signalled_at >= since)).all()
+        self._refreshed = started
+        servers = self._servers
+        changed = [i for i, rev in revisions.items() if i not in servers or servers[i].revision != rev]
+        changed += [i for i in list(servers) if i not in revisions]
+        for server_id in changed:
+            self._reload(server_id)
+        with self._lock:
+            for did, body in signals:
+                if did in self._owner and body is not None:
+                    self._signals[did] = body
+        return len(changed)
 
     def _bump(self, srv: _Server) -> float:
         srv.revision = max(time.time(), srv.revision + 1.0)  # Last-Modified has 1 s resolution
@@ -262,14 +319,26 @@ class ServerMetadata:
 
     # --- what agents call (api/agent.py) -------------------------------------------
     def authenticate(self, server_id: str, token: str | None) -> _Server | None:
-        srv = self._all().get(server_id)
-        if srv is None or not token or not hmac.compare_digest(srv.token_hash, hash_token(token)):
+        if not token:
             return None
+        srv = self._all().get(server_id)
+        if srv is None or not hmac.compare_digest(srv.token_hash, hash_token(token)):
+            # registered, or its token rotated, by another worker since: ask the store once
+            srv = self._reload(server_id) if self._stored_hash(server_id) not in (None, getattr(srv, "token_hash", None)) \
+                else None
+            if srv is None or not hmac.compare_digest(srv.token_hash, hash_token(token)):
+                return None
         srv.last_seen = time.time()
         return srv
 
+    def _stored_hash(self, server_id: str) -> str | None:
+        with self.store.engine.connect() as conn:
+            return conn.execute(select(AgentServer.token_hash).where(AgentServer.id == server_id)).scalar()
+
     def record_signal(self, server_id: str, deployment_id: str, body: dict) -> None:
         """Store the agent's signal; raises NotFound for a deployment that is not this server's."""
+        if self._owner.get(deployment_id) != server_id:
+            self._reload(server_id)  # published by another worker since this one's last refresh
         with self._lock:
             if self._owner.get(deployment_id) != server_id:
                 raise NotFound(f"no deployment {deployment_id!r} on this server")
