@@ -329,6 +329,19 @@ def test_power_rebuild_console_show_and_not_found(uc):
     assert uc.servers.list() == []
 
 
+def test_status_sync_leaves_containers_of_another_host_to_its_worker(uc):
+    uc.image("overcloud-full", "container", "oci")
+    for sid, name in (("s-1", "here"), ("s-2", "far")):
+        uc.servers.create(id=sid, name=name, flavor="container", image="overcloud-full", first_boot={})
+        assert uc.servers.wait(name, {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    uc.servers._save("s-2", host="another-host")  # a worker on another host made it there
+    fake = uc.servers.realiser("container")
+    fake.machines["s-1"]["on"] = fake.machines["s-2"]["on"] = False  # this host's podman sees neither run
+    stats = uc.servers.sync_status()
+    assert (stats["servers"], stats["changed"]) == (1, 1)
+    assert {x["name"]: x["status"] for x in uc.servers.list()} == {"here": "SHUTOFF", "far": "ACTIVE"}
+
+
 def test_status_sync_shows_machines_changed_outside_and_a_crashed_one_powers_on(uc):
     uc.image("overcloud-full", "container", "oci")
     for sid, name in (("s-1", "box"), ("s-2", "other"), ("s-3", "busy")):

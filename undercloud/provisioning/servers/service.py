@@ -469,9 +469,13 @@ class ServersService:
         Nova syncs power states: a machine that died or was stopped outside shows in `server
         list` without anyone asking for it by name. One realiser status call per server."""
         t0 = time.perf_counter()
+        here = socket.gethostname() or "localhost"
         with self.store.session() as s:
             rows = s.execute(select(Server.id, Server.status)
-                             .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))).all()
+                             .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))
+                             # containers and VMs of another host: its worker sees them, this one cannot
+                             .where(Server.host.is_(None) | (Server.host == here)
+                                    | Server.hypervisor_type.not_in(("container", "vm")))).all()
         changed = 0
         for row in rows:
             try:
