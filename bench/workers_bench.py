@@ -4,7 +4,10 @@
 
 1. Power sync of N fake nodes: one pass by 1 worker, then by 3 worker processes at once
    (each syncs the nodes the hash ring gives it); checks every node was read by exactly one.
-2. Takeover: the service and two `undercloud serve --worker` processes on the store; a stack
+   Once with BMCs answering at once, once with BMCs answering in 2 ms.
+2. Stack creates (30 stacks of 200 chained OS::Heat::Value) sent to 1 worker, then spread
+   over 3: the engine's throughput with more workers.
+3. Takeover: the service and two `undercloud serve --worker` processes on the store; a stack
    of R resources (layers of OS::Heat::TestResource waiting 1 s each) is created on the first,
    which gets SIGKILL half-way; prints how long until another worker took it over and
    finished it, and checks every resource was created once (one CREATE_COMPLETE event).
@@ -83,17 +86,24 @@ def power_sync(url: str, key: Path, tmp: Path, n: int) -> None:
                 raise SystemExit("a sync worker failed")
         return time.perf_counter() - t, [json.loads(o.read_text()) for o in outs]
 
-    _, (one,) = run(["w1"])
-    print(f"power sync, 1 worker:   {one['stats']['nodes']:6d} nodes in {one['stats']['seconds']:6.2f} s "
-          f"(one pass, after a warm one)")
-    wall, three = run(["w1", "w2", "w3"])
-    shares = [r["stats"]["nodes"] for r in three]
-    slowest = max(r["stats"]["seconds"] for r in three)
-    seen = [i for r in three for i in r["ids"]]
-    print(f"power sync, 3 workers:  {sum(shares):6d} nodes, shares {shares}, slowest pass {slowest:.2f} s "
-          f"({one['stats']['seconds'] / slowest:.1f}x one worker's pass; processes on "
-          f"{os.cpu_count()} cores)")
-    print(f"  every node synced by exactly one worker: {len(seen) == len(set(seen)) == n and sum(shares) == n}")
+    for delay in (0.0, 0.002):
+        if delay:
+            with store.session() as s:
+                for node in s.scalars(select(Node)):
+                    node.driver_info = {**node.driver_info, "delay": {"power": delay}}
+        bmc = f"BMCs answering in {delay * 1e3:.0f} ms" if delay else "BMCs answering at once"
+        _, (one,) = run(["w1"])
+        print(f"power sync, {bmc}, 1 worker:  {one['stats']['nodes']:6d} nodes in {one['stats']['seconds']:6.2f} s "
+              f"(one pass, after a warm one)")
+        _, three = run(["w1", "w2", "w3"])
+        shares = [r["stats"]["nodes"] for r in three]
+        slowest = max(r["stats"]["seconds"] for r in three)
+        seen = [i for r in three for i in r["ids"]]
+        print(f"power sync, {bmc}, 3 workers: {sum(shares):6d} nodes, shares {shares}, slowest pass "
+              f"{slowest:.2f} s ({one['stats']['seconds'] / slowest:.1f}x as fast as one worker; "
+              f"processes on {os.cpu_count()} cores)")
+        print(f"  every node synced by exactly one worker: "
+              f"{len(seen) == len(set(seen)) == n and sum(shares) == n}")
 
 
 def cli(home: Path, *args: str, check: bool = True) -> str:
@@ -102,6 +112,56 @@ def cli(home: Path, *args: str, check: bool = True) -> str:
     if check and r.returncode != 0:
         raise SystemExit(f"undercloud {' '.join(args)}: {r.stderr.strip()}")
     return r.stdout
+
+
+def spread(url: str, key: Path, homes: list[Path], tmp: Path, stacks: int = 30, values: int = 200) -> None:
+    """Stack creates sent to 1 worker, then spread over 3: wall time until all are complete."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from undercloud.cli.client import Client
+    from undercloud.config import Home
+    from undercloud.orchestration.template import Bundle
+    from undercloud.store.stacks import Stack
+
+    lines = ["heat_template_version: 2018-08-31", "resources:", "  v0: {type: OS::Heat::Value, properties: {value: a}}"]
+    lines += [f"  v{i}: {{type: OS::Heat::Value, properties: {{value: {{list_join: ['-', [{{get_attr: [v{i - 1}, "
+              f"value]}}, x]]}}}}}}" for i in range(1, values)]
+    (tmp / "values.yaml").write_text("\n".join(lines) + "\n")
+    bundle = Bundle.from_paths(str(tmp / "values.yaml")).to_json()
+    clients = [Client(Home(h)) for h in homes]
+    store = Store(url, key)
+
+    def run(n_workers: int, tag: str) -> float:
+        t = time.perf_counter()
+
+        def post(i: int) -> None:
+            clients[i % n_workers].post("/v1/stacks", json={"name": f"{tag}{i}", "bundle": bundle, "parameters": {}})
+
+        with ThreadPoolExecutor(6) as pool:
+            list(pool.map(post, range(stacks)))
+        while True:
+            with store.engine.connect() as conn:
+                busy = conn.execute(select(Stack.id).where(Stack.parent_id.is_(None))
+                                    .where(Stack.name.startswith(tag)).where(Stack.status == "IN_PROGRESS")).all()
+            if not busy:
+                break
+            time.sleep(0.05)
+        took = time.perf_counter() - t
+        with store.engine.connect() as conn:
+            owners = {o for (o,) in conn.execute(select(Stack.engine_id).where(Stack.parent_id.is_(None))
+                                                 .where(Stack.name.startswith(tag)))}
+            failed = conn.execute(select(Stack.id).where(Stack.name.startswith(tag))
+                                  .where(Stack.status != "COMPLETE")).all()
+        print(f"{stacks} stack creates of {values} Values, sent to {n_workers} worker(s): {took:6.2f} s, "
+              f"{stacks * values / took:6.0f} resources/s, run by {len(owners)} worker(s), {len(failed)} failed")
+        return took
+
+    one = run(1, "one")
+    three = run(3, "three")
+    print(f"  3 workers: {one / three:.2f}x as fast as 1 (processes on {os.cpu_count()} cores)")
+    for c, tag in ((clients[0], "one"), (clients[1], "three")):
+        for i in range(stacks):
+            c.delete(f"/v1/stacks/{tag}{i}")
 
 
 def takeover(url: str, key: Path, tmp: Path, resources: int) -> None:
@@ -127,6 +187,7 @@ def takeover(url: str, key: Path, tmp: Path, resources: int) -> None:
             if time.monotonic() > deadline:
                 raise SystemExit("the workers did not join within 60 s")
             time.sleep(0.5)
+        spread(url, key, [first, tmp / "worker2", tmp / "worker3"], tmp)
         layers = 4
         per = resources // layers
         lines = ["heat_template_version: 2018-08-31", "resources:"]
