@@ -182,3 +182,23 @@ def test_a_signal_sent_to_any_worker_reaches_the_walk_that_waits_for_it(cluster,
     assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
     assert {o["output_key"]: o["output_value"] for o in s["outputs"]} == {"data": json.dumps({"1": "from-a-node"})}
     assert "Traceback" not in (first.path / "service.log").read_text()
+
+
+def test_image_content_uploaded_to_one_worker_is_served_by_another(cluster, tmp_path):
+    import hashlib
+    import http.client
+
+    first, (home2, _) = cluster
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(os.urandom(3 << 20))
+    img = json.loads(cli(first.path, "image", "upload", str(disk), "--name", "shared-disk", "--disk-format", "raw",
+                         "-f", "json").stdout)
+    conn = http.client.HTTPConnection("127.0.0.1", int((home2 / "port").read_text()), timeout=60)
+    try:  # what a node booting from worker 2's address asks for
+        conn.request("GET", f"/v1/images/{img['id']}/file")
+        r = conn.getresponse()
+        body = r.read()
+    finally:
+        conn.close()
+    assert r.status == 200 and body == disk.read_bytes()
+    assert (home2 / "images" / "blobs" / hashlib.sha256(body).hexdigest()).exists()  # kept for the next use

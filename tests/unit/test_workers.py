@@ -212,3 +212,44 @@ def test_agents_metadata_written_by_one_worker_is_served_right_by_another(tmp_pa
     a.forget("s1")
     assert b.refresh() == 1 and not b.exists("s1")
     assert b.refresh() == 0  # nothing moved: nothing reloaded
+
+
+def test_image_content_a_worker_lacks_is_fetched_from_another_and_verified(tmp_path):
+    import hashlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from undercloud.config import Home
+    from undercloud.images.store import ImageStore
+
+    content = b"golden image bytes " * 1000
+    served = {"body": content}
+
+    class Peer(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server hook
+            self.send_response(200 if self.path == "/v1/images/img-1/file" else 404)
+            self.send_header("Content-Length", str(len(served["body"])))
+            self.end_headers()
+            self.wfile.write(served["body"])
+
+        def log_message(self, *a):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Peer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+        images = ImageStore(Home(tmp_path / "worker2"), store)
+        image = {"id": "img-1", "name": "golden", "checksum": hashlib.sha256(content).hexdigest(),
+                 "size": len(content)}
+        assert not images.ensure_blob(image).exists()  # no other worker: missing, as before
+        images.peers = lambda: ["http://127.0.0.1:1", f"http://127.0.0.1:{server.server_port}"]  # one is down
+        served["body"] = content[:-1] + b"X"  # a peer serving corrupt content: refused, nothing kept
+        assert not images.ensure_blob(image).exists()
+        assert list(images.tmp.iterdir()) == []
+        served["body"] = content
+        path = images.ensure_blob(image)
+        assert path.read_bytes() == content and path.parent == images.blobs
+        assert not images.ensure_blob({**image, "id": "img-2", "checksum": "0" * 64}).exists()  # nobody has it
+    finally:
+        server.shutdown()

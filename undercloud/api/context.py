@@ -30,7 +30,9 @@ class Context:
     def images(self):
         from undercloud.images.store import ImageStore
 
-        return ImageStore(self.home, self.store)
+        images = ImageStore(self.home, self.store)
+        images.peers = lambda: [w["url"] for w in self.workers.list() if w["alive"] and not w["this"] and w["url"]]
+        return images
 
     @cached_property
     def server_metadata(self):

@@ -100,7 +100,7 @@ def download(image_id: str, ctx: Context = Depends(get_context)):
     img = ctx.images.by_id(image_id)
     if img is None:
         raise NotFound(f"no image with id {image_id!r}", "image")
-    path = ctx.images.blob_path(img["checksum"])
+    path = ctx.images.ensure_blob(img)
     if not path.exists():
         raise NotFound(f"content of image {image_id} is missing from the store", "image")
     return FileResponse(path, media_type="application/octet-stream", headers={

@@ -2,30 +2,37 @@
 
 Content is written to a temporary file, verified against the size and sha256 the sender
 announced, and only then renamed into `images/blobs/<sha256>`; records are added only for
-content already stored, so a failed or corrupt upload leaves nothing registered.
+content already stored, so a failed or corrupt upload leaves nothing registered. Several
+workers share the records (the store) but each keeps content in its own home: content one
+lacks is fetched from another worker when needed (`ensure_blob`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
+import logging
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 from sqlalchemy import select
 
 from undercloud.config import Home
-from undercloud.errors import Conflict, InvalidInput, NotFound
+from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
 from undercloud.store import Store
 from undercloud.store.images import Image
 
 DISK_FORMATS = ("raw", "qcow2", "iso", "oci", "aki", "ari")
 HYPERVISOR_TYPES = ("baremetal", "vm", "container")
 CHUNK = 1 << 20
+FETCH_TIMEOUT = 60.0  # seconds without a byte from the worker serving the content
+log = logging.getLogger("undercloud.images")
 
 
 def sha256_file(path: Path) -> str:
@@ -63,6 +70,8 @@ class ImageStore:
         self.blobs = self.root / "blobs"
         self.tmp = self.root / "tmp"
         self.store = store
+        # the API URLs of the other live workers: content this worker lacks is fetched from them
+        self.peers: Callable[[], list[str]] = lambda: []
         for d in (self.blobs, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -72,6 +81,34 @@ class ImageStore:
 
     def has_blob(self, sha256: str) -> bool:
         return self.blob_path(sha256).exists()
+
+    def ensure_blob(self, image: dict) -> Path:
+        """The image's content; when this worker lacks it (each keeps content in its own home,
+        the records are shared), fetched from another worker's public download and verified.
+        The path is returned missing when no worker has it: the caller says so."""
+        path = self.blob_path(image["checksum"])
+        if path.exists():
+            return path
+        for url in self.peers():
+            try:
+                return self._fetch(url, image)
+            except (OSError, http.client.HTTPException, UndercloudError) as exc:
+                log.info("image %s: not fetched from %s: %s", image["id"], url, exc)
+        return path
+
+    def _fetch(self, url: str, image: dict) -> Path:
+        where = urlsplit(url)
+        conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port or 80, timeout=FETCH_TIMEOUT)
+        try:
+            conn.request("GET", f"/v1/images/{quote(image['id'])}/file")
+            r = conn.getresponse()
+            if r.status != 200:
+                raise UndercloudError(f"HTTP {r.status}")
+            path = self.put_blob(iter(lambda: r.read(1 << 20), b""), image["checksum"], int(image["size"]))
+        finally:
+            conn.close()
+        log.info("image %s (%s): content fetched from the worker at %s", image["name"], image["id"], url)
+        return path
 
     def put_blob(self, chunks: Iterable[bytes], sha256: str, size: int) -> Path:
         """Store content that must have exactly `size` bytes and this sha256, or nothing."""
@@ -218,7 +255,7 @@ class ImageStore:
             raise InvalidInput(f"image {img['name']} ({img['id']}) is not a podman image", "image")
         from undercloud.images.disk import ensure_podman_image
 
-        ensure_podman_image(tag, self.blob_path(img["checksum"]), lambda _m: None)
+        ensure_podman_image(tag, self.ensure_blob(img), lambda _m: None)
         return tag
 
     def _drop_unused(self, checksums: set[str]) -> None:

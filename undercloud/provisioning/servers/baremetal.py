@@ -218,7 +218,7 @@ class BaremetalRealiser(Realiser):
         if not macs:
             raise RealiserError(f"node {label} has no port (MAC address): the ramdisk could not find its NIC")
         deploy_image = self._deploy_image()
-        base_iso = self.env.images.blob_path(deploy_image["checksum"])
+        base_iso = self.env.images.ensure_blob(deploy_image)
         net = self._driver_network(node_id)
         boot = self._boot_interface(node_id)
         if net:  # the node's own network (a cloud's port): its address, no lab address
@@ -368,7 +368,7 @@ class BaremetalRealiser(Realiser):
             return None
         try:
             deploy_image = self._deploy_image()
-            base_iso = self.env.images.blob_path(deploy_image["checksum"])
+            base_iso = self.env.images.ensure_blob(deploy_image)
             prov = self.network()
         except RealiserError:
             return None

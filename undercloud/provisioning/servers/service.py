@@ -382,7 +382,8 @@ class ServersService:
                       "properties": {}}
         path = None
         if self.env.images is not None and img.get("checksum"):
-            path = self.env.images.blob_path(img["checksum"])
+            path = self.env.images.ensure_blob(img) if img.get("id") and img.get("size") is not None \
+                else self.env.images.blob_path(img["checksum"])
         node = None
         if row.node_id and self.env.nodes is not None:
             try:
