@@ -1,5 +1,6 @@
-"""Several workers as real processes on one store (issue 19): the service the CLI started and
-two `undercloud serve --worker` processes, each with its own home. SIGKILL the worker running
+"""Several workers as real processes on one store (issue 19; SQLite here, PostgreSQL in the
+postgresql tier): the service the CLI started and two `undercloud serve --worker` processes,
+each with its own home. SIGKILL the worker running
 a stack create: another takes it over and finishes it, creating nothing twice; the API of
 any worker answers for the stack. Prints the measured takeover time."""
 
@@ -14,8 +15,8 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.integration.test_engine_crash import TEMPLATE, rows
+from tests.conftest import own_store_url, run_cli
+from tests.integration.test_engine_crash import TEMPLATE
 
 INTERVAL = "0.5"  # heartbeats: a worker is dead 2.5 s after its last one
 
@@ -36,16 +37,35 @@ def cli(home, *args, timeout: float = 120):
     return r
 
 
+def store_of(home):
+    """The store the cluster shares: the first home's SQLite file, or the test's PostgreSQL
+    database (the postgresql tier runs this file too)."""
+    from undercloud.store import Store
+
+    return Store(own_store_url(home.path / "undercloud.db"), home.path / "store.key")
+
+
+def rows(home, name: str) -> dict[str, dict]:
+    from sqlalchemy import select
+
+    from undercloud.store.stacks import Stack, StackResource
+
+    with store_of(home).engine.connect() as c:
+        sid = c.execute(select(Stack.id).where(Stack.name == name)).scalar()
+        return {r.name: dict(r._mapping) for r in c.execute(
+            select(StackResource).where(StackResource.root_id == sid))}
+
+
 def workers_of(home) -> dict[str, dict]:
     return {w["id"]: w for w in json.loads(cli(home, "service", "workers", "-f", "json").stdout)}
 
 
 @pytest.fixture
 def cluster(uc_home, tmp_path, monkeypatch):
-    """The first service (uc_home) and two workers joined to its SQLite store."""
+    """The first service (uc_home) and two workers joined to its store."""
     monkeypatch.setenv("UNDERCLOUD_HEARTBEAT_INTERVAL", INTERVAL)
     cli(uc_home.path, "service", "start")
-    db = f"sqlite:///{uc_home.path / 'undercloud.db'}"
+    db = own_store_url(uc_home.path / "undercloud.db")
     procs = []
     homes = [tmp_path / f"worker{i}" for i in (2, 3)]
     for home in homes:
@@ -55,6 +75,11 @@ def cluster(uc_home, tmp_path, monkeypatch):
                                        env=env, stdout=log, stderr=subprocess.STDOUT), log))
     try:
         wait_for("three live workers", lambda: sum(w["alive"] for w in workers_of(uc_home.path).values()) == 3)
+        from undercloud import daemon
+        from undercloud.config import Home
+
+        # a worker beats from its start-up hooks on; its API answers a moment later
+        wait_for("the workers' APIs", lambda: all(daemon.health(Home(h), timeout=1) for h in homes))
         yield uc_home, homes
     finally:
         for p, _ in procs:
@@ -101,10 +126,9 @@ def test_sigkill_of_the_worker_running_a_create_another_takes_over(cluster, tmp_
     def owner():
         from sqlalchemy import select
 
-        from undercloud.store import Store
         from undercloud.store.stacks import Stack
 
-        with Store(f"sqlite:///{first.path / 'undercloud.db'}").engine.connect() as c:
+        with store_of(first).engine.connect() as c:
             found = c.execute(select(Stack.engine_id).where(Stack.name == "crash")).scalar()
         return found if found != first_id else None
 
