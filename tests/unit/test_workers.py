@@ -253,3 +253,18 @@ def test_image_content_a_worker_lacks_is_fetched_from_another_and_verified(tmp_p
         assert not images.ensure_blob({**image, "id": "img-2", "checksum": "0" * 64}).exists()  # nobody has it
     finally:
         server.shutdown()
+
+
+def test_a_dead_workers_stack_can_be_deleted_and_is_then_nobodys_to_take_over(eng):  # noqa: F811
+    a, _ = engine(eng.store, "wa")
+    CRASH.set()
+    a.create("s", eng.bundle("t.yaml", template("Test::Thing", 3)), {}, wait=True)
+    CRASH.clear()
+    stop_beating(eng.store, "wa")
+    b, _ = engine(eng.store, "wb")
+    c, _ = engine(eng.store, "wc")
+    b.delete("s", wait=True)
+    assert c.take_over() == []  # the delete took it from wa: nothing left to take over
+    with pytest.raises(Exception, match="not found"):
+        b.show("s")
+    assert CLOUD == {}

@@ -47,9 +47,7 @@ ROUTERS: list[str] = [
 ]
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
-# They stop in the reverse order: the worker leaves the store last.
 STARTUP: list[str] = [
-    "undercloud.api.workers:startup",
     "undercloud.api.stacks:startup",
     "undercloud.images.store:startup",
     "undercloud.provisioning.periodic:startup",
@@ -181,11 +179,15 @@ def create_app(ctx: Context) -> FastAPI:
 
 
 def run_startup(ctx: Context) -> list:
-    """Run the STARTUP hooks; returns the stop callables they handed back, last started first."""
+    """Join the store's workers, run the STARTUP hooks; returns the stop callables they handed
+    back, in order, and last the worker's leaving (its operations have stopped writing)."""
+    from undercloud.api.workers import startup as join_workers
+
+    leave = join_workers(ctx)  # before any hook resumes work: the others see this worker alive
     stops = []
     for spec in STARTUP:
         mod, fn = spec.split(":")
         stop = getattr(importlib.import_module(mod), fn)(ctx)
         if callable(stop):
             stops.append(stop)
-    return stops[::-1]
+    return [*stops, leave]

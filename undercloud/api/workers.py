@@ -84,7 +84,7 @@ def startup(ctx: Context):
     thread = threading.Thread(target=loop, name="worker-heartbeat", daemon=True)
     thread.start()
 
-    def halt() -> None:  # run last (stops run in reverse): the operations have stopped writing
+    def halt() -> None:  # run last (api/app.run_startup): the operations have stopped writing
         stop.set()
         thread.join(5)
         workers.leave()

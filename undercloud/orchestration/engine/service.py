@@ -219,6 +219,11 @@ class StackService:
     def delete(self, name_or_id: str, wait: bool = False) -> dict:
         root = self._root(name_or_id)
         self._not_elsewhere(root)
+        owner = root.get("engine_id")
+        if root["status"] == "IN_PROGRESS" and owner not in (None, self.worker_id) \
+                and not self._claim(root["id"], owner):  # a dead worker's: taken from it first, or lost to a taker
+            raise ServiceUnavailable(f"stack {root['name']}: another worker is taking its {root['action']} over; "
+                                     "try again")
         self._stop_running(root["id"])
         root = self._root(root["id"])
         op = {"kind": "delete", "timeout": DEFAULT_TIMEOUT, "started": time.time(),
