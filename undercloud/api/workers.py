@@ -69,17 +69,26 @@ def startup(ctx: Context):
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(workers.interval) and not ctx.stopping.is_set():
+        failing = False
+        while not stop.wait(workers.interval):  # beats on while the service stops, until `halt`
             try:
                 workers.beat()
-                if len(workers.live()) > 1:  # others may have written agents' metadata and signals
-                    ctx.server_metadata.refresh()
-                ctx.stacks.take_over()
-                failed = ctx.nodes.recover_interrupted(at_start=False)
-                if failed:
-                    log.warning("%d node(s) were busy on a worker that stopped heart-beating; marked failed", failed)
-            except Exception:  # noqa: BLE001 - the loop must survive one bad pass (e.g. the store restarting)
-                log.exception("heartbeat pass failed")
+                if not ctx.stopping.is_set():  # a stopping worker starts nothing new
+                    if len(workers.live()) > 1:  # others may have written agents' metadata and signals
+                        ctx.server_metadata.refresh()
+                    ctx.stacks.take_over()
+                    failed = ctx.nodes.recover_interrupted(at_start=False)
+                    if failed:
+                        log.warning("%d node(s) were busy on a worker that stopped heart-beating; marked failed",
+                                    failed)
+                if failing:
+                    log.info("heartbeats go through again")
+                failing = False
+            except Exception as exc:  # noqa: BLE001 - the loop must survive bad passes (e.g. the store restarting)
+                if not failing:  # once per outage, not every beat
+                    log.warning("heartbeat pass failed (%s); trying again every %.0f s", type(exc).__name__,
+                                workers.interval)
+                failing = True
 
     thread = threading.Thread(target=loop, name="worker-heartbeat", daemon=True)
     thread.start()
@@ -87,6 +96,10 @@ def startup(ctx: Context):
     def halt() -> None:  # run last (api/app.run_startup): the operations have stopped writing
         stop.set()
         thread.join(5)
-        workers.leave()
+        try:
+            workers.leave()
+        except Exception as exc:  # noqa: BLE001 - the store may be gone: the others wait for the beats to stop
+            log.warning("could not leave the workers' table (%s): others take over when the beats stop",
+                        type(exc).__name__)
 
     return halt
