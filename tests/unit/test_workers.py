@@ -23,7 +23,10 @@ from undercloud.store.nodes import Node, NodeEvent
 from undercloud.store.workers import HashRing, Worker, Workers
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-INTERVAL = 0.2  # heartbeat interval of these tests: dead after 1 s without a beat
+# The heartbeat interval of these tests: dead after 25 s without a beat. Workers here never
+# beat by themselves; one dies by `stop_beating` (its last beat a minute old), never by the
+# clock, so a slow machine cannot make a live one look dead.
+INTERVAL = 5.0
 
 
 def stop_beating(store: Store, worker_id: str) -> None:
@@ -268,3 +271,21 @@ def test_a_dead_workers_stack_can_be_deleted_and_is_then_nobodys_to_take_over(en
     with pytest.raises(Exception, match="not found"):
         b.show("s")
     assert CLOUD == {}
+
+
+def test_a_worker_that_looked_dead_stops_its_walk_when_another_took_it_over(eng):  # noqa: F811
+    a, _ = engine(eng.store, "wa")
+    a.create("s", eng.bundle("t.yaml", template("Test::Slow", 12)), {})  # runs on in wa: ~1.5 s of calls
+    sid = a.show("s")["id"]
+    stop_beating(eng.store, "wa")  # wa's beats stopped reaching the store, its walk did not stop
+    b, _ = engine(eng.store, "wb")
+    assert a.fence() == []  # still wa's: nothing to stop
+    assert b.take_over() == [sid]
+    assert a.fence() == [sid]  # wa sees the row is wb's now: its walk ends at its next step
+    walk = a.walks.get(sid)
+    a.wait("s", 10)
+    assert walk is not None and walk.interrupted  # ended as at a stop, finishing nothing
+    assert sid not in a.walks and sid not in a.ops
+    b.wait("s", 20)
+    s = b.show("s")
+    assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]

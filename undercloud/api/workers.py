@@ -1,8 +1,9 @@
 """/v1/workers: the service processes sharing this store (store/workers.py). Admin only.
 
-The STARTUP hook registers this worker, then every heartbeat interval beats and takes over
-what workers that stopped beating left: their stack operations (resumed from what they
-wrote) and their nodes' busy work (failed: a BMC call cannot resume halfway).
+`startup` registers this worker, then every heartbeat interval beats, stops its own walks of
+operations another worker took over (it looked dead to them), and takes over what workers
+that stopped beating left: their stack operations (resumed from what they wrote) and their
+nodes' busy work (failed: a BMC call cannot resume halfway).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def startup(ctx: Context):
         while not stop.wait(workers.interval):  # beats on while the service stops, until `halt`
             try:
                 workers.beat()
+                ctx.stacks.fence()
                 if not ctx.stopping.is_set():  # a stopping worker starts nothing new
                     if len(workers.live()) > 1:  # others may have written agents' metadata and signals
                         ctx.server_metadata.refresh()

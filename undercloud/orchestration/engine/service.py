@@ -42,6 +42,8 @@ RES = StackResource.__table__
 STACKS = Stack.__table__
 EVENTS = StackEvent.__table__
 WORKERS = Worker.__table__
+_STOPPED = threading.Event()  # what a fenced walk sees as its `stopping`
+_STOPPED.set()
 
 
 def _template_api():
@@ -506,6 +508,26 @@ class StackService:
                 self.ops[sid] = (t, cancel)
             t.start()
         return resumed
+
+    def fence(self) -> list[str]:
+        """Stop the walks whose operation another worker took over (this one looked dead: its
+        heartbeats did not reach the store in time). They end at their next step as at a
+        service stop, finishing nothing; the taker carries on. Called every heartbeat."""
+        with self.lock:
+            running = list(self.walks)
+        if not running:
+            return []
+        with self.store.engine.connect() as conn:
+            owners = dict(conn.execute(select(STACKS.c.id, STACKS.c.engine_id).where(STACKS.c.id.in_(running))).all())
+        lost = [sid for sid in running if owners.get(sid) not in (None, self.worker_id)]
+        for sid in lost:
+            with self.lock:
+                walk = self.walks.get(sid)
+            if walk is not None:
+                log.warning("stack %s: worker %s took its operation over; this worker's walk stops", sid,
+                            owners[sid])
+                walk.stopping = _STOPPED
+        return lost
 
     def _claim(self, root_id: str, owner: str | None) -> bool:
         """Take the operation of `root_id` from `owner`, unless it moved on or (for another
