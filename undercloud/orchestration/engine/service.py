@@ -514,7 +514,7 @@ class StackService:
         heartbeats did not reach the store in time). They end at their next step as at a
         service stop, finishing nothing; the taker carries on. Called every heartbeat."""
         with self.lock:
-            running = list(self.walks)
+            running = [sid for sid in self.walks if sid in self.ops]  # not dry runs: they run no operation
         if not running:
             return []
         with self.store.engine.connect() as conn:
