@@ -43,3 +43,37 @@ def test_concurrent_callers_start_one_api_service(tmp_path):
     finally:
         for pid in _services(sock):
             os.kill(pid, signal.SIGTERM)
+
+
+def test_a_service_whose_directory_was_removed_is_replaced_and_a_new_one_runs_from_root(tmp_path):
+    """A service started (by an older version) in a directory since removed answers pings but
+    fails every container start ("write child: broken pipe"): it is replaced."""
+    need_root()
+    need("podman")
+    import shutil
+    import time
+
+    from undercloud.host import podman
+
+    sock = tmp_path / "podman.sock"
+    gone = tmp_path / "checkout"
+    gone.mkdir()
+    old = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"], env=podman.env(),
+                           cwd=gone, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        for _ in range(150):
+            if sock.exists():
+                break
+            time.sleep(0.2)
+        assert podman.api_service(sock, timeout=60) == sock and _services(sock) == [old.pid]  # healthy: kept
+        shutil.rmtree(gone)
+        assert podman.api_service(sock, timeout=60) == sock
+        assert old.wait(10) is not None  # the stale one was stopped
+        (new,) = _services(sock)
+        assert new != old.pid and os.readlink(f"/proc/{new}/cwd") == "/"
+    finally:
+        for pid in _services(sock):
+            os.kill(pid, signal.SIGTERM)
+        if old.poll() is None:
+            old.kill()

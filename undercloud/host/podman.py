@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -68,6 +69,30 @@ def argv(*args: str) -> Sequence[str]:
 API_SOCKET = Path("/run/podman/podman.sock")
 
 
+def _cwd_deleted(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd").endswith(" (deleted)")
+    except OSError:  # gone, or not ours to read
+        return False
+
+
+def _stale_services(socket_path: Path) -> list[int]:
+    """The podman API services on `socket_path` whose working directory was removed (one an
+    older version started in a checkout since deleted): they answer but start nothing."""
+    want = f"unix://{socket_path}"
+    stale = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"system" in argv and b"service" in argv and want.encode() in argv and _cwd_deleted(int(proc.name)):
+            stale.append(int(proc.name))
+    return stale
+
+
 def api_service(socket_path: Path = API_SOCKET, timeout: float = 30) -> Path:
     """Make sure podman's API service answers on `socket_path` (started with this module's
     containers.conf, detached, when it does not); container nodes drive it (kube hook)."""
@@ -84,18 +109,26 @@ def api_service(socket_path: Path = API_SOCKET, timeout: float = 30) -> Path:
         except OSError:
             return False
 
-    if answers():
+    if answers() and not _stale_services(socket_path):
         return socket_path
     require("podman", "podman")
     socket_path.parent.mkdir(parents=True, exist_ok=True)
     # Several undercloud services (homes) may start at once: one starts it, the others wait.
     with open(socket_path.parent / f"{socket_path.name}.undercloud-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        for pid in _stale_services(socket_path):
+            os.kill(pid, signal.SIGTERM)  # it answers pings but can no longer start a container
+            for _ in range(50):
+                if not _cwd_deleted(pid):
+                    break
+                time.sleep(0.1)
         if answers():
             return socket_path
+        # cwd "/": a directory the caller runs in (a checkout, a test's) may be removed while
+        # the service lives on, and then conmon fails every start ("write child: broken pipe")
         subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket_path}"], env=env(),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+                         start_new_session=True, cwd="/")
         deadline = time.monotonic() + timeout
         while not answers():
             if time.monotonic() > deadline:
