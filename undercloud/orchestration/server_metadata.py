@@ -324,8 +324,10 @@ class ServerMetadata:
         srv = self._all().get(server_id)
         if srv is None or not hmac.compare_digest(srv.token_hash, hash_token(token)):
             # registered, or its token rotated, by another worker since: ask the store once
-            srv = self._reload(server_id) if self._stored_hash(server_id) not in (None, getattr(srv, "token_hash", None)) \
-                else None
+            stored = self._stored_hash(server_id)
+            if stored is None or stored == (srv.token_hash if srv else None):
+                return None
+            srv = self._reload(server_id)
             if srv is None or not hmac.compare_digest(srv.token_hash, hash_token(token)):
                 return None
         srv.last_seen = time.time()
