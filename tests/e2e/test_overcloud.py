@@ -231,7 +231,9 @@ def deploy(*args: str) -> subprocess.CompletedProcess:
 
 
 def secrets_of(uc_home) -> dict:
-    return json.loads((uc_home.path / "overcloud" / "overcloud" / "secrets.json").read_text())
+    from undercloud.cli.client import Client
+
+    return Client(uc_home).get("/v1/overcloud-state/overcloud")["secrets"]
 
 
 # ---- minimal: one deployment, many checks --------------------------------------------

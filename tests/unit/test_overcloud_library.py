@@ -15,6 +15,7 @@ import yaml
 from undercloud.orchestration.overcloud import library
 from undercloud.orchestration.overcloud import plan as op
 from undercloud.orchestration.overcloud.roles import load_roles
+from undercloud.orchestration.overcloud.secrets import missing_secrets
 from undercloud.orchestration.template import Bundle, TemplateError, load
 
 COMMON = """\
@@ -142,8 +143,8 @@ def test_a_service_of_your_own_is_wired_by_its_declarations_alone(tmp_path):
     assert lib.secrets()["FooDbPassword"] == "password"
     assert lib.services_at("Controller", 4) == ["placement", "foo_api"]
     images = {k: f"localhost/undercloud/{v}:1" for k, v in lib.images().items()}
-    plan = op.render(tmp_path / "home", "overcloud", roles, lib, images, "container", None, [env])
-    secrets = json.loads((tmp_path / "home/overcloud/overcloud/secrets.json").read_text())
+    secrets = missing_secrets({}, lib.secrets())
+    plan = op.render(tmp_path / "home", "overcloud", roles, lib, images, "container", None, [env], secrets)
     assert secrets["FooPassword"] and secrets["FooDbPassword"] != secrets["FooPassword"]
     rendered = yaml.safe_load(plan.template.read_text())
     assert rendered["parameters"]["FooDbPassword"]["hidden"] is True
@@ -178,7 +179,7 @@ def test_disabled_services_declare_nothing(tmp_path):
     # Yet every service's name is a key of ServiceNodes (a list, maybe empty): a template
     # asking for [ServiceNodes, rabbitmq] (nova's transport URL) gets [], never null.
     plan = op.render(tmp_path / "home", "overcloud", roles, lib, {k: "x:1" for k in lib.images()}, "container",
-                     None, [env])
+                     None, [env], missing_secrets({}, lib.secrets()))
     nodes = yaml.safe_load(plan.template.read_text())["resources"]["ServiceNodes"]["properties"]["value"]
     assert {"rabbitmq", "placement", "nova_compute", "neutron_dhcp"} <= set(nodes)
     assert nodes["rabbitmq"] == {"list_concat": [[]]}

@@ -5,13 +5,14 @@ nothing changed)."""
 from __future__ import annotations
 
 import json
-import stat
 
 import pytest
 
 from tests.conftest import run_cli
+from undercloud.cli.client import Client
 from undercloud.errors import InvalidInput
 from undercloud.orchestration.overcloud import deployed, rollout
+from undercloud.orchestration.overcloud.state import StackState
 
 
 def a_set(**refs) -> dict:
@@ -20,18 +21,23 @@ def a_set(**refs) -> dict:
         p: {"name": p.lower(), "ref": ref, "id": f"id-{ref}", "services": services[p]} for p, ref in refs.items()}}
 
 
-def test_a_deploy_that_changes_no_image_keeps_the_set_to_roll_back_to(tmp_path):
-    home = tmp_path / "home"
-    deployed.record(home, "oc", a_set(KeystoneImage="k1", NovaImage="n1"))
-    assert "previous" not in deployed.load(home, "oc")
-    deployed.record(home, "oc", a_set(KeystoneImage="k2", NovaImage="n1"))
-    deployed.record(home, "oc", a_set(KeystoneImage="k2", NovaImage="n1"))  # e.g. a drift repair
-    sets = deployed.load(home, "oc")
+def kept_state(uc_home, stack: str = "overcloud") -> StackState:
+    return StackState(Client(uc_home), stack)
+
+
+def test_a_deploy_that_changes_no_image_keeps_the_set_to_roll_back_to(uc_home):
+    state = kept_state(uc_home, "oc")
+    deployed.record(state, a_set(KeystoneImage="k1", NovaImage="n1"))
+    assert "previous" not in deployed.load(state)
+    deployed.record(state, a_set(KeystoneImage="k2", NovaImage="n1"))
+    deployed.record(state, a_set(KeystoneImage="k2", NovaImage="n1"))  # e.g. a drift repair
+    sets = deployed.load(kept_state(uc_home, "oc"))  # as the store has them
     assert deployed.refs(sets["previous"]) == {"KeystoneImage": "k1", "NovaImage": "n1"}
     assert deployed.refs(sets["current"]) == {"KeystoneImage": "k2", "NovaImage": "n1"}
-    assert deployed.kept(home) == ["k1", "k2", "n1"]
-    f = home / "overcloud" / "oc" / deployed.FILE
-    assert stat.S_IMODE(f.stat().st_mode) == 0o600
+    deployed.record(kept_state(uc_home, "other"), a_set(KeystoneImage="k7", NovaImage="n1"))
+    every = Client(uc_home).get("/v1/overcloud-state", params={"name": deployed.NAME})
+    assert sorted(every) == ["oc", "other"]
+    assert deployed.kept(every.values()) == ["k1", "k2", "k7", "n1"]
 
 
 def test_set_parameters_name_the_images_and_where_nodes_load_them():
@@ -163,12 +169,12 @@ def test_update_without_a_recorded_set_and_rollback_without_a_previous_one(uc_ho
     assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait").returncode == 0
     r = run_cli("overcloud", "update", "--service", "keystone")
     assert r.returncode == 1 and "no deployed set recorded for stack overcloud" in r.stderr, r.stderr
-    deployed.record(uc_home.path, "overcloud", a_set(KeystoneImage="k1", NovaImage="n1"))
+    deployed.record(kept_state(uc_home), a_set(KeystoneImage="k1", NovaImage="n1"))
     r = run_cli("overcloud", "rollback")
     assert r.returncode == 1 and "no previous deployed set" in r.stderr, r.stderr
     r = run_cli("overcloud", "update", "--service", "glance")
     assert r.returncode == 1 and "--service: no deployed service glance" in r.stderr, r.stderr
-    deployed.record(uc_home.path, "overcloud", a_set(KeystoneImage="k2", NovaImage="n1"))
+    deployed.record(kept_state(uc_home), a_set(KeystoneImage="k2", NovaImage="n1"))
     r = run_cli("overcloud", "rollback")  # the previous set's image is not in the store
     assert r.returncode == 1 and "image keystoneimage (k1) of the previous set is no longer in the image store" \
         in r.stderr, r.stderr
@@ -209,7 +215,7 @@ def test_update_role_bad_input_names_the_roles_and_what_they_run(uc_home, tmp_pa
         "heat_template_version: 2018-08-31\nresources: {}\noutputs:\n  RoleServices:\n"
         "    value: {Controller: [[keystone, 3, 'HTTP GET :15000/v3']], Compute: [[nova-api, 4, 'x']]}\n")
     assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait").returncode == 0
-    deployed.record(uc_home.path, "overcloud", a_set(KeystoneImage="k1", NovaImage="n1"))
+    deployed.record(kept_state(uc_home), a_set(KeystoneImage="k1", NovaImage="n1"))
     r = run_cli("overcloud", "update", "--role", "Database")
     assert r.returncode == 1 and "--role: no role Database in overcloud overcloud (its roles: Compute, Controller)" \
         in r.stderr, r.stderr

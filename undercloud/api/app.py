@@ -39,6 +39,7 @@ ROUTERS: list[str] = [
     "undercloud.api.agent_admin",
     "undercloud.api.nodes",
     "undercloud.api.clouds",
+    "undercloud.api.overcloud",
     "undercloud.api.deploy",
     "undercloud.api.servers",
     "undercloud.api.stacks",

@@ -85,6 +85,12 @@ class Context:
         return Clouds(self.store)
 
     @cached_property
+    def overcloud_states(self):
+        from undercloud.store.overcloud import OvercloudStates
+
+        return OvercloudStates(self.store)
+
+    @cached_property
     def cloud_lab(self):
         """Empty servers in a cloud to enrol as nodes (`lab up --cloud`)."""
         from undercloud.provisioning.cloud_lab import CloudLab

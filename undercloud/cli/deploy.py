@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -173,7 +172,7 @@ def report_repairs(client: Client, stack: str) -> None:
         note("repaired: nothing needed it when the steps ran again (each service was running and ready)")
 
 
-def scale_in(client: Client, stack: str, body: dict, library, yes: bool):
+def scale_in(client: Client, stack: str, body: dict, library, yes: bool, secrets: dict):
     """The nodes this update removes (the engine's dry run), compute nodes drained first:
     their instances refused unless `yes`, else deleted, then their nova-compute records.
     Returns (connection to the overcloud or None, the compute nodes drained)."""
@@ -189,7 +188,7 @@ def scale_in(client: Client, stack: str, body: dict, library, yes: bool):
     keystone = (outputs(client, stack).get("EndpointMap") or {}).get("keystone")
     if not computes or not keystone:
         return None, []
-    conn = scale.connect(keystone, admin_password(client.home.path, stack))
+    conn = scale.connect(keystone, admin_password(secrets, stack))
     busy = {n: [s.name for s in overcloud_call(f"cannot ask the overcloud's Compute API which instances run on {n}",
                                                scale.instances_on, conn, n)] for n in computes}
     busy = {n: names for n, names in busy.items() if names}
@@ -217,7 +216,7 @@ def outputs(client: Client, stack: str) -> dict:
     return {o["output_key"]: o.get("output_value") for o in client.get(f"/v1/stacks/{stack}/outputs")}
 
 
-def finish(client: Client, stack: str) -> None:
+def finish(client: Client, stack: str, secrets: dict) -> None:
     from undercloud.orchestration.overcloud.clouds import write_clouds_yaml
     from undercloud.orchestration.overcloud.deploy import ENDPOINT_WAIT, wait_for_endpoints
 
@@ -233,7 +232,7 @@ def finish(client: Client, stack: str) -> None:
     if not endpoints.get("keystone"):
         note("no keystone in this overcloud: no clouds.yaml")
         return
-    path = write_clouds_yaml(client.home.path, stack, endpoints["keystone"])
+    path = write_clouds_yaml(client.home.path, stack, endpoints["keystone"], secrets)
     note(f"clouds.yaml: {path} (admin credentials; `openstack --os-cloud {stack} ...` with "
          f"OS_CLIENT_CONFIG_FILE={path}, or `undercloud overcloud clouds-yaml`)")
 
@@ -291,7 +290,8 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     from undercloud.orchestration.overcloud import deployed
     from undercloud.orchestration.overcloud import plan as op
     from undercloud.orchestration.overcloud.roles import load_roles, roles_file_for
-    from undercloud.orchestration.overcloud.secrets import load_secrets, stack_dir, write_private
+    from undercloud.orchestration.overcloud.secrets import secrets_given
+    from undercloud.orchestration.overcloud.state import StackState
     from undercloud.orchestration.template import Bundle
 
     start = time.monotonic()
@@ -299,7 +299,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         example = "minimal"
     client = Client(timeout=600)
     home = client.home.path
-    stack_dir(home, stack)  # refuses a bad name before any work
+    state = StackState(client, stack)  # refuses a bad name before any work
     role_list = load_roles(roles_file_for(example, roles))
     env_paths = [Path(e) for e in environments]
     for e in env_paths:
@@ -312,7 +312,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         except NotFound as exc:
             raise UndercloudError(exc.message, f"--hypervisor {hypervisor}") from None
     note(f"images: building what is missing for {hypervisor} nodes")
-    current_set = deployed.load(home, stack).get("current")
+    current_set = deployed.load(state).get("current")
     images, records = build_images(client, hypervisor, library, current_set)
     # The images a role runs instead (`overcloud update --role`) stay, as the set's do.
     overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
@@ -320,20 +320,17 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     if "ServiceImageSources" in images:
         images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
     images.update(network_parameters(client, stack, hypervisor))
-    plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths)
+    kinds = library.secrets()
+    secrets = state.secrets(kinds, secrets_given(env_paths, set(kinds)))
+    plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths, secrets)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
-    secrets = load_secrets(home, stack)
     params = {k: secrets[k] for k in plan.secret_names}
     digest = op.digest({"bundle": bundle, "parameters": params})
-    last_file = stack_dir(home, stack) / "last-deploy.json"
     try:
         current = client.get(f"/v1/stacks/{stack}")
     except NotFound:
         current = None
-    try:
-        last = json.loads(last_file.read_text())
-    except (OSError, ValueError):
-        last = {}
+    last = state.get("last-deploy", {})
     # DeployIdentifier: kept while nothing drifted (unchanged steps do not run again); a new
     # one when a service is not healthy, so every step runs again and repairs it.
     identifier = last.get("deploy_identifier") or new_identifier()
@@ -356,7 +353,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         if unchanged and not drift:
             note(f"stack {stack}: no change since the last deploy ({status}) and every service is healthy; "
                  f"nothing to do")
-            finish(client, stack)
+            finish(client, stack, secrets)
             return
         if status.endswith("_IN_PROGRESS"):
             raise UndercloudError(f"stack {stack} is {status}: wait for it or `undercloud stack cancel {stack}`",
@@ -368,7 +365,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         if drift:
             power_on_stopped(client, drift)
         if not unchanged:
-            drained = scale_in(client, stack, body, library, yes)
+            drained = scale_in(client, stack, body, library, yes, secrets)
         note(f"stack {stack}: updating ({status} before{', no change to the stack' if unchanged else ''})")
         client.patch(f"/v1/stacks/{stack}", json=body)
     s = wait(client, stack, plan, start, before)
@@ -376,10 +373,10 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     for node in gone:  # now that the node is gone, its agents cannot register again
         from undercloud.orchestration.overcloud.scale import forget_agents
         overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, note)
-    write_private(last_file, json.dumps({"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier}))
-    deployed.record(home, stack, {**deployed.make_set(library, records, hypervisor), "overrides": overrides})
+    state.put("last-deploy", {"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier})
+    deployed.record(state, {**deployed.make_set(library, records, hypervisor), "overrides": overrides})
     now = time.monotonic()
     note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
     if drift:
         report_repairs(client, stack)
-    finish(client, stack)
+    finish(client, stack, secrets)

@@ -237,9 +237,10 @@ def build_targets(client: Client, targets: list, no_cache: bool = False) -> list
                 raise UndercloudError(f"{t.label}: build output {art.path} vanished before its upload "
                                       f"(removed from the shared cache by another build?): run again", "image build")
             push_blob(client, art.path, art.sha256)
-        # Older images of the name go, except those a deployed set of this home still names.
+        # Older images of the name go, except those a deployed set of any stack still names.
+        sets = client.get("/v1/overcloud-state", params={"name": deployed.NAME})
         done += client.post("/v1/images", json={"images": result.registrations(), "replace": True,
-                                                "keep": deployed.kept(client.home.path)})
+                                                "keep": deployed.kept(sets.values())})
         note(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")
     return done
 

@@ -55,13 +55,15 @@ def clouds_yaml(stack):
     """
     from undercloud.orchestration.overcloud.clouds import admin_password
     from undercloud.orchestration.overcloud.clouds import clouds_yaml as render
+    from undercloud.orchestration.overcloud.state import StackState
 
     client = Client()
     endpoints = _outputs(client, stack).get("EndpointMap") or {}
     if not endpoints.get("keystone"):
         raise UndercloudError(f"stack {stack} has no keystone endpoint (not deployed, or keystone disabled)",
                               "--stack")
-    click.echo(render(stack, endpoints["keystone"], admin_password(client.home.path, stack)), nl=False)
+    password = admin_password(StackState(client, stack).secrets(), stack)
+    click.echo(render(stack, endpoints["keystone"], password), nl=False)
 
 
 def probe(address: str, check: str, timeout: float = 2.0) -> str:
@@ -194,10 +196,12 @@ def status(stack):
 @STACK_OPTION
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def delete(stack, yes):
-    """Delete the overcloud: its stack (servers and the services on them) and its plan,
-    secrets and clouds.yaml in the home. Nothing of it is left on the host."""
+    """Delete the overcloud: its stack (servers and the services on them), what the store
+    kept of it (secrets, deployed sets) and its plan and clouds.yaml in the home. Nothing of
+    it is left on the host."""
     from undercloud.cli.stack import wait_for
     from undercloud.orchestration.overcloud.secrets import stack_dir
+    from undercloud.orchestration.overcloud.state import StackState
 
     client = Client()
     try:
@@ -209,6 +213,7 @@ def delete(stack, yes):
     start = time.monotonic()
     s = client.delete(f"/v1/stacks/{stack}")
     wait_for(client, s["id"], deleting=True)
+    StackState(client, stack).forget()
     shutil.rmtree(stack_dir(client.home.path, stack), ignore_errors=True)
     note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
 
@@ -316,7 +321,9 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
         new = {k: v for k, v in new.items() if k != "rolled_back"}
         if follow.tolerated:
             new["rolled_back"] = {node: failed for node, (failed, _tail) in follow.tolerated.items()}
-        deployed.record(client.home.path, stack, new)
+        from undercloud.orchestration.overcloud.state import StackState
+
+        deployed.record(StackState(client, stack), new)
         done = sorted(n for n, state in follow.nodes.items() if state == "updated")
         note(f"{what}: complete in {time.monotonic() - start:.1f} s ({len(done)} node(s) ran a changed step)")
         if follow.tolerated:
@@ -344,9 +351,10 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
 def _deployed_set(client: Client, stack: str) -> dict:
     """The stack's recorded deployed sets; refuses a stack that is missing or busy."""
     from undercloud.orchestration.overcloud import deployed
+    from undercloud.orchestration.overcloud.state import StackState
 
     _idle_stack(client, stack)
-    sets = deployed.load(client.home.path, stack)
+    sets = deployed.load(StackState(client, stack))
     if not sets.get("current"):
         raise UndercloudError(f"no deployed set recorded for stack {stack}: run `undercloud deploy` first",
                               "--stack")

@@ -12,6 +12,7 @@ from undercloud.store import (  # noqa: F401
     meta,
     networks,
     nodes,
+    overcloud,
     servers,
     stacks,
     workers,

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud.secrets import load_secrets, stack_dir, write_private
+from undercloud.orchestration.overcloud.secrets import stack_dir, write_private
 
 
 def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionOne") -> str:
@@ -17,14 +17,15 @@ def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionO
         "region_name": region, "identity_api_version": 3, "interface": "public"}}}, sort_keys=False)
 
 
-def admin_password(home: Path, stack: str) -> str:
-    password = load_secrets(home, stack).get("AdminPassword")
+def admin_password(secrets: dict, stack: str) -> str:
+    """The admin password among the stack's kept `secrets` (state.StackState.secrets())."""
+    password = secrets.get("AdminPassword")
     if not password:
         raise InvalidInput(f"overcloud {stack} has no admin password (is keystone disabled?)", "clouds.yaml")
     return password
 
 
-def write_clouds_yaml(home: Path, stack: str, auth_url: str) -> Path:
+def write_clouds_yaml(home: Path, stack: str, auth_url: str, secrets: dict) -> Path:
     path = stack_dir(home, stack) / "clouds.yaml"
-    write_private(path, clouds_yaml(stack, auth_url, admin_password(home, stack)))
+    write_private(path, clouds_yaml(stack, auth_url, admin_password(secrets, stack)))
     return path

@@ -1,7 +1,8 @@
 """The deployed sets of an overcloud: which service image each image parameter named at the
 last successful deploy, update or rollback (`current`) and at the one before that changed
-images (`previous`, what `overcloud rollback` returns to). Kept in the home beside the
-stack's secrets; their images are kept in the image store (`keep` of a registration).
+images (`previous`, what `overcloud rollback` returns to). Kept in the store beside the stack's
+secrets (state.py, as `deployed-sets`); their images are kept in the image store (`keep`
+of a registration).
 
 A set: {"images": {param: {"name", "ref", "id", "services"}}, "overrides": {role: {param:
 {"name", "ref", "id", "services"}}}, "hypervisor", "at"}: `overrides` are the images one
@@ -10,21 +11,15 @@ role runs instead (`overcloud update --role`), as the `<Role>ImageOverrides` par
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
-from undercloud.orchestration.overcloud.secrets import stack_dir, write_private
-
-FILE = "deployed-sets.json"
+NAME = "deployed-sets"
 
 
-def load(home: Path, stack: str) -> dict[str, Any]:
-    try:
-        data = json.loads((stack_dir(home, stack) / FILE).read_text())
-    except (OSError, ValueError):
-        return {}
+def load(state) -> dict[str, Any]:
+    """The sets kept in `state` (a state.StackState)."""
+    data = state.get(NAME, {})
     return data if isinstance(data, dict) else {}
 
 
@@ -43,19 +38,15 @@ def make_set(library, records: dict[str, dict], hypervisor: str) -> dict[str, An
     return {"images": images, "hypervisor": hypervisor, "at": time.time()}
 
 
-def record(home: Path, stack: str, new: dict[str, Any]) -> None:
+def record(state, new: dict[str, Any]) -> None:
     """`new` is now current; the current set becomes previous when the images differ (a
     deploy that changed no image keeps the set to roll back to)."""
-    data = load(home, stack)
+    data = load(state)
     cur = data.get("current")
     if cur and refs(cur) != refs(new):
         data["previous"] = cur
     data["current"] = new
-    write_private(stack_dir(home, stack) / FILE, json.dumps(data, indent=1, sort_keys=True))
-
-
-def forget(home: Path, stack: str) -> None:
-    (stack_dir(home, stack) / FILE).unlink(missing_ok=True)
+    state.put(NAME, data)
 
 
 def refs(s: dict[str, Any] | None) -> dict[str, str]:
@@ -108,14 +99,12 @@ def kept_overrides(current: dict[str, Any] | None, images: dict[str, Any], roles
     return out
 
 
-def kept(home: Path) -> list[str]:
-    """Every image (podman tag) a recorded set of any stack of this home names."""
+def kept(every_stacks_sets) -> list[str]:
+    """Every image (podman tag) a recorded set names: `every_stacks_sets` is each stack's
+    kept sets (`GET /v1/overcloud-state?name=deployed-sets`)."""
     out: set[str] = set()
-    for f in (home / "overcloud").glob(f"*/{FILE}"):
-        try:
-            data = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        for s in (data.get("current"), data.get("previous")):
-            out.update(refs(s).values())
+    for data in every_stacks_sets:
+        if isinstance(data, dict):
+            for s in (data.get("current"), data.get("previous")):
+                out.update(refs(s).values())
     return sorted(out)

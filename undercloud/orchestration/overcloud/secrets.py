@@ -1,15 +1,15 @@
 """The overcloud's secrets and the private files of a stack's directory.
 
 Secrets (passwords, fernet and credential keys) are the ones the enabled services declare
-(`secrets: {Name: password|fernet}`), generated once per stack and kept in
-`$UNDERCLOUD_HOME/overcloud/<stack>/secrets.json` (mode 600) so re-deploys keep them; one
-set in an environment wins and is kept. Never printed.
+(`secrets: {Name: password|fernet}`), generated once per stack and kept in the store
+(state.py) so re-deploys keep them; one set in an environment wins and is kept. Never
+printed. The stack's directory in the home holds only what a deploy writes again (its plan,
+clouds.yaml).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import secrets as _secrets
@@ -48,26 +48,9 @@ def stack_dir(home: Path, stack: str) -> Path:
     return home / "overcloud" / stack
 
 
-def load_secrets(home: Path, stack: str, kinds: dict[str, str] | None = None,
-                 given: dict[str, str] | None = None) -> dict[str, Any]:
-    """The stack's secrets: every name of `kinds` (name -> password | fernet) made on first
-    use, `given` ones (set in your environments) taking their place; kept for re-deploys,
-    so every user of a secret (services, clouds.yaml) agrees."""
-    path = stack_dir(home, stack) / "secrets.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    changed = False
-    for k, v in (given or {}).items():
-        if data.get(k) != v:
-            data[k], changed = v, True
-    for k, kind in (kinds or {}).items():
-        if not data.get(k):
-            data[k], changed = GENERATORS[kind](), True
-    if changed:
-        write_private(path, json.dumps(data, indent=2, sort_keys=True))
-    return data
+def missing_secrets(kept: dict[str, Any], kinds: dict[str, str]) -> dict[str, str]:
+    """A new value for each name of `kinds` (name -> password | fernet) that `kept` lacks."""
+    return {k: GENERATORS[kind]() for k, kind in kinds.items() if kept.get(k) in (None, "")}
 
 
 def secrets_given(environments: list[Path], names: set[str]) -> dict[str, str]:
