@@ -226,3 +226,20 @@ def test_image_content_uploaded_to_one_worker_is_served_by_another(cluster, tmp_
         conn.close()
     assert r.status == 200 and body == disk.read_bytes()
     assert (home2 / "images" / "blobs" / hashlib.sha256(body).hexdigest()).exists()  # kept for the next use
+
+
+def test_an_overclouds_kept_secrets_are_the_same_through_every_worker(cluster):
+    """A deploy through worker 2 (its own home) keeps the passwords one through the first
+    service made: what deploys keep lives in the store, not in the home that deployed."""
+    from undercloud.cli.client import Client
+    from undercloud.config import Home
+    from undercloud.orchestration.overcloud.state import StackState
+
+    first, (home2, home3) = cluster
+    kinds = {"AdminPassword": "password", "KeystoneFernetKey0": "fernet"}
+    made = StackState(Client(first), "overcloud").secrets(kinds)
+    through2 = Client(Home(home2))
+    assert through2.base_url.endswith(f":{(home2 / 'port').read_text().strip()}")  # worker 2's own API
+    assert StackState(through2, "overcloud").secrets(kinds) == made
+    StackState(Client(Home(home3)), "overcloud").put("last-deploy", {"digest": "d3"})
+    assert StackState(Client(first), "overcloud").get("last-deploy") == {"digest": "d3"}
