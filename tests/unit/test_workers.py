@@ -14,7 +14,7 @@ from sqlalchemy import select, update
 from tests.conftest import own_store_url
 from tests.unit.test_engine_resume import CLOUD, CRASH, eng, template  # noqa: F401 - eng: the fixture
 from tests.unit.test_nodes import env, node
-from undercloud.errors import ServiceUnavailable
+from undercloud.errors import NotFound, ServiceUnavailable
 from undercloud.orchestration.engine import StackService
 from undercloud.provisioning.drivers import fake
 from undercloud.provisioning.nodes import NodeService
@@ -215,6 +215,33 @@ def test_agents_metadata_written_by_one_worker_is_served_right_by_another(tmp_pa
     a.forget("s1")
     assert b.refresh() == 1 and not b.exists("s1")
     assert b.refresh() == 0  # nothing moved: nothing reloaded
+
+
+def test_an_agents_last_call_and_health_report_show_on_every_worker(tmp_path):
+    from undercloud.orchestration import server_metadata
+    from undercloud.orchestration.server_metadata import ServerMetadata
+
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    a, b = (ServerMetadata(store, lambda: "http://127.0.0.1:1") for _ in range(2))
+    token = a.register("s1", "node-1")
+    assert [s["last_seen"] for s in b.servers()] == [None]  # never called: not checked in
+    before = time.time()
+    assert a.authenticate("s1", token) is not None  # the agent reached a
+    seen = b.servers()[0]["last_seen"]
+    assert seen is not None and seen >= before
+    assert a.authenticate("s1", token) is not None  # again at once: a's view moves, the store's need not
+    assert a.servers()[0]["last_seen"] >= seen and b.servers()[0]["last_seen"] == seen
+    a._get("s1").seen_stored -= server_metadata.SEEN_WRITE_EVERY  # as if SEEN_WRITE_EVERY s had passed
+    assert a.authenticate("s1", token) is not None
+    assert b.servers()[0]["last_seen"] == a.servers()[0]["last_seen"] > seen
+    assert b.health("s1") is None
+    a.record_health("s1", {"pods": [{"name": "keystone", "ready": True}]})
+    got = b.health("s1")
+    assert got["pods"] == [{"name": "keystone", "ready": True}] and got["reported_at"] >= before
+    with store.engine.connect() as conn:  # the report is encrypted at rest like the documents
+        assert "keystone" not in str(conn.exec_driver_sql("SELECT health FROM agent_servers").scalar())
+    with pytest.raises(NotFound):
+        a.record_health("nope", {"pods": []})
 
 
 def test_image_content_a_worker_lacks_is_fetched_from_another_and_verified(tmp_path):

@@ -25,19 +25,23 @@ import email.utils
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import NotFound
 from undercloud.store import Store
 from undercloud.store.agent import AgentDeployment, AgentServer
 
 SKEW = 10.0  # seconds: signals written this long before the last refresh are read again (clocks, commits)
+SEEN_WRITE_EVERY = 15.0  # seconds: an agent's calls (long-polls, signals) update its stored last_seen this often
+log = logging.getLogger("undercloud.agents")
 
 
 def hash_token(token: str) -> str:
@@ -55,8 +59,8 @@ class _Server:
     doc: bytes = b""
     etag: str = ""
     last_modified: str = ""
-    last_seen: float | None = None
-    health: dict | None = None  # the agent's watchdog report, with `reported_at` (memory only)
+    last_seen: float | None = None  # this worker's view; the store's is at most SEEN_WRITE_EVERY s older
+    seen_stored: float = 0.0
 
     def rebuild(self) -> None:
         entries = sorted(self.deployments.values(), key=lambda d: (d.get("name") or "", d["id"]))
@@ -128,7 +132,7 @@ class ServerMetadata:
                     if d.signal is not None:
                         self._signals[d.id] = d.signal
             if old is not None:
-                srv.last_seen, srv.health = old.last_seen, old.health
+                srv.last_seen, srv.seen_stored = old.last_seen, old.seen_stored
             srv.rebuild()
         if old is None or old.etag != srv.etag:
             self._wake(server_id)
@@ -223,23 +227,29 @@ class ServerMetadata:
         self._wake(server_id)
 
     def servers(self) -> list[dict]:
+        with self.store.engine.connect() as conn:  # calls that reached other workers
+            stored = dict(conn.execute(select(AgentServer.id, AgentServer.last_seen)).all())
         out = []
         for srv in sorted(self._all().values(), key=lambda x: x.name or x.id):
             done = sum(1 for d in srv.deployments if d in self._signals)
+            seen = max((t for t in (srv.last_seen, stored.get(srv.id)) if t is not None), default=None)
             out.append({"id": srv.id, "name": srv.name, "deployments": len(srv.deployments),
-                        "signalled": done, "last_seen": srv.last_seen,
-                        "etag": srv.etag})
+                        "signalled": done, "last_seen": seen, "etag": srv.etag})
         return out
 
     def record_health(self, server_id: str, report: dict) -> None:
-        """What the server's watchdog last saw of its Pods; kept in memory (agents report
-        on change and every minute, so a restarted undercloud knows again soon)."""
-        with self._lock:
-            self._get(server_id).health = {**report, "reported_at": time.time()}
+        """What the server's watchdog last saw of its Pods (agents report on change and every
+        minute), stored so that every worker shows it."""
+        self._get(server_id)
+        with self.store.session() as s:
+            row = s.get(AgentServer, server_id)
+            if row is not None:
+                row.health = {**report, "reported_at": time.time()}
 
     def health(self, server_id: str) -> dict | None:
-        srv = self._all().get(server_id)
-        return srv.health if srv else None
+        with self.store.session() as s:
+            row = s.get(AgentServer, server_id)
+            return row.health if row is not None else None
 
     # --- deployments ---------------------------------------------------------------
     def put_deployment(self, server_id: str, entry: dict, owner: str | None = None) -> None:
@@ -330,7 +340,15 @@ class ServerMetadata:
             srv = self._reload(server_id)
             if srv is None or not hmac.compare_digest(srv.token_hash, hash_token(token)):
                 return None
-        srv.last_seen = time.time()
+        srv.last_seen = now = time.time()
+        if now - srv.seen_stored >= SEEN_WRITE_EVERY:
+            srv.seen_stored = now
+            try:
+                with self.store.engine.begin() as conn:
+                    conn.execute(update(AgentServer).where(AgentServer.id == server_id).values(last_seen=now))
+            except SQLAlchemyError as exc:  # a busy store must not refuse the agent; the next call writes it
+                srv.seen_stored = 0.0
+                log.warning("cannot store when the agent of %s was last seen: %s", server_id, type(exc).__name__)
         return srv
 
     def _stored_hash(self, server_id: str) -> str | None:

@@ -28,6 +28,10 @@ class AgentServer(Base):
     # Time of the last change of the server's document: strictly increasing (Last-Modified).
     revision: Mapped[float] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float)
+    # The agent's last call (written at most every SEEN_WRITE_EVERY s) and its watchdog's
+    # last report: whichever worker it reached, every worker shows them.
+    last_seen: Mapped[float | None] = mapped_column(Float, nullable=True)
+    health: Mapped[Any] = mapped_column(Encrypted, nullable=True)
 
 
 class AgentDeployment(Base):
