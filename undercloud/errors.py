@@ -35,6 +35,14 @@ class ServiceUnavailable(UndercloudError):
     pass
 
 
+class Elsewhere(ServiceUnavailable):
+    """What was asked must run on another live worker (`worker`, its id): the API forwards it there."""
+
+    def __init__(self, message: str, worker: str, where: str | None = None):
+        super().__init__(message, where)
+        self.worker = worker
+
+
 class Unauthorized(UndercloudError):
     """A missing or wrong credential (the API answers 401)."""
 

@@ -243,3 +243,44 @@ def test_an_overclouds_kept_secrets_are_the_same_through_every_worker(cluster):
     assert StackState(through2, "overcloud").secrets(kinds) == made
     StackState(Client(Home(home3)), "overcloud").put("last-deploy", {"digest": "d3"})
     assert StackState(Client(first), "overcloud").get("last-deploy") == {"digest": "d3"}
+
+
+def test_cancel_and_delete_sent_to_any_worker_are_done_by_the_one_running_the_stack(cluster, tmp_path):
+    import http.client
+
+    from undercloud.store.crypto import crypto_of
+
+    first, (home2, home3) = cluster
+    t = tmp_path / "wait.yaml"
+    t.write_text(WAIT_TEMPLATE)
+    for name in ("held", "held2"):
+        cli(home2, "stack", "create", name, "-t", str(t))  # both run on worker 2, waiting for a signal
+        wait_for(f"{name}'s handle", lambda n=name: rows(first, n).get("handle", {}).get("status") == "COMPLETE",
+                 timeout=30)
+
+    def post(home, path, headers):
+        conn = http.client.HTTPConnection("127.0.0.1", int((home / "port").read_text()), timeout=30)
+        try:
+            conn.request("POST", path, headers=headers)
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            conn.close()
+
+    # Only the workers' own credential is taken in place of the admin token, and a request
+    # already forwarded once is answered where it lands, never sent on again.
+    status, text = post(first.path, "/v1/stacks/held/cancel", {"X-Undercloud-Worker-Token": "forged"})
+    assert status == 401, text
+    token = crypto_of(store_of(first).engine.dialect).derived("undercloud worker request")
+    status, text = post(first.path, "/v1/stacks/held/cancel",
+                        {"X-Undercloud-Worker-Token": token, "X-Undercloud-Forwarded": "w-test"})
+    assert status == 503 and "its CREATE runs on worker" in text, text
+
+    s = json.loads(cli(first.path, "stack", "cancel", "held", "--wait", "-f", "json").stdout)  # sent to the first
+    assert s["stack_status"] == "CREATE_FAILED" and "cancel" in s["stack_status_reason"].lower(), s
+    cli(home3, "stack", "delete", "held2", "--wait")  # sent to worker 3
+    listed = json.loads(cli(first.path, "stack", "list", "-f", "json").stdout)
+    assert [x["stack_name"] for x in listed] == ["held"]
+    logs = "".join((tmp_path / f"{h.name}.log").read_text() for h in (home2, home3))
+    assert "Traceback" not in logs + (first.path / "service.log").read_text()
+    assert token not in logs + (first.path / "service.log").read_text()

@@ -85,6 +85,14 @@ class Context:
         return Clouds(self.store)
 
     @cached_property
+    def worker_token(self) -> str:
+        """What one worker shows another when it forwards a request (every worker holds the
+        store's key, so every worker can make it; it never leaves the workers)."""
+        from undercloud.store.crypto import crypto_of
+
+        return crypto_of(self.store.engine.dialect).derived("undercloud worker request")
+
+    @cached_property
     def overcloud_states(self):
         from undercloud.store.overcloud import OvercloudStates
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
 from undercloud.api.limits import LIMITS
-from undercloud.errors import Conflict, InvalidInput
+from undercloud.api.workers import forwarded
+from undercloud.errors import Conflict, Elsewhere, InvalidInput
 
 router = APIRouter(prefix="/v1/stacks")
 MAX_TIMEOUT = 7 * 24 * 3600.0  # a week: longer is a mistake (the default is an hour)
@@ -63,13 +65,19 @@ def update_stack(stack: str, body: StackBody, ctx: Context = Depends(get_context
 
 
 @router.delete("/{stack}")
-def delete_stack(stack: str, ctx: Context = Depends(get_context)):
-    return ctx.stacks.delete(stack)
+def delete_stack(stack: str, request: Request, ctx: Context = Depends(get_context)):
+    try:
+        return ctx.stacks.delete(stack)
+    except Elsewhere as exc:  # another live worker runs its operation: that one deletes it
+        return forwarded(ctx, exc, request, "DELETE", f"/v1/stacks/{quote(stack, safe='')}")
 
 
 @router.post("/{stack}/cancel")
-def cancel_stack(stack: str, ctx: Context = Depends(get_context)):
-    return ctx.stacks.cancel(stack)
+def cancel_stack(stack: str, request: Request, ctx: Context = Depends(get_context)):
+    try:
+        return ctx.stacks.cancel(stack)
+    except Elsewhere as exc:
+        return forwarded(ctx, exc, request, "POST", f"/v1/stacks/{quote(stack, safe='')}/cancel")
 
 
 @router.get("/{stack}/resources")

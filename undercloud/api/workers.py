@@ -15,11 +15,11 @@ import threading
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
-from undercloud.errors import InvalidInput, NotFound, ServiceUnavailable
+from undercloud.errors import Conflict, Elsewhere, InvalidInput, NotFound, ServiceUnavailable
 
 log = logging.getLogger("undercloud.workers")
 router = APIRouter()
@@ -34,33 +34,45 @@ def list_workers(ctx: Context = Depends(get_context)):
 def forward_signal(workers, owner: str, stack_id: str, resource: str, payload: Any, token: str) -> None:
     """Hand a stack signal to the worker whose walk holds the resource, as the sender sent it;
     its refusal comes back as it gave it."""
-    url = workers.url_of(owner)
-    where = urlsplit(url or "")
+    _forward(workers, owner, "POST", f"/v1/stacks/{quote(stack_id)}/resources/{quote(resource, safe='')}/signal",
+             payload, {"X-Signal-Token": token})
+
+
+def forwarded(ctx: Context, exc: Elsewhere, request: Request, method: str, path: str) -> Any:
+    """An admin's request that must run on the worker `exc` names (it holds the walk), sent
+    there with the workers' own credential; that worker's answer, or its refusal as it gave
+    it. A request that was itself forwarded is not sent on again."""
+    if request.headers.get("x-undercloud-forwarded"):
+        raise exc
+    return _forward(ctx.workers, exc.worker, method, path, None, {"X-Undercloud-Worker-Token": ctx.worker_token})
+
+
+def _forward(workers, owner: str, method: str, path: str, payload: Any, headers: dict[str, str]) -> Any:
+    where = urlsplit(workers.url_of(owner) or "")
     if not where.hostname:
         raise ServiceUnavailable(f"worker {owner} runs this stack and gave no address; try again later")
     conn = http.client.HTTPConnection(where.hostname, where.port or 80, timeout=FORWARD_TIMEOUT)
     try:
-        conn.request("POST", f"/v1/stacks/{quote(stack_id)}/resources/{quote(resource, safe='')}/signal",
-                     json.dumps(payload).encode(), {"Content-Type": "application/json", "X-Signal-Token": token,
-                                                    "X-Undercloud-Forwarded": workers.id})
+        body = None if payload is None else json.dumps(payload).encode()
+        conn.request(method, path, body, {**headers, "Content-Type": "application/json",
+                                          "X-Undercloud-Forwarded": workers.id})
         r = conn.getresponse()
-        body = r.read()
+        data = r.read()
     except OSError as exc:
         raise ServiceUnavailable(f"worker {owner} runs this stack and did not answer ({exc}); try again later") \
             from None
     finally:
         conn.close()
-    if r.status < 300:
-        return
     try:
-        message = str(json.loads(body).get("error") or "")
-    except (ValueError, AttributeError):
-        message = ""
-    message = message or f"HTTP {r.status}"
-    if r.status == 404:
-        raise NotFound(message)
-    if r.status == 400:
-        raise InvalidInput(message)
+        answer = json.loads(data) if data else None
+    except ValueError:
+        answer = None
+    if r.status < 300:
+        return answer
+    message = (str(answer.get("error") or "") if isinstance(answer, dict) else "") or f"HTTP {r.status}"
+    error = {400: InvalidInput, 404: NotFound, 409: Conflict}.get(r.status)
+    if error is not None:
+        raise error(message)
     raise ServiceUnavailable(f"worker {owner}: {message}")
 
 

@@ -10,6 +10,8 @@ token, so the columns behave as the JSON columns they replace.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -35,12 +37,17 @@ class Crypto:
     def __init__(self, key: bytes, source: str = "an ephemeral key"):
         self.fernet = Fernet(key)
         self.source = source
+        self._mac_key = key
         # A power-sync pass reads every node's driver_info: the same tokens each pass.
         self._cached = lru_cache(maxsize=CACHE_ENTRIES)(self._plain)
 
     def encrypt(self, value: Any) -> str:
         # ensure_ascii: a lone surrogate is stored as its escape, never as invalid UTF-8
         return self.fernet.encrypt(json.dumps(value, separators=(",", ":")).encode()).decode()
+
+    def derived(self, purpose: str) -> str:
+        """A secret for `purpose` that every holder of this key can make and nobody else."""
+        return hmac.new(self._mac_key, purpose.encode(), hashlib.sha256).hexdigest()
 
     def decrypt(self, token: str) -> Any:
         if not isinstance(token, str):

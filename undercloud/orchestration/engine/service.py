@@ -18,6 +18,7 @@ from sqlalchemy import select
 
 from undercloud.errors import (
     Conflict,
+    Elsewhere,
     InvalidInput,
     NotFound,
     ServiceUnavailable,
@@ -259,8 +260,8 @@ class StackService:
         """Refuse to touch an operation that another live worker runs (only it holds the walk)."""
         owner = root.get("engine_id")
         if root["status"] == "IN_PROGRESS" and owner not in (None, self.worker_id) and owner in self.live_workers():
-            raise ServiceUnavailable(f"stack {root['name']}: its {root['action']} runs on worker {owner}; "
-                                     "ask that worker (`undercloud service workers` lists them) or wait for it")
+            raise Elsewhere(f"stack {root['name']}: its {root['action']} runs on worker {owner}; ask that worker "
+                            "(`undercloud service workers` lists them) or wait for it", owner)
 
     def _stop_running(self, root_id: str) -> None:
         """Stop the operation under way (a delete supersedes it: no rollback)."""
