@@ -118,7 +118,7 @@ class Builder:
         log_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.log_path = log_dir / f"{target.name}-{target.type}-{stamp}.log"
-        self.log_file = open(self.log_path, "a")
+        self.log_file = None  # opened at the first line: a builder asked only for its keys writes no file
         self.all_elements = elements.resolve(target.layer_on + target.elements, target.elements_path)
         if target.layer_on:
             self.base_elements = elements.resolve(target.layer_on, target.elements_path)
@@ -173,6 +173,8 @@ class Builder:
         self.log(line + "\n")
 
     def log(self, text: str) -> None:
+        if self.log_file is None:
+            self.log_file = open(self.log_path, "a")  # noqa: SIM115 - closed when the build ends
         self.log_file.write(text)
         self.log_file.flush()
 
@@ -456,7 +458,8 @@ def build(target: Target, *, no_cache: bool = False, registered: list[dict] | No
         return Result(target, b.key, artifacts=arts, properties=props)
     finally:
         b.held.close()
-        b.log_file.close()
+        if b.log_file is not None:
+            b.log_file.close()
 
 
 def _covers(current: list[dict], target: Target) -> bool:
