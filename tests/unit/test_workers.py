@@ -316,3 +316,25 @@ def test_a_worker_that_looked_dead_stops_its_walk_when_another_took_it_over(eng)
     b.wait("s", 20)
     s = b.show("s")
     assert s["stack_status"] == "CREATE_COMPLETE", s["stack_status_reason"]
+
+
+def test_a_dead_worker_can_be_forgotten_and_a_live_one_cannot(uc_home):
+    import json
+
+    from tests.conftest import run_cli
+
+    listed = json.loads(run_cli("service", "workers", "-f", "json").stdout)  # starts the service
+    [me] = [w["id"] for w in listed if w["this"]]
+    store = Store(uc_home.db_url, uc_home.path / "store.key")
+    with store.session() as s:
+        s.add(Worker(id="gone-1", host="elsewhere", pid=1, url="", started_at=0.0, heartbeat_at=0.0))
+    assert {w["id"]: w["alive"] for w in json.loads(run_cli("service", "workers", "-f", "json").stdout)} == \
+        {me: True, "gone-1": False}
+    r = run_cli("service", "workers", "--forget", me)
+    assert r.returncode != 0 and f"worker: worker {me} is alive" in r.stderr and "stop it first" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = run_cli("service", "workers", "--forget", "nope")
+    assert r.returncode != 0 and "worker: no worker 'nope'" in r.stderr, r.stderr
+    r = run_cli("service", "workers", "--forget", "gone-1", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert [w["id"] for w in json.loads(r.stdout)] == [me]

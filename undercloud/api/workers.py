@@ -31,6 +31,12 @@ def list_workers(ctx: Context = Depends(get_context)):
     return ctx.workers.list()
 
 
+@router.delete("/v1/workers/{worker_id}")
+def forget_worker(worker_id: str, ctx: Context = Depends(get_context)):
+    ctx.workers.forget(worker_id)
+    return {"forgotten": worker_id}
+
+
 def forward_signal(workers, owner: str, stack_id: str, resource: str, payload: Any, token: str) -> None:
     """Hand a stack signal to the worker whose walk holds the resource, as the sender sent it;
     its refusal comes back as it gave it."""

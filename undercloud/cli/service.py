@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import click
 
@@ -61,13 +62,24 @@ def status():
 
 
 @service.command()
+@click.option("--forget", "forget", metavar="ID", multiple=True,
+              help="Remove a dead worker from the list first (its work was taken over already); repeatable.")
 @formatted(["id", "host", "pid", "alive", "heartbeat_age_s", "url", "this"])
-def workers():
+def workers(forget):
     """List the service processes sharing this store: alive while they heart-beat; the work
-    of one that stops is taken over by the others (`undercloud serve --worker`)."""
+    of one that stops is taken over by the others (`undercloud serve --worker`).
+
+    \b
+    Examples:
+      undercloud service workers -f json
+      undercloud service workers --forget host2-1a2b3c   # a worker that will not come back
+    """
     from undercloud.cli.client import Client
 
-    return Client().get("/v1/workers")
+    client = Client()
+    for worker_id in forget:
+        client.delete(f"/v1/workers/{quote(worker_id, safe='')}")
+    return client.get("/v1/workers")
 
 
 @click.command()

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from sqlalchemy import Float, Integer, String, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.errors import Conflict, NotFound
 from undercloud.store.db import Base, Store
 
 HEARTBEAT_INTERVAL = float(os.environ.get("UNDERCLOUD_HEARTBEAT_INTERVAL", "2"))
@@ -68,7 +69,7 @@ class Workers:
     def beat(self) -> None:
         with self.store.engine.begin() as conn:
             found = conn.execute(update(Worker).where(Worker.id == self.id).values(heartbeat_at=time.time())).rowcount
-        if not found:  # removed by `service workers --forget` or a store restored from a copy
+        if not found:  # forgotten (`service workers --forget`) while it paused, or a store restored from a copy
             self.join()
 
     def leave(self) -> None:
@@ -89,6 +90,20 @@ class Workers:
 
     def ring(self) -> HashRing:
         return HashRing(self.live())
+
+    def forget(self, worker_id: str) -> None:
+        """Remove a dead worker from the list (the others took its work over already); a live
+        one is refused: stop it first."""
+        with self.store.engine.begin() as conn:
+            beat = conn.execute(select(Worker.heartbeat_at).where(Worker.id == worker_id)).scalar()
+            if beat is None:
+                raise NotFound(f"no worker {worker_id[:80]!r} (`undercloud service workers` lists them)", "worker")
+            age = time.time() - beat
+            if age <= self.dead_after:
+                raise Conflict(f"worker {worker_id} is alive (last heartbeat {age:.0f} s ago): stop it first",
+                               "worker")
+            # only if it did not beat meanwhile
+            conn.execute(delete(Worker).where(Worker.id == worker_id, Worker.heartbeat_at == beat))
 
     def list(self) -> list[dict]:
         now = time.time()
