@@ -216,6 +216,10 @@ def check_worker(home: Home, db_url: str | None) -> None:
                            "service's store.key (mode 600)", where="--worker")
 
 
+def _exit_cleanly(_signum, _frame) -> None:
+    raise SystemExit(0)
+
+
 def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> None:
     """Run the service in the foreground until SIGTERM/SIGINT."""
     import logging
@@ -248,12 +252,17 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
     config = uvicorn.Config(create_app(ctx), host=host, port=port, log_level="warning", access_log=False,
                             log_config=None)
     server = uvicorn.Server(config)
+    # uvicorn stops on SIGTERM, then raises the signal again under the handler it found there:
+    # make that a clean exit through `finally`, so the stop hooks run (the default kills).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         server.run()
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the stop hooks short
         ctx.stopping.set()
         for fn in stops:
             fn()
         ctx.store.engine.dispose()  # closes the connections: SQLite writes its log back into the file
         if pid(home) == os.getpid():
             home.file("service.pid").unlink(missing_ok=True)
+        logging.getLogger("undercloud.service").info("stopped (pid %d)", os.getpid())
