@@ -23,6 +23,12 @@ PRIVATE_FILES = ("undercloud.db", "undercloud.db-wal", "undercloud.db-shm", "sto
                  "service.log")
 
 
+def host_name() -> str:
+    """The name this host goes by among the workers of a store and as a hypervisor host:
+    UNDERCLOUD_HOST (as Nova's and Ironic's `host` option), else the hostname."""
+    return os.environ.get("UNDERCLOUD_HOST") or socket.gethostname() or "localhost"
+
+
 @dataclass(frozen=True)
 class Home:
     path: Path
@@ -83,7 +89,7 @@ class Home:
     def worker_id(self) -> str:
         """This home's name among the workers sharing a store: made once (host + random), so a
         restarted service is the same worker and resumes its own operations at once."""
-        host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:40] or "host"
+        host = re.sub(r"[^A-Za-z0-9.-]", "-", host_name())[:40] or "host"
         return self.made_once("worker.id", f"{host}-{secrets.token_hex(4)}")
 
     def api_port(self) -> int:

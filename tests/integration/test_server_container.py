@@ -305,6 +305,101 @@ def test_two_undercloud_homes_run_servers_of_the_same_name_side_by_side(uc, tmp_
         subprocess.run(["ip", "link", "del", f"{other.instance}-br"], capture_output=True)
 
 
+ONE = """\
+heat_template_version: wallaby
+resources:
+  node:
+    type: OS::Nova::Server
+    properties: {name: ctl0, image: overcloud-full, flavor: container}
+"""
+
+
+def remove_instance(instance: str) -> None:
+    label = f"label=undercloud.instance={instance}"
+    for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
+        podman("rm", "-f", "-t", "0", c)
+    for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
+        podman("volume", "rm", "-f", v)
+    for n in podman("network", "ls", "-q", "--filter", label).stdout.split():
+        podman("network", "rm", "-f", n)
+    subprocess.run(["ip", "link", "del", f"{instance}-br"], capture_output=True)
+
+
+def test_a_server_on_another_host_is_run_by_that_hosts_worker(uc, tmp_path):
+    """Two hosts' workers on one store (both on this machine; UNDERCLOUD_HOST names the
+    second one's host host-b): a server its stack makes runs on host-b; asked through the
+    first service, show, console and power are done by host-b's worker; with it stopped they
+    wait for that host; the first service deletes the stack and host-b's worker removes the
+    container."""
+    import os
+    import signal
+    import sys
+
+    from tests.conftest import own_store_url
+    from undercloud import daemon
+    from undercloud.config import Home
+
+    b = Home((tmp_path / "host-b-home").resolve())
+    env_b = {"UNDERCLOUD_HOME": str(b.path), "UNDERCLOUD_STORE_KEY": str(uc.path / "store.key"),
+             "UNDERCLOUD_HOST": "host-b"}
+    db = own_store_url(uc.path / "undercloud.db")
+
+    def start_b():
+        log = open(tmp_path / "host-b.log", "a")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([sys.executable, "-m", "undercloud", "serve", "--worker", "--db", db],
+                                env={**os.environ, **env_b}, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not daemon.health(b, timeout=1):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "host-b.log").read_text()
+            time.sleep(0.2)
+        return proc, log
+
+    def stop_b(proc, log):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+    assert run_cli("service", "start").returncode == 0
+    proc = None
+    try:
+        proc = start_b()
+        r = run_cli("stack", "create", "sb", "-t", write(tmp_path, "one.yaml", ONE), "--wait", env=env_b,
+                    timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        srv = wait_checked_in("ctl0")  # asked through the first service: host-b's worker answers
+        assert srv["host"] == "host-b" and srv["status"] == "ACTIVE"
+        assert srv["instance_name"] == f"{b.instance}-ctl0"  # made by host-b's worker
+        hosts = {(h["name"], h["hypervisor_type"]): h for h in
+                 json.loads(run_cli("server", "hypervisors", "-f", "json").stdout)}
+        assert hosts[("host-b", "container")]["servers"] == 1
+        assert "undercloud-agent: started" in run_cli("server", "console", "ctl0").stdout
+        off = run_cli("server", "power", "off", "ctl0", "-f", "json")
+        assert off.returncode == 0 and json.loads(off.stdout)["status"] == "SHUTOFF", off.stderr
+        assert json.loads(podman("inspect", srv["instance_name"]).stdout)[0]["State"]["Running"] is False
+        assert json.loads(run_cli("server", "power", "on", "ctl0", "-f", "json").stdout)["status"] == "ACTIVE"
+
+        stop_b(*proc)
+        proc = None
+        r = run_cli("server", "power", "off", "ctl0")
+        assert r.returncode != 0 and "server: server ctl0 runs on host host-b, where no undercloud worker is alive" \
+            in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert show("ctl0")["status"] == "ACTIVE"  # as last known
+        assert json.loads(podman("inspect", srv["instance_name"]).stdout)[0]["State"]["Running"] is True
+
+        proc = start_b()
+        r = run_cli("stack", "delete", "sb", "--wait", timeout=300)  # run by the first service's engine
+        assert r.returncode == 0, r.stderr
+        assert leftovers(b.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+        assert json.loads(run_cli("server", "list", "-f", "json").stdout) == []
+    finally:
+        if proc is not None:
+            stop_b(*proc)
+        remove_instance(b.instance)
+
+
 def test_limits_refused_by_cgroups_run_without_and_say_so(uc, monkeypatch):
     """Hosts whose cgroups cannot enforce --cpus/--memory: the server still runs, and says so.
     This host enforces them, so the refusal is injected into the first `podman run` only."""

@@ -338,3 +338,22 @@ def test_a_dead_worker_can_be_forgotten_and_a_live_one_cannot(uc_home):
     r = run_cli("service", "workers", "--forget", "gone-1", "-f", "json")
     assert r.returncode == 0, r.stderr
     assert [w["id"] for w in json.loads(r.stdout)] == [me]
+
+
+def test_service_stop_runs_the_stop_hooks_and_the_worker_leaves(uc_home):
+    """`service stop` sends SIGTERM; uvicorn raises it again after its own shutdown, which
+    must end in the stop hooks (walks stopped, the worker's row removed), not a kill."""
+    import json
+
+    from tests.conftest import run_cli
+
+    listed = json.loads(run_cli("service", "workers", "-f", "json").stdout)  # starts the service
+    [me] = [w["id"] for w in listed if w["this"]]
+    store = Store(uc_home.db_url, uc_home.path / "store.key")
+    assert Workers(store, "reader").live() >= {me}
+    r = run_cli("service", "stop")
+    assert r.returncode == 0, r.stderr
+    with store.engine.connect() as conn:
+        assert conn.execute(select(Worker.id)).scalars().all() == []  # left at once, not after 5 beats
+    log = (uc_home.path / "service.log").read_text()
+    assert "stopped (pid" in log and "Traceback" not in log

@@ -108,12 +108,14 @@ class Context:
     @cached_property
     def servers(self):
         """Servers (container / VM / bare metal), flavors and hypervisor hosts."""
+        from undercloud.api.workers import forward_admin
         from undercloud.provisioning.servers.base import Env
         from undercloud.provisioning.servers.service import ServersService
 
         env = Env(home=self.home, api_port=self.home.api_port(), listen=self.listeners.listen,
                   nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds,
-                  addresses=self.addresses)
+                  addresses=self.addresses, workers_on=self.workers.live_on,
+                  forward=lambda worker, method, path, body: forward_admin(self, worker, method, path, body))
         return ServersService(self.store, env)
 
     @cached_property

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field, StringConstraints, field_validator
@@ -127,6 +127,7 @@ def hypervisor_virtual_ip(hypervisor_type: str, body: VirtualIpBody, ctx: Contex
 class ActionBody(BaseModel):
     action: str = Field(max_length=32)  # power-on | power-off | rebuild
     image: str | None = Field(None, max_length=255)
+    first_boot: dict[str, Any] | None = None  # rebuild: keys replacing the first-boot data's (e.g. user_data)
 
 
 @router.get("/v1/servers")
@@ -159,7 +160,7 @@ def server_action(ref: str, body: ActionBody, ctx: Context = Depends(_ctx)):
     if body.action in ("power-on", "power-off"):
         return ctx.servers.power(ref, body.action == "power-on")
     if body.action == "rebuild":
-        return ctx.servers.rebuild(ref, body.image)
+        return ctx.servers.rebuild(ref, body.image, first_boot=body.first_boot)
     raise InvalidInput(f"unknown action {body.action!r}; one of power-on, power-off, rebuild", "action")
 
 

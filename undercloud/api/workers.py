@@ -46,17 +46,22 @@ def forward_signal(workers, owner: str, stack_id: str, resource: str, payload: A
 
 def forwarded(ctx: Context, exc: Elsewhere, request: Request, method: str, path: str) -> Any:
     """An admin's request that must run on the worker `exc` names (it holds the walk), sent
-    there with the workers' own credential; that worker's answer, or its refusal as it gave
-    it. A request that was itself forwarded is not sent on again."""
+    there; that worker's answer, or its refusal as it gave it. A request that was itself
+    forwarded is not sent on again."""
     if request.headers.get("x-undercloud-forwarded"):
         raise exc
-    return _forward(ctx.workers, exc.worker, method, path, None, {"X-Undercloud-Worker-Token": ctx.worker_token})
+    return forward_admin(ctx, exc.worker, method, path)
+
+
+def forward_admin(ctx: Context, worker: str, method: str, path: str, body: Any = None) -> Any:
+    """An admin request run by another worker, with the workers' own credential."""
+    return _forward(ctx.workers, worker, method, path, body, {"X-Undercloud-Worker-Token": ctx.worker_token})
 
 
 def _forward(workers, owner: str, method: str, path: str, payload: Any, headers: dict[str, str]) -> Any:
     where = urlsplit(workers.url_of(owner) or "")
     if not where.hostname:
-        raise ServiceUnavailable(f"worker {owner} runs this stack and gave no address; try again later")
+        raise ServiceUnavailable(f"worker {owner} gave no address; try again later")
     conn = http.client.HTTPConnection(where.hostname, where.port or 80, timeout=FORWARD_TIMEOUT)
     try:
         body = None if payload is None else json.dumps(payload).encode()
@@ -65,8 +70,7 @@ def _forward(workers, owner: str, method: str, path: str, payload: Any, headers:
         r = conn.getresponse()
         data = r.read()
     except OSError as exc:
-        raise ServiceUnavailable(f"worker {owner} runs this stack and did not answer ({exc}); try again later") \
-            from None
+        raise ServiceUnavailable(f"worker {owner} did not answer ({exc}); try again later") from None
     finally:
         conn.close()
     try:

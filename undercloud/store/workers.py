@@ -16,13 +16,13 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
-import socket
 import time
 from collections.abc import Iterable
 
 from sqlalchemy import Float, Integer, String, delete, select, update
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.config import host_name
 from undercloud.errors import Conflict, NotFound
 from undercloud.store.db import Base, Store
 
@@ -60,10 +60,10 @@ class Workers:
         with self.store.session() as s:
             w = s.get(Worker, self.id)
             if w is None:
-                s.add(Worker(id=self.id, host=socket.gethostname(), pid=os.getpid(), url=self.url,
+                s.add(Worker(id=self.id, host=host_name(), pid=os.getpid(), url=self.url,
                              started_at=now, heartbeat_at=now))
             else:
-                w.host, w.pid, w.url, w.started_at, w.heartbeat_at = (socket.gethostname(), os.getpid(), self.url,
+                w.host, w.pid, w.url, w.started_at, w.heartbeat_at = (host_name(), os.getpid(), self.url,
                                                                       now, now)
 
     def beat(self) -> None:
@@ -90,6 +90,10 @@ class Workers:
 
     def ring(self) -> HashRing:
         return HashRing(self.live())
+
+    def live_on(self, host: str) -> list[str]:
+        """The ids of the other live workers on `host`."""
+        return sorted(w["id"] for w in self.list() if w["alive"] and w["host"] == host and not w["this"])
 
     def forget(self, worker_id: str) -> None:
         """Remove a dead worker from the list (the others took its work over already); a live

@@ -20,14 +20,15 @@ import logging
 import os
 import re
 import shutil
-import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 
-from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.config import host_name
+from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError
 from undercloud.provisioning.servers import base
 from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, REBUILD, Env, Realiser, Spec
 from undercloud.provisioning.servers.flavors import Flavors, hypervisor_type
@@ -158,11 +159,12 @@ class ServersService:
 
     # ---- hypervisor hosts ----------------------------------------------------------
     def ensure_local_hosts(self) -> None:
+        """This host for container and VM servers (each worker's host registers itself)."""
         vcpus, mem, disk = host_capacity()
-        name = socket.gethostname() or "localhost"
+        name = host_name()
         with self.store.session() as s:
             for ht in ("container", "vm"):
-                if s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)).first() is None:
+                if s.get(HypervisorHost, (name, ht)) is None:
                     s.add(HypervisorHost(name=name, hypervisor_type=ht, vcpus=vcpus, memory_mb=mem, disk_gb=disk))
 
     def hosts(self) -> list[dict]:
@@ -183,10 +185,11 @@ class ServersService:
         return int(vcpus), int(ram), int(disk), int(n)
 
     def _place(self, s, flavor: dict, ht: str) -> str:
-        hosts = s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
-                          .order_by(HypervisorHost.name)).all()
+        # The realiser runs here: of the registered hosts, this worker's own.
+        hosts = s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht,
+                                                       HypervisorHost.name == host_name())).all()
         if not hosts:
-            raise Conflict(f"no {ht} hypervisor host is registered", "flavor")
+            raise Conflict(f"no {ht} hypervisor host is registered here ({host_name()})", "flavor")
         why = []
         for h in hosts:
             vcpus, ram, disk, _n = self._used(s, h.name, ht)
@@ -213,8 +216,9 @@ class ServersService:
             candidates = images.list(name=ref)
         if not candidates:
             raise NotFound(f"no image named {ref!r} (see `undercloud image list`)", "image")
+        # "missing": the content is on another worker (records are shared, content per home)
         fits = [i for i in candidates if i.get("hypervisor_type") == ht
-                and (not formats or i["disk_format"] in formats) and i.get("status") == "active"]
+                and (not formats or i["disk_format"] in formats) and i.get("status") in ("active", "missing")]
         if not fits:
             have = ", ".join(sorted({f"{i.get('hypervisor_type') or 'no hypervisor_type'} ({i['disk_format']})"
                                      for i in candidates}))
@@ -222,7 +226,11 @@ class ServersService:
             raise Conflict(f"no {ht} image named {ref!r}: flavor {flavor_name!r} asks for hypervisor_type {ht}, "
                            f"{ref!r} exists for: {have} (build one: undercloud image build {ref} --type {kind})",
                            "image")
-        return sorted(fits, key=lambda i: i.get("created_at") or "")[-1]
+        for i in sorted(fits, key=lambda i: i.get("created_at") or "", reverse=True):
+            if i["status"] == "active" or images.ensure_blob(i).exists():  # fetched from the worker that has it
+                return i
+        raise Conflict(f"image {ref!r}: its content is on no live worker (`undercloud image list` says missing)",
+                       "image")
 
     # ---- requests ------------------------------------------------------------------
     @staticmethod
@@ -470,7 +478,7 @@ class ServersService:
         Nova syncs power states: a machine that died or was stopped outside shows in `server
         list` without anyone asking for it by name. One realiser status call per server."""
         t0 = time.perf_counter()
-        here = socket.gethostname() or "localhost"
+        here = host_name()
         with self.store.session() as s:
             rows = s.execute(select(Server.id, Server.status)
                              .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))
@@ -485,10 +493,31 @@ class ServersService:
                 continue
         return {"servers": len(rows), "changed": changed, "seconds": time.perf_counter() - t0}
 
+    # ---- servers of another host ----------------------------------------------------
+    def _elsewhere(self, row: Server) -> str | None:
+        """The host of a container or VM server another host runs (None: this one, or a
+        server of no host: bare metal, another cloud's)."""
+        return row.host if row.host is not None and row.host != host_name() else None
+
+    def _worker_of(self, row: Server) -> str | None:
+        workers = self.env.workers_on(row.host) if self.env.forward is not None else []
+        return workers[0] if workers else None
+
+    def _on_its_host(self, row: Server, method: str, path: str, body: Any = None) -> Any:
+        """Run a request about `row` on a live worker of its host (only that host can reach
+        the machine); with none alive, the operation waits for the host: one line."""
+        worker = self._worker_of(row)
+        if worker is None:
+            raise ServiceUnavailable(f"server {row.name} runs on host {row.host}, where no undercloud worker is "
+                                     "alive; its operations wait for that host", "server")
+        return self.env.forward(worker, method, path, body)
+
     def refresh(self, ref: str) -> dict:
         """Ask the realiser how the server is; store status, addresses and fault."""
         with self.store.session() as s:
             row = self._find(s, ref)
+        if self._elsewhere(row):  # its host's worker asks; without one, as last known
+            return self._on_its_host(row, "GET", f"/v1/servers/{row.id}") if self._worker_of(row) else view(row)
         if row.task == "deleting":
             return view(row)
         seen = (row.status, row.task, dict(row.state or {}))
@@ -526,6 +555,9 @@ class ServersService:
     def power(self, ref: str, on: bool) -> dict:
         with self.store.session() as s:
             row = self._find(s, ref)
+        if self._elsewhere(row):
+            return self._on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
+                                     {"action": "power-on" if on else "power-off"})
         # ERROR too: a machine that crashed or was stopped outside is powered on again, as a
         # BMC powers a node on whatever happened to it (a machine that is gone says so).
         if row.status not in (ACTIVE, "SHUTOFF", ERROR) or row.task:
@@ -547,6 +579,9 @@ class ServersService:
         `first_boot` (e.g. new user_data) replace those of its first-boot data."""
         with self.store.session() as s:
             row = self._find(s, ref)
+        if self._elsewhere(row):
+            return self._on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
+                                     {"action": "rebuild", "image": image, "first_boot": first_boot})
         realiser = self.realiser(row.hypervisor_type)
         if not realiser.can_rebuild:
             raise Conflict(f"{row.hypervisor_type} servers cannot be rebuilt in place", "server")
@@ -566,12 +601,17 @@ class ServersService:
     def console(self, ref: str, lines: int = 100) -> str:
         with self.store.session() as s:
             row = self._find(s, ref)
+        if self._elsewhere(row):
+            return self._on_its_host(row, "GET", f"/v1/servers/{row.id}/console?lines={int(lines)}")["console"]
         return self.realiser(row.hypervisor_type).console(self.spec(row), lines)
 
     def delete(self, ref: str) -> dict:
         """Start removing the server (repeatable); `gone(id)` says when it is done."""
         with self.store.session() as s:
             row = self._find(s, ref)
+        if self._elsewhere(row):  # started there; `gone` asks there again until it is done
+            self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0")
+            return view(row)
         self._save(row.id, task="deleting")
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
@@ -590,6 +630,10 @@ class ServersService:
             row = s.get(Server, server_id)
         if row is None:
             return True
+        if self._elsewhere(row):  # only its host can tell; its worker removes the record when done
+            if self._worker_of(row) is None:
+                return False
+            return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0").get("deleted"))
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
         st = realiser.status(spec)
