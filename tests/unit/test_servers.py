@@ -20,7 +20,7 @@ from sqlalchemy import select
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
 from undercloud.config import Home
-from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError
 from undercloud.orchestration.template import Bundle
 from undercloud.provisioning.servers.base import Env
 from undercloud.provisioning.servers.fake import FakeRealiser
@@ -340,6 +340,49 @@ def test_status_sync_leaves_containers_of_another_host_to_its_worker(uc):
     stats = uc.servers.sync_status()
     assert (stats["servers"], stats["changed"]) == (1, 1)
     assert {x["name"]: x["status"] for x in uc.servers.list()} == {"here": "SHUTOFF", "far": "ACTIVE"}
+
+
+def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(uc, monkeypatch):
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-2", name="far", flavor="container", image="overcloud-full", first_boot={})
+    assert uc.servers.wait("far", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    uc.servers._save("s-2", host="host-b")  # made by a worker of host-b
+    fake = uc.servers.realiser("container")
+    fake.machines["s-2"]["on"] = False  # what this host would (wrongly) see of it
+    # No live worker on host-b: shown as last known; what needs the machine waits, in one line.
+    assert uc.servers.refresh("far")["status"] == "ACTIVE"
+    for call in (lambda: uc.servers.power("far", False), lambda: uc.servers.console("far"),
+                 lambda: uc.servers.rebuild("far"), lambda: uc.servers.delete("far")):
+        with pytest.raises(ServiceUnavailable, match="server far runs on host host-b, where no undercloud worker"):
+            call()
+    assert not uc.servers.gone("s-2") and fake.machines["s-2"]["on"] is False  # nothing done here
+    # A live worker there: each request goes to it, as the API would send it.
+    sent = []
+    uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []
+    uc.servers.env.forward = lambda worker, method, path, body: (
+        sent.append((worker, method, path, body)) or {"status": "SHUTOFF", "console": "far's log\n", "deleted": True})
+    assert uc.servers.refresh("far")["status"] == "SHUTOFF"
+    uc.servers.power("far", True)
+    assert uc.servers.console("far", 7) == "far's log\n"
+    uc.servers.rebuild("far", first_boot={"user_data": "x"})
+    uc.servers.delete("far")
+    assert uc.servers.gone("s-2")
+    assert sent == [("wb", "GET", "/v1/servers/s-2", None),
+                    ("wb", "POST", "/v1/servers/s-2/action", {"action": "power-on"}),
+                    ("wb", "GET", "/v1/servers/s-2/console?lines=7", None),
+                    ("wb", "POST", "/v1/servers/s-2/action", {"action": "rebuild", "image": None,
+                                                              "first_boot": {"user_data": "x"}}),
+                    ("wb", "DELETE", "/v1/servers/s-2?wait=0", None),
+                    ("wb", "DELETE", "/v1/servers/s-2?wait=0", None)]
+    # New servers go on this worker's own host, whatever else is registered.
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-c")
+    with pytest.raises(Conflict, match=r"no container hypervisor host is registered here \(host-c\)"):
+        uc.servers.create(id="s-3", name="new", flavor="container", image="overcloud-full", first_boot={})
+    uc.servers.ensure_local_hosts()
+    uc.servers.create(id="s-3", name="new", flavor="container", image="overcloud-full", first_boot={})
+    assert uc.servers.get("new")["host"] == "host-c"
+    assert {(h["name"], h["hypervisor_type"]) for h in uc.servers.hosts()} >= {("host-c", "container"),
+                                                                               ("host-c", "vm")}
 
 
 def test_status_sync_shows_machines_changed_outside_and_a_crashed_one_powers_on(uc):
