@@ -329,6 +329,13 @@ def test_power_rebuild_console_show_and_not_found(uc):
     assert uc.servers.list() == []
 
 
+def register_host(uc, name: str) -> None:
+    from undercloud.store.servers import HypervisorHost
+
+    with uc.ctx.store.session() as s:
+        s.add(HypervisorHost(name=name, hypervisor_type="container", vcpus=8, memory_mb=8192, disk_gb=100))
+
+
 def test_status_sync_leaves_containers_of_another_host_to_its_worker(uc):
     uc.image("overcloud-full", "container", "oci")
     for sid, name in (("s-1", "here"), ("s-2", "far")):
@@ -337,9 +344,15 @@ def test_status_sync_leaves_containers_of_another_host_to_its_worker(uc):
     uc.servers._save("s-2", host="another-host")  # a worker on another host made it there
     fake = uc.servers.realiser("container")
     fake.machines["s-1"]["on"] = fake.machines["s-2"]["on"] = False  # this host's podman sees neither run
+    register_host(uc, "another-host")  # its worker registered it
     stats = uc.servers.sync_status()
     assert (stats["servers"], stats["changed"]) == (1, 1)
     assert {x["name"]: x["status"] for x in uc.servers.list()} == {"here": "SHUTOFF", "far": "ACTIVE"}
+    # A host that is not registered is taken for this one (a single service whose host was renamed).
+    uc.servers._save("s-2", host="renamed-host")
+    stats = uc.servers.sync_status()
+    assert (stats["servers"], stats["changed"]) == (2, 1)
+    assert uc.servers.get("far")["status"] == "SHUTOFF"
 
 
 def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(uc, monkeypatch):
@@ -347,6 +360,7 @@ def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(u
     uc.servers.create(id="s-2", name="far", flavor="container", image="overcloud-full", first_boot={})
     assert uc.servers.wait("far", {"ACTIVE"}, 5)["status"] == "ACTIVE"
     uc.servers._save("s-2", host="host-b")  # made by a worker of host-b
+    register_host(uc, "host-b")
     fake = uc.servers.realiser("container")
     fake.machines["s-2"]["on"] = False  # what this host would (wrongly) see of it
     # No live worker on host-b: shown as last known; what needs the machine waits, in one line.

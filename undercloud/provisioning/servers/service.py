@@ -478,12 +478,12 @@ class ServersService:
         Nova syncs power states: a machine that died or was stopped outside shows in `server
         list` without anyone asking for it by name. One realiser status call per server."""
         t0 = time.perf_counter()
-        here = host_name()
+        others = self._other_hosts()
         with self.store.session() as s:
             rows = s.execute(select(Server.id, Server.status)
                              .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))
                              # containers and VMs of another host: its worker sees them, this one cannot
-                             .where(Server.host.is_(None) | (Server.host == here)
+                             .where(Server.host.is_(None) | Server.host.not_in(others)
                                     | Server.hypervisor_type.not_in(("container", "vm")))).all()
         changed = 0
         for row in rows:
@@ -494,10 +494,16 @@ class ServersService:
         return {"servers": len(rows), "changed": changed, "seconds": time.perf_counter() - t0}
 
     # ---- servers of another host ----------------------------------------------------
+    def _other_hosts(self) -> set[str]:
+        """The other registered hypervisor hosts (each worker registers its own). A server's
+        host that is not registered at all is taken for this one."""
+        with self.store.session() as s:
+            return set(s.scalars(select(HypervisorHost.name).distinct())) - {host_name()}
+
     def _elsewhere(self, row: Server) -> str | None:
         """The host of a container or VM server another host runs (None: this one, or a
         server of no host: bare metal, another cloud's)."""
-        return row.host if row.host is not None and row.host != host_name() else None
+        return row.host if row.host is not None and row.host in self._other_hosts() else None
 
     def _worker_of(self, row: Server) -> str | None:
         workers = self.env.workers_on(row.host) if self.env.forward is not None else []
@@ -633,7 +639,10 @@ class ServersService:
         if self._elsewhere(row):  # only its host can tell; its worker removes the record when done
             if self._worker_of(row) is None:
                 return False
-            return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0").get("deleted"))
+            try:
+                return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0").get("deleted"))
+            except NotFound:  # removed there since we read it
+                return True
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
         st = realiser.status(spec)
