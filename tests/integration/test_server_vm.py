@@ -171,11 +171,11 @@ def test_vm_power_rebuild_and_the_agent_finds_the_undercloud_after_a_restart(uc,
     # (the power cycle above booted the same, already grown disk).
     r = run_cli("server", "rebuild", "vm0", "-f", "json", timeout=300)
     assert r.returncode == 0, r.stderr
-    seen = show("vm0")["agent_last_seen"]
     # Restart the undercloud: the guest reaches it again at the same lab address and port.
     assert run_cli("service", "stop").returncode == 0
+    restarted = time.time()  # the agent's calls from now on are the rebuilt guest's, to the new service
     deadline = time.monotonic() + BOOT_TIMEOUT
-    while ((now := show("vm0"))["agent_last_seen"] or 0) <= seen:  # `show` starts the service again
+    while ((now := show("vm0"))["agent_last_seen"] or 0) <= restarted:  # `show` starts the service again
         assert time.monotonic() < deadline, f"the rebuilt VM's agent did not check in again: {now}"
         time.sleep(2)
     assert now["status"] == "ACTIVE" and now["addresses"] == {"ctlplane": [ip]}
