@@ -227,12 +227,16 @@ def test_an_agents_last_call_and_health_report_show_on_every_worker(tmp_path):
     assert [s["last_seen"] for s in b.servers()] == [None]  # never called: not checked in
     before = time.time()
     assert a.authenticate("s1", token) is not None  # the agent reached a
+    assert a.servers()[0]["last_seen"] >= before and b.servers()[0]["last_seen"] is None  # until a's flush
+    assert a.flush_seen() == 1 and a.flush_seen() == 0  # a's heartbeat writes the marks, once
     seen = b.servers()[0]["last_seen"]
     assert seen is not None and seen >= before
     assert a.authenticate("s1", token) is not None  # again at once: a's view moves, the store's need not
+    assert a.flush_seen() == 0
     assert a.servers()[0]["last_seen"] >= seen and b.servers()[0]["last_seen"] == seen
     a._get("s1").seen_stored -= server_metadata.SEEN_WRITE_EVERY  # as if SEEN_WRITE_EVERY s had passed
     assert a.authenticate("s1", token) is not None
+    assert a.flush_seen() == 1
     assert b.servers()[0]["last_seen"] == a.servers()[0]["last_seen"] > seen
     assert b.health("s1") is None
     a.record_health("s1", {"pods": [{"name": "keystone", "ready": True}]})

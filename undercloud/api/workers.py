@@ -96,6 +96,7 @@ def startup(ctx: Context):
         while not stop.wait(workers.interval):  # beats on while the service stops, until `halt`
             try:
                 workers.beat()
+                ctx.server_metadata.flush_seen()  # agents' last calls, one write for all
                 ctx.stacks.fence()
                 if not ctx.stopping.is_set():  # a stopping worker starts nothing new
                     if len(workers.live()) > 1:  # others may have written agents' metadata and signals
@@ -121,6 +122,7 @@ def startup(ctx: Context):
         stop.set()
         thread.join(5)
         try:
+            ctx.server_metadata.flush_seen()
             workers.leave()
         except Exception as exc:  # noqa: BLE001 - the store may be gone: the others wait for the beats to stop
             log.warning("could not leave the workers' table (%s): others take over when the beats stop",

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import NotFound
@@ -40,7 +40,9 @@ from undercloud.store import Store
 from undercloud.store.agent import AgentDeployment, AgentServer
 
 SKEW = 10.0  # seconds: signals written this long before the last refresh are read again (clocks, commits)
-SEEN_WRITE_EVERY = 15.0  # seconds: an agent's calls (long-polls, signals) update its stored last_seen this often
+# seconds: an agent's calls (long-polls, signals) mark its stored last_seen this often; the
+# marks are written together, one transaction per heartbeat (`flush_seen`), whatever the fleet
+SEEN_WRITE_EVERY = 15.0
 log = logging.getLogger("undercloud.agents")
 
 
@@ -80,6 +82,7 @@ class ServerMetadata:
         self._owner_of: dict[str, str] = {}  # deployment id -> publishing resource
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._refreshed = time.time()  # signals from about then on are taken up by `refresh`
+        self._seen: dict[str, float] = {}  # server id -> last call, not stored yet
 
     # --- loading -------------------------------------------------------------------
     def _all(self) -> dict[str, _Server]:
@@ -343,13 +346,27 @@ class ServerMetadata:
         srv.last_seen = now = time.time()
         if now - srv.seen_stored >= SEEN_WRITE_EVERY:
             srv.seen_stored = now
-            try:
-                with self.store.engine.begin() as conn:
-                    conn.execute(update(AgentServer).where(AgentServer.id == server_id).values(last_seen=now))
-            except SQLAlchemyError as exc:  # a busy store must not refuse the agent; the next call writes it
-                srv.seen_stored = 0.0
-                log.warning("cannot store when the agent of %s was last seen: %s", server_id, type(exc).__name__)
+            self._seen[server_id] = now
         return srv
+
+    def flush_seen(self) -> int:
+        """Store the agents' last calls marked since the last flush, in one transaction;
+        returns how many. A store that refuses keeps them for the next flush."""
+        with self._lock:
+            seen, self._seen = self._seen, {}
+        if not seen:
+            return 0
+        try:
+            with self.store.engine.begin() as conn:
+                conn.execute(update(AgentServer).where(AgentServer.id == bindparam("sid"))
+                             .values(last_seen=bindparam("at")), [{"sid": k, "at": v} for k, v in seen.items()])
+        except SQLAlchemyError as exc:
+            with self._lock:
+                for k, v in seen.items():
+                    self._seen[k] = max(v, self._seen.get(k, 0.0))
+            log.warning("cannot store when %d agent(s) were last seen: %s", len(seen), type(exc).__name__)
+            return 0
+        return len(seen)
 
     def _stored_hash(self, server_id: str) -> str | None:
         with self.store.engine.connect() as conn:
