@@ -81,6 +81,18 @@ def leftovers(instance: str) -> dict:
     }
 
 
+def remove_instance(instance: str) -> None:
+    """Remove whatever an undercloud instance left on the host, even after a failed test."""
+    label = f"label=undercloud.instance={instance}"
+    for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
+        podman("rm", "-f", "-t", "0", c)
+    for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
+        podman("volume", "rm", "-f", v)
+    for n in podman("network", "ls", "-q", "--filter", label).stdout.split():
+        podman("network", "rm", "-f", n)  # lab and provider
+    subprocess.run(["ip", "link", "del", f"{instance}-br"], capture_output=True)
+
+
 @pytest.fixture
 def uc(uc_home):
     need("podman")
@@ -97,14 +109,7 @@ def uc(uc_home):
         yield uc_home
     finally:
         run_cli("service", "stop")
-        label = f"label=undercloud.instance={instance}"
-        for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
-            podman("rm", "-f", "-t", "0", c)
-        for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
-            podman("volume", "rm", "-f", v)
-        for n in podman("network", "ls", "-q", "--filter", label).stdout.split():  # lab and provider
-            podman("network", "rm", "-f", n)
-        subprocess.run(["ip", "link", "del", f"{instance}-br"], capture_output=True)
+        remove_instance(instance)
 
 
 def write(tmp_path, name: str, text: str) -> str:
@@ -294,14 +299,7 @@ def test_two_undercloud_homes_run_servers_of_the_same_name_side_by_side(uc, tmp_
         assert wait_checked_in("ctl0", after=mine["agent_last_seen"])["status"] == "ACTIVE"  # untouched
     finally:
         run_cli("service", "stop", env=env)
-        label = f"label=undercloud.instance={other.instance}"
-        for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
-            podman("rm", "-f", "-t", "0", c)
-        for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
-            podman("volume", "rm", "-f", v)
-        for n in podman("network", "ls", "-q", "--filter", label).stdout.split():  # lab and provider
-            podman("network", "rm", "-f", n)
-        subprocess.run(["ip", "link", "del", f"{other.instance}-br"], capture_output=True)
+        remove_instance(other.instance)
 
 
 ONE = """\
@@ -311,17 +309,6 @@ resources:
     type: OS::Nova::Server
     properties: {name: ctl0, image: overcloud-full, flavor: container}
 """
-
-
-def remove_instance(instance: str) -> None:
-    label = f"label=undercloud.instance={instance}"
-    for c in podman("ps", "-a", "-q", "--filter", label).stdout.split():
-        podman("rm", "-f", "-t", "0", c)
-    for v in podman("volume", "ls", "-q", "--filter", label).stdout.split():
-        podman("volume", "rm", "-f", v)
-    for n in podman("network", "ls", "-q", "--filter", label).stdout.split():
-        podman("network", "rm", "-f", n)
-    subprocess.run(["ip", "link", "del", f"{instance}-br"], capture_output=True)
 
 
 def test_a_server_on_another_host_is_run_by_that_hosts_worker(uc, tmp_path):

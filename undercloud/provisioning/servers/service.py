@@ -503,16 +503,19 @@ class ServersService:
     def _elsewhere(self, row: Server) -> str | None:
         """The host of a container or VM server another host runs (None: this one, or a
         server of no host: bare metal, another cloud's)."""
-        return row.host if row.host is not None and row.host in self._other_hosts() else None
+        if row.host in (None, host_name()):  # the usual case, asked without a query
+            return None
+        return row.host if row.host in self._other_hosts() else None
 
     def _worker_of(self, row: Server) -> str | None:
         workers = self.env.workers_on(row.host) if self.env.forward is not None else []
         return workers[0] if workers else None
 
-    def _on_its_host(self, row: Server, method: str, path: str, body: Any = None) -> Any:
+    def _on_its_host(self, row: Server, method: str, path: str, body: Any = None, worker: str | None = None) -> Any:
         """Run a request about `row` on a live worker of its host (only that host can reach
-        the machine); with none alive, the operation waits for the host: one line."""
-        worker = self._worker_of(row)
+        the machine; `worker` when already found); with none alive, the operation waits for
+        the host: one line."""
+        worker = worker or self._worker_of(row)
         if worker is None:
             raise ServiceUnavailable(f"server {row.name} runs on host {row.host}, where no undercloud worker is "
                                      "alive; its operations wait for that host", "server")
@@ -523,7 +526,8 @@ class ServersService:
         with self.store.session() as s:
             row = self._find(s, ref)
         if self._elsewhere(row):  # its host's worker asks; without one, as last known
-            return self._on_its_host(row, "GET", f"/v1/servers/{row.id}") if self._worker_of(row) else view(row)
+            worker = self._worker_of(row)
+            return self._on_its_host(row, "GET", f"/v1/servers/{row.id}", worker=worker) if worker else view(row)
         if row.task == "deleting":
             return view(row)
         seen = (row.status, row.task, dict(row.state or {}))
@@ -637,10 +641,12 @@ class ServersService:
         if row is None:
             return True
         if self._elsewhere(row):  # only its host can tell; its worker removes the record when done
-            if self._worker_of(row) is None:
+            worker = self._worker_of(row)
+            if worker is None:
                 return False
             try:
-                return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0").get("deleted"))
+                return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0", worker=worker)
+                            .get("deleted"))
             except NotFound:  # removed there since we read it
                 return True
         realiser = self.realiser(row.hypervisor_type)
