@@ -43,6 +43,11 @@ class Elsewhere(ServiceUnavailable):
         self.worker = worker
 
 
+class NeedsFirstBoot(Conflict):
+    """A resumed server create must be given its first-boot data again (a new token): the
+    data was lost before it was written (the API answers 428)."""
+
+
 class Unauthorized(UndercloudError):
     """A missing or wrong credential (the API answers 401)."""
 

@@ -307,15 +307,20 @@ heat_template_version: wallaby
 resources:
   node:
     type: OS::Nova::Server
-    properties: {name: ctl0, image: overcloud-full, flavor: container}
+    properties:
+      name: ctl0
+      image: overcloud-full
+      flavor: container
+      scheduler_hints: {"capabilities:hypervisor_hostname": host-b}
 """
 
 
 def test_a_server_on_another_host_is_run_by_that_hosts_worker(uc, tmp_path):
     """Two hosts' workers on one store (both on this machine; UNDERCLOUD_HOST names the
-    second one's host host-b): a server its stack makes runs on host-b; asked through the
-    first service, show, console and power are done by host-b's worker; with it stopped they
-    wait for that host; the first service deletes the stack and host-b's worker removes the
+    second one's host host-b): a stack the first service runs places its server on host-b
+    (pinned by a scheduler hint) and host-b's worker makes it; asked through the first
+    service, show, console and power are done by host-b's worker; with it stopped they wait
+    for that host; the first service deletes the stack and host-b's worker removes the
     container."""
     import os
     import signal
@@ -352,15 +357,18 @@ def test_a_server_on_another_host_is_run_by_that_hosts_worker(uc, tmp_path):
     proc = None
     try:
         proc = start_b()
-        r = run_cli("stack", "create", "sb", "-t", write(tmp_path, "one.yaml", ONE), "--wait", env=env_b,
-                    timeout=300)
+        r = run_cli("stack", "create", "sb", "-t", write(tmp_path, "one.yaml", ONE), "--wait", timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         srv = wait_checked_in("ctl0")  # asked through the first service: host-b's worker answers
         assert srv["host"] == "host-b" and srv["status"] == "ACTIVE"
         assert srv["instance_name"] == f"{b.instance}-ctl0"  # made by host-b's worker
-        hosts = {(h["name"], h["hypervisor_type"]): h for h in
-                 json.loads(run_cli("server", "hypervisors", "-f", "json").stdout)}
-        assert hosts[("host-b", "container")]["servers"] == 1
+        assert (b.path / "servers" / srv["id"] / "first-boot" / "config.json").exists()  # and its first boot
+
+        def hosts():
+            return {(h["name"], h["hypervisor_type"]): h for h in
+                    json.loads(run_cli("server", "hypervisors", "-f", "json").stdout)}
+        assert hosts()[("host-b", "container")]["servers"] == 1
+        assert hosts()[("host-b", "container")]["state"] == "up"
         assert "undercloud-agent: started" in run_cli("server", "console", "ctl0").stdout
         off = run_cli("server", "power", "off", "ctl0", "-f", "json")
         assert off.returncode == 0 and json.loads(off.stdout)["status"] == "SHUTOFF", off.stderr
@@ -369,6 +377,7 @@ def test_a_server_on_another_host_is_run_by_that_hosts_worker(uc, tmp_path):
 
         stop_b(*proc)
         proc = None
+        assert hosts()[("host-b", "container")]["state"] == "down"
         r = run_cli("server", "power", "off", "ctl0")
         assert r.returncode != 0 and "server: server ctl0 runs on host host-b, where no undercloud worker is alive" \
             in r.stderr and "Traceback" not in r.stderr, r.stderr

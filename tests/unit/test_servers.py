@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import textwrap
 import time
 
@@ -24,7 +25,7 @@ from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailab
 from undercloud.orchestration.template import Bundle
 from undercloud.provisioning.servers.base import Env
 from undercloud.provisioning.servers.fake import FakeRealiser
-from undercloud.provisioning.servers.service import ServersService
+from undercloud.provisioning.servers.service import HOST_SPEC, ServersService
 from undercloud.store.nodes import Node
 from undercloud.store.servers import Server
 
@@ -329,11 +330,11 @@ def test_power_rebuild_console_show_and_not_found(uc):
     assert uc.servers.list() == []
 
 
-def register_host(uc, name: str) -> None:
+def register_host(uc, name: str, memory_mb: int = 8192) -> None:
     from undercloud.store.servers import HypervisorHost
 
     with uc.ctx.store.session() as s:
-        s.add(HypervisorHost(name=name, hypervisor_type="container", vcpus=8, memory_mb=8192, disk_gb=100))
+        s.add(HypervisorHost(name=name, hypervisor_type="container", vcpus=8, memory_mb=memory_mb, disk_gb=100))
 
 
 def test_status_sync_leaves_containers_of_another_host_to_its_worker(uc):
@@ -388,15 +389,83 @@ def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(u
                                                               "first_boot": {"user_data": "x"}}),
                     ("wb", "DELETE", "/v1/servers/s-2?wait=0", None),
                     ("wb", "DELETE", "/v1/servers/s-2?wait=0", None)]
-    # New servers go on this worker's own host, whatever else is registered.
+    # A worker of a host not registered yet registers it at start.
     monkeypatch.setenv("UNDERCLOUD_HOST", "host-c")
-    with pytest.raises(Conflict, match=r"no container hypervisor host is registered here \(host-c\)"):
-        uc.servers.create(id="s-3", name="new", flavor="container", image="overcloud-full", first_boot={})
     uc.servers.ensure_local_hosts()
-    uc.servers.create(id="s-3", name="new", flavor="container", image="overcloud-full", first_boot={})
-    assert uc.servers.get("new")["host"] == "host-c"
     assert {(h["name"], h["hypervisor_type"]) for h in uc.servers.hosts()} >= {("host-c", "container"),
                                                                                ("host-c", "vm")}
+
+
+def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, monkeypatch):
+    """Placement over the registered hosts (as Nova's filters and RAM weigher): up (a live
+    worker; this worker's own host always), with room, most free memory, this host on a tie;
+    `capabilities:hypervisor_hostname` of the flavor or the scheduler hints pins one. A server
+    of another host is made by that host's worker: asked with its first-boot data."""
+    from undercloud.store.servers import HypervisorHost
+
+    uc.image("overcloud-full", "container", "oci")
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-a")
+    with uc.ctx.store.session() as s:
+        s.query(HypervisorHost).delete()
+    for name, mem in (("host-a", 8192), ("host-b", 8192), ("host-d", 65536)):
+        register_host(uc, name, memory_mb=mem)
+    sent = []
+    uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []  # host-d's worker is dead
+    uc.servers.env.forward = lambda worker, method, path, body: sent.append((worker, method, path, body)) or {}
+    assert {h["name"]: h["state"] for h in uc.servers.hosts()} == {"host-a": "up", "host-b": "up", "host-d": "down"}
+
+    def create(sid, **kw):
+        uc.servers.create(id=sid, name=sid, flavor=kw.pop("flavor", "container"), image="overcloud-full",
+                          first_boot={"token": f"t-{sid}"}, **kw)
+        return uc.servers.get(sid)
+
+    assert create("s0")["host"] == "host-a"  # a tie: this host
+    assert "s0" in uc.fake.machines and sent == []
+    srv = create("s1")  # host-b has 512 MB more free now
+    assert (srv["host"], srv["status"]) == ("host-b", "BUILD")
+    assert "s1" not in uc.fake.machines  # not made here: host-b's worker makes it
+    assert sent == [("wb", "POST", "/v1/servers/s1/action", {"action": "spawn", "first_boot": {"token": "t-s1"}})]
+    uc.servers.flavors.create("on-a", 1, 512, 1, {"hypervisor_type": "container", HOST_SPEC: "host-a"})
+    assert create("s2", flavor="on-a")["host"] == "host-a" and "s2" in uc.fake.machines
+    for kw, error in (
+            ({"scheduler_hints": {HOST_SPEC: "host-d"}},
+             "no container host has room for flavor container: host-d has no live undercloud worker"),
+            ({"scheduler_hints": {HOST_SPEC: "host-x"}},
+             "no container hypervisor host 'host-x' is registered (capabilities:hypervisor_hostname of flavor "
+             "container or the scheduler hints)"),
+            ({"flavor": "on-a", "scheduler_hints": {HOST_SPEC: "host-b"}},
+             "no container hypervisor host 'host-a and host-b' is registered")):
+        with pytest.raises(Conflict) as e:
+            create("s9", **kw)
+        assert error in e.value.message
+    assert not uc.servers.exists("s9")  # refused before anything was written
+    # host-b's worker stops answering: the server it was to make is an ERROR saying why.
+    uc.servers.env.forward = lambda *a: (_ for _ in ()).throw(ServiceUnavailable("worker wb did not answer"))
+    with pytest.raises(UndercloudError, match="server s3: spawning on host host-b failed: worker wb did not answer"):
+        create("s3", scheduler_hints={HOST_SPEC: "host-b"})
+    assert (uc.servers.get("s3")["status"], uc.servers.get("s3")["fault"]) == (
+        "ERROR", "spawning: worker wb did not answer")
+
+
+def test_a_host_makes_the_server_another_hosts_worker_placed_on_it_in_the_background(uc):
+    """The `spawn` action, on the placed host's worker: answers at once, the machine follows;
+    with no first-boot data on this host and none given, it asks for it (428, as a resumed
+    create does)."""
+    uc.image("overcloud-full", "container", "oci")
+    uc.fake.delay = 0.3
+    uc.servers.create(id="s-1", name="box", flavor="container", image="overcloud-full", first_boot={"t": 1})
+    uc.servers._save("s-1", status="BUILD", task="spawning")
+    del uc.fake.machines["s-1"]
+    shutil.rmtree(uc.servers.first_boot_dir("s-1"))  # as on a host that never had it
+    client = TestClient(create_app(uc.ctx))
+    headers = {"X-Undercloud-Token": uc.ctx.admin_token}
+    r = client.post("/v1/servers/s-1/action", json={"action": "spawn"}, headers=headers)
+    assert r.status_code == 428 and "first-boot data was lost" in r.json()["error"], r.text
+    r = client.post("/v1/servers/s-1/action", json={"action": "spawn", "first_boot": {"t": 2}}, headers=headers)
+    assert r.status_code == 200 and r.json()["status"] == "BUILD", r.text
+    assert uc.servers.wait("box", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    assert uc.servers.read_first_boot("s-1")["t"] == 2
+    assert uc.fake.calls.count(("create", "s-1")) == 2  # the first create, then this host's
 
 
 def test_status_sync_shows_machines_changed_outside_and_a_crashed_one_powers_on(uc):

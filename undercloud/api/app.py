@@ -23,6 +23,7 @@ from undercloud.errors import (
     Conflict,
     InternalError,
     InvalidInput,
+    NeedsFirstBoot,
     NotFound,
     ServiceUnavailable,
     Unauthorized,
@@ -56,7 +57,7 @@ STARTUP: list[str] = [
     "undercloud.api.servers:startup",
 ]
 
-STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503, PayloadTooLarge: 413,
+STATUS = {NeedsFirstBoot: 428, NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503, PayloadTooLarge: 413,
           InternalError: 500, Unauthorized: 401}
 
 

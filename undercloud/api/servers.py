@@ -125,9 +125,12 @@ def hypervisor_virtual_ip(hypervisor_type: str, body: VirtualIpBody, ctx: Contex
 
 # ---- servers -------------------------------------------------------------------------
 class ActionBody(BaseModel):
-    action: str = Field(max_length=32)  # power-on | power-off | rebuild
+    # power-on | power-off | rebuild; spawn: make the machine of a server placed on this worker's
+    # host by a worker of another host (answers at once; the machine is made in the background)
+    action: str = Field(max_length=32)
     image: str | None = Field(None, max_length=255)
-    first_boot: dict[str, Any] | None = None  # rebuild: keys replacing the first-boot data's (e.g. user_data)
+    # rebuild: keys replacing the first-boot data's (e.g. user_data); spawn: the whole data
+    first_boot: dict[str, Any] | None = None
 
 
 @router.get("/v1/servers")
@@ -161,7 +164,9 @@ def server_action(ref: str, body: ActionBody, ctx: Context = Depends(_ctx)):
         return ctx.servers.power(ref, body.action == "power-on")
     if body.action == "rebuild":
         return ctx.servers.rebuild(ref, body.image, first_boot=body.first_boot)
-    raise InvalidInput(f"unknown action {body.action!r}; one of power-on, power-off, rebuild", "action")
+    if body.action == "spawn":
+        return ctx.servers.resume(ref, body.first_boot, background=True)
+    raise InvalidInput(f"unknown action {body.action!r}; one of power-on, power-off, rebuild, spawn", "action")
 
 
 @router.get("/v1/servers/{ref}/health")

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
-from undercloud.errors import Conflict, Elsewhere, InvalidInput, NotFound, ServiceUnavailable
+from undercloud.errors import Conflict, Elsewhere, InvalidInput, NeedsFirstBoot, NotFound, ServiceUnavailable
 
 log = logging.getLogger("undercloud.workers")
 router = APIRouter()
@@ -80,7 +80,7 @@ def _forward(workers, owner: str, method: str, path: str, payload: Any, headers:
     if r.status < 300:
         return answer
     message = (str(answer.get("error") or "") if isinstance(answer, dict) else "") or f"HTTP {r.status}"
-    error = {400: InvalidInput, 404: NotFound, 409: Conflict}.get(r.status)
+    error = {400: InvalidInput, 404: NotFound, 409: Conflict, 428: NeedsFirstBoot}.get(r.status)
     if error is not None:
         raise error(message)
     raise ServiceUnavailable(f"worker {owner}: {message}")

@@ -81,7 +81,17 @@ def rebuild(ref: str, image: str | None):
 
 
 @server.command("hypervisors")
-@formatted(["name", "hypervisor_type", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers"])
+@formatted(["name", "hypervisor_type", "state", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers"])
 def hypervisors():
-    """Hypervisor hosts for container and VM servers, with their capacity and use."""
+    """Hypervisor hosts for container and VM servers: capacity, use and state.
+
+    Each undercloud worker registers its host (UNDERCLOUD_HOST, else the hostname); a host
+    is up while a worker of it heart-beats. A new server goes to the host that is up, has
+    room, and has the most free memory; the flavor property or scheduler hint
+    capabilities:hypervisor_hostname=HOST pins it to one host, e.g.
+
+    \b
+      undercloud flavor create big-b --vcpus 2 --ram 4096 --disk 20 \\
+          --property hypervisor_type=container --property capabilities:hypervisor_hostname=host-b
+    """
     return Client().get("/v1/hypervisors")

@@ -15,7 +15,7 @@ here), `networks` and `scheduler_hints` changes replace.
 
 from __future__ import annotations
 
-from undercloud.errors import NotFound, UndercloudError
+from undercloud.errors import NeedsFirstBoot, NotFound, UndercloudError
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.services import EngineOnly
 
@@ -52,7 +52,8 @@ class Server(Plugin):
             "string", default="POLL_SERVER_CFN", update_allowed=True,
             allowed=("POLL_SERVER_CFN", "POLL_SERVER_HEAT", "POLL_TEMP_URL", "ZAQAR_MESSAGE"),
             description="Accepted for Heat compatibility: the agent always polls the undercloud's API."),
-        "scheduler_hints": Prop("map", description="capabilities:KEY=VALUE hints for bare-metal nodes."),
+        "scheduler_hints": Prop("map", description="capabilities:KEY=VALUE hints for bare-metal nodes; "
+                                "capabilities:hypervisor_hostname=HOST pins a container or VM server to a host."),
         "networks": Prop("list", description="[{network: ctlplane, fixed_ip: 192.168.24.10}]: the lab network."),
         "persistent_volumes": Prop("list", description="(undercloud) absolute paths kept across rebuilds."),
         **{k: Prop("any", description=ACCEPTED) for k in (
@@ -114,9 +115,6 @@ class Server(Plugin):
 
     # -- actions --------------------------------------------------------------------
     def create(self) -> None:
-        # imported when a server is made: validating a template needs no store (SQLAlchemy costs 0.25 s)
-        from undercloud.provisioning.servers.service import NeedsFirstBoot
-
         servers, meta = self._svc()
         sid = self.server_id
         self.physical_id = sid

@@ -28,7 +28,14 @@ from typing import Any
 from sqlalchemy import func, select
 
 from undercloud.config import host_name
-from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError
+from undercloud.errors import (
+    Conflict,
+    InvalidInput,
+    NeedsFirstBoot,
+    NotFound,
+    ServiceUnavailable,
+    UndercloudError,
+)
 from undercloud.provisioning.servers import base
 from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, REBUILD, Env, Realiser, Spec
 from undercloud.provisioning.servers.flavors import Flavors, hypervisor_type
@@ -43,10 +50,9 @@ NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostna
 CPU_RATIO, RAM_RATIO = 16.0, 1.5
 LAB_NETWORK = "ctlplane"
 AVAILABLE_TTL = 60.0
-
-
-class NeedsFirstBoot(UndercloudError):
-    """A resumed create must be given first-boot data again (a new token)."""
+# Nova's ComputeCapabilitiesFilter key for the host a server must run on (flavor property or
+# scheduler hint): how a flavor, or one server, is pinned to a hypervisor host.
+HOST_SPEC = "capabilities:hypervisor_hostname"
 
 
 def view(row: Server) -> dict:
@@ -82,6 +88,7 @@ class ServersService:
         self._realisers: dict[str, Realiser] = dict(realisers or {})
         self._lock = threading.Lock()  # placement: capacity check + insert are one step
         self._available: dict[str, float] = {}  # hypervisor type -> when it was last found usable
+        self._spawning: set[str] = set()  # servers this worker makes for a worker of another host
 
     # ---- realisers -----------------------------------------------------------------
     def realiser(self, ht: str) -> Realiser:
@@ -174,7 +181,8 @@ class ServersService:
                 used = self._used(s, h.name, h.hypervisor_type)
                 out.append({"name": h.name, "hypervisor_type": h.hypervisor_type, "vcpus": h.vcpus,
                             "memory_mb": h.memory_mb, "disk_gb": h.disk_gb, "vcpus_used": used[0],
-                            "memory_mb_used": used[1], "disk_gb_used": used[2], "servers": used[3]})
+                            "memory_mb_used": used[1], "disk_gb_used": used[2], "servers": used[3],
+                            "state": "up" if self._host_up(h.name) else "down"})
             return out
 
     def _used(self, s, host: str, ht: str) -> tuple[int, int, int, int]:
@@ -184,23 +192,39 @@ class ServersService:
             .where(Server.host == host, Server.hypervisor_type == ht)).one()
         return int(vcpus), int(ram), int(disk), int(n)
 
-    def _place(self, s, flavor: dict, ht: str) -> str:
-        # The realiser runs here: of the registered hosts, this worker's own.
-        hosts = s.scalars(select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht,
-                                                       HypervisorHost.name == host_name())).all()
+    def _host_up(self, name: str) -> bool:
+        """A host is up while a worker of it heart-beats (this worker's own always is)."""
+        return name == host_name() or bool(self.env.workers_on(name))
+
+    def _place(self, s, flavor: dict, ht: str, hints: dict) -> str:
+        """The host a new server runs on: of the registered hosts of its hypervisor type that
+        are up and have room, the one the flavor property or scheduler hint HOST_SPEC names,
+        else the one with most free RAM (as Nova's default weigher spreads); ties: this host."""
+        pinned = {str(v) for v in (flavor["properties"].get(HOST_SPEC), hints.get(HOST_SPEC)) if v}
+        query = select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
+        if pinned:
+            query = query.where(HypervisorHost.name.in_(pinned))
+        hosts = s.scalars(query).all() if len(pinned) < 2 else []
         if not hosts:
+            if pinned:
+                raise Conflict(f"no {ht} hypervisor host {' and '.join(sorted(pinned))!r} is registered "
+                               f"({HOST_SPEC} of flavor {flavor['name']} or the scheduler hints)", "flavor")
             raise Conflict(f"no {ht} hypervisor host is registered here ({host_name()})", "flavor")
-        why = []
+        why, fits = [], []
         for h in hosts:
             vcpus, ram, disk, _n = self._used(s, h.name, ht)
-            if vcpus + flavor["vcpus"] > h.vcpus:
+            if not self._host_up(h.name):
+                why.append(f"{h.name} has no live undercloud worker")
+            elif vcpus + flavor["vcpus"] > h.vcpus:
                 why.append(f"{h.name} has {h.vcpus - vcpus} free vCPUs < {flavor['vcpus']}")
             elif ram + flavor["ram"] > h.memory_mb:
                 why.append(f"{h.name} has {h.memory_mb - ram} MB free < {flavor['ram']} MB")
             elif disk + flavor["disk"] > h.disk_gb:
                 why.append(f"{h.name} has {h.disk_gb - disk} GB free < {flavor['disk']} GB")
             else:
-                return h.name
+                fits.append((-(h.memory_mb - ram), h.name != host_name(), h.name))
+        if fits:
+            return min(fits)[2]
         raise Conflict(f"no {ht} host has room for flavor {flavor['name']}: " + "; ".join(why), "flavor")
 
     # ---- images --------------------------------------------------------------------
@@ -286,7 +310,8 @@ class ServersService:
         with self._lock:
             try:
                 with self.store.session() as s:
-                    host = None if realiser.uses_nodes or realiser.remote else self._place(s, fl, ht)
+                    host = (None if realiser.uses_nodes or realiser.remote
+                            else self._place(s, fl, ht, scheduler_hints or {}))
                     row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, vcpus=fl["vcpus"], ram=fl["ram"],
                                  disk=fl["disk"], image_id=img["id"],
                                  image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
@@ -297,6 +322,13 @@ class ServersService:
                 if node is not None:
                     self.env.scheduler.release(id)
                 raise
+        if self._elsewhere(row):  # placed on another host: its worker makes the machine
+            try:
+                return self.resume(id, first_boot)
+            except UndercloudError as exc:
+                self._save(id, status=ERROR, task=None, fault=f"spawning: {exc.message}")
+                raise UndercloudError(f"server {name}: spawning on host {row.host} failed: {exc.message}",
+                                      "server") from None
         spec = self.spec(row, first_boot=first_boot)
 
         def spawn(sp: Spec) -> None:
@@ -306,13 +338,18 @@ class ServersService:
         self._call(row.id, spawn, spec, "spawning")
         return self.get(id)
 
-    def resume(self, server_id: str, first_boot: dict | None = None) -> dict:
+    def resume(self, server_id: str, first_boot: dict | None = None, background: bool = False) -> dict:
         """Continue a create interrupted by a crash: the realiser finds what it made already.
-        Uses the first-boot data on disk (same token); `first_boot` only if that was lost."""
+        Uses the first-boot data on disk (same token); `first_boot` only if that was lost.
+        A server of another host is resumed by a worker of its host (the `spawn` action),
+        which makes the machine in the `background`: the caller waits for ACTIVE as usual."""
         with self.store.session() as s:
             row = self._find(s, server_id)
         if row.status != BUILD:
             return view(row)
+        if self._elsewhere(row):
+            return self._on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
+                                     {"action": "spawn", "first_boot": first_boot})
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
         if not spec.first_boot:
@@ -321,8 +358,25 @@ class ServersService:
                                      "server")
             spec.first_boot = dict(first_boot)
             self._write_first_boot(spec, realiser)
-        self._call(row.id, realiser.create, spec, "spawning")
-        return self.get(row.id)
+        if not background:
+            self._call(row.id, realiser.create, spec, "spawning")
+            return self.get(row.id)
+        with self._lock:
+            if row.id in self._spawning:  # asked again while it runs
+                return view(row)
+            self._spawning.add(row.id)
+
+        def spawn() -> None:
+            try:
+                self._call(row.id, realiser.create, spec, "spawning")
+            except UndercloudError as exc:  # stored as the server's fault: the waiting caller sees it
+                log.warning("%s", exc)
+            finally:
+                with self._lock:
+                    self._spawning.discard(row.id)
+
+        threading.Thread(target=spawn, name=f"spawn-{row.name}", daemon=True).start()
+        return view(row)
 
     def _claim(self, id: str, fl: dict, img: dict, hints: dict) -> dict:
         from undercloud.provisioning.scheduler import Request
