@@ -447,6 +447,50 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
         "ERROR", "spawning: worker wb did not answer")
 
 
+def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatch):
+    """Two workers' services on one store place six servers at once on a host with room for
+    three. Reading a host's use is slowed, so that without the hosts' lock every placement
+    would find the host empty: three are placed, three refused in one line."""
+    import threading
+
+    from undercloud.store.servers import HypervisorHost
+
+    uc.image("overcloud-full", "container", "oci")
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-a")
+    with uc.ctx.store.session() as s:
+        s.query(HypervisorHost).delete()
+    register_host(uc, "host-a", memory_mb=3 * 512)
+    other = ServersService(uc.ctx.store, uc.servers.env,
+                           realisers={"container": FakeRealiser(uc.servers.env, "container")})
+    used = ServersService._used
+
+    def slow(self, s, host, ht):
+        out = used(self, s, host, ht)
+        time.sleep(0.1)
+        return out
+
+    monkeypatch.setattr(ServersService, "_used", slow)
+    results = {}
+
+    def make(svc, i):
+        try:
+            svc.create(id=f"r{i}", name=f"r{i}", flavor="container", image="overcloud-full", first_boot={})
+            results[i] = "placed"
+        except Conflict as exc:
+            results[i] = exc.message
+
+    threads = [threading.Thread(target=make, args=(svc, i)) for i, svc in enumerate([uc.servers, other] * 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert list(results.values()).count("placed") == 3, results
+    assert all(m == "placed" or m == "no container host has room for flavor container: host-a has 0 MB free < 512 MB"
+               for m in results.values()), results
+    (host,) = uc.servers.hosts()
+    assert (host["memory_mb_used"], host["servers"]) == (1536, 3)
+
+
 def test_a_host_makes_the_server_another_hosts_worker_placed_on_it_in_the_background(uc):
     """The `spawn` action, on the placed host's worker: answers at once, the machine follows;
     with no first-boot data on this host and none given, it asks for it (428, as a resumed

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from undercloud.config import host_name
 from undercloud.errors import (
@@ -86,7 +86,7 @@ class ServersService:
         self.flavors = Flavors(store)
         self.root = Path(env.home.path) / "servers"
         self._realisers: dict[str, Realiser] = dict(realisers or {})
-        self._lock = threading.Lock()  # placement: capacity check + insert are one step
+        self._lock = threading.Lock()  # guards _realisers and _spawning
         self._available: dict[str, float] = {}  # hypervisor type -> when it was last found usable
         self._spawning: set[str] = set()  # servers this worker makes for a worker of another host
 
@@ -201,6 +201,11 @@ class ServersService:
         are up and have room, the one the flavor property or scheduler hint HOST_SPEC names,
         else the one with most free RAM (as Nova's default weigher spreads); ties: this host."""
         pinned = {str(v) for v in (flavor["properties"].get(HOST_SPEC), hints.get(HOST_SPEC)) if v}
+        # One placement of a type at a time, across workers: this write takes the hosts' rows
+        # (row locks on PostgreSQL, the write lock on SQLite) before their use is read, and
+        # holds them until the server's row is committed.
+        s.execute(update(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
+                  .values(vcpus=HypervisorHost.vcpus))
         query = select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
         if pinned:
             query = query.where(HypervisorHost.name.in_(pinned))
@@ -307,21 +312,20 @@ class ServersService:
         node = None
         if realiser.uses_nodes:
             node = self._claim(id, fl, img, scheduler_hints or {})
-        with self._lock:
-            try:
-                with self.store.session() as s:
-                    host = (None if realiser.uses_nodes or realiser.remote
-                            else self._place(s, fl, ht, scheduler_hints or {}))
-                    row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, vcpus=fl["vcpus"], ram=fl["ram"],
-                                 disk=fl["disk"], image_id=img["id"],
-                                 image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
-                                 status=BUILD, task="spawning", networks=nets, addresses={}, volumes=vols,
-                                 notes=[], metadata_=dict(metadata or {}), owner=owner, state={})
-                    s.add(row)
-            except BaseException:
-                if node is not None:
-                    self.env.scheduler.release(id)
-                raise
+        try:
+            with self.store.session() as s:
+                host = (None if realiser.uses_nodes or realiser.remote
+                        else self._place(s, fl, ht, scheduler_hints or {}))
+                row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, vcpus=fl["vcpus"], ram=fl["ram"],
+                             disk=fl["disk"], image_id=img["id"],
+                             image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
+                             status=BUILD, task="spawning", networks=nets, addresses={}, volumes=vols,
+                             notes=[], metadata_=dict(metadata or {}), owner=owner, state={})
+                s.add(row)
+        except BaseException:
+            if node is not None:
+                self.env.scheduler.release(id)
+            raise
         if self._elsewhere(row):  # placed on another host: its worker makes the machine
             try:
                 return self.resume(id, first_boot)
