@@ -308,7 +308,7 @@ def test_a_full_host_says_so(uc):
     uc.image("overcloud-full", "container", "oci")
     (host,) = [h for h in uc.servers.hosts() if h["hypervisor_type"] == "container"]
     uc.servers.flavors.create("fat", 1, host["memory_mb"] + 1, 1, {"hypervisor_type": "container"})
-    with pytest.raises(Conflict, match=r"no container host has room for flavor fat: .* MB free <"):
+    with pytest.raises(Conflict, match=r"no container host can take flavor fat: .* MB free <"):
         uc.servers.create(id="a", name="ok", flavor="fat", image="overcloud-full", first_boot={})
     assert uc.servers.list() == []
 
@@ -429,7 +429,7 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
     assert create("s2", flavor="on-a")["host"] == "host-a" and "s2" in uc.fake.machines
     for kw, error in (
             ({"scheduler_hints": {HOST_SPEC: "host-d"}},
-             "no container host has room for flavor container: host-d has no live undercloud worker"),
+             "no container host can take flavor container: host-d has no live undercloud worker"),
             ({"scheduler_hints": {HOST_SPEC: "host-x"}},
              "no container hypervisor host 'host-x' is registered (capabilities:hypervisor_hostname of flavor "
              "container or the scheduler hints)"),
@@ -445,6 +445,14 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
         create("s3", scheduler_hints={HOST_SPEC: "host-b"})
     assert (uc.servers.get("s3")["status"], uc.servers.get("s3")["fault"]) == (
         "ERROR", "spawning: worker wb did not answer")
+    # This host cannot make containers (no podman): placed on the other one, refused when pinned here.
+    uc.servers.env.forward = lambda worker, method, path, body: sent.append((worker, method, path, body)) or {}
+    monkeypatch.setattr(uc.fake, "available", lambda: "podman is not installed")
+    uc.servers._available.clear()
+    assert create("s4")["host"] == "host-b"
+    with pytest.raises(Conflict, match="^flavor: no container host can take flavor on-a: host-a cannot realise container "
+                                       "servers: podman is not installed$"):
+        create("s5", flavor="on-a")
 
 
 def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatch):
@@ -485,7 +493,7 @@ def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatc
     for t in threads:
         t.join(60)
     assert list(results.values()).count("placed") == 3, results
-    assert all(m == "placed" or m == "no container host has room for flavor container: host-a has 0 MB free < 512 MB"
+    assert all(m == "placed" or m == "no container host can take flavor container: host-a has 0 MB free < 512 MB"
                for m in results.values()), results
     (host,) = uc.servers.hosts()
     assert (host["memory_mb_used"], host["servers"]) == (1536, 3)

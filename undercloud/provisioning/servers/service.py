@@ -128,14 +128,21 @@ class ServersService:
             raise NotFound(str(exc), "flavor") from None
 
     def _check_available(self, ht: str, realiser: Realiser) -> None:
-        """`realiser.available()` (e.g. `podman info`, 0.3 s) at most once a minute once it said yes."""
+        why = self._unavailable(ht, realiser)
+        if why:
+            raise UndercloudError(f"cannot realise {ht} servers here: {why}", "flavor")
+
+    def _unavailable(self, ht: str, realiser: Realiser) -> str | None:
+        """Why `realiser` cannot make servers here, or None: `realiser.available()` (e.g.
+        `podman info`, 0.3 s), asked at most once a minute once it said yes."""
         if time.monotonic() - self._available.get(ht, -AVAILABLE_TTL) < AVAILABLE_TTL:
-            return
+            return None
         why = realiser.available()
         if why:
             self._available.pop(ht, None)
-            raise UndercloudError(f"cannot realise {ht} servers here: {why}", "flavor")
+            return why
         self._available[ht] = time.monotonic()
+        return None
 
     def startup(self) -> None:
         """First start: default flavors and this machine as a hypervisor host; then let the
@@ -198,7 +205,8 @@ class ServersService:
 
     def _place(self, s, flavor: dict, ht: str, hints: dict) -> str:
         """The host a new server runs on: of the registered hosts of its hypervisor type that
-        are up and have room, the one the flavor property or scheduler hint HOST_SPEC names,
+        are up, can realise it (asked here for this host; the others' workers answer when
+        they make it) and have room, the one the flavor property or scheduler hint HOST_SPEC names,
         else the one with most free RAM (as Nova's default weigher spreads); ties: this host."""
         pinned = {str(v) for v in (flavor["properties"].get(HOST_SPEC), hints.get(HOST_SPEC)) if v}
         # One placement of a type at a time, across workers: this write takes the hosts' rows
@@ -220,6 +228,8 @@ class ServersService:
             vcpus, ram, disk, _n = self._used(s, h.name, ht)
             if not self._host_up(h.name):
                 why.append(f"{h.name} has no live undercloud worker")
+            elif h.name == host_name() and (unavailable := self._unavailable(ht, self.realiser(ht))):
+                why.append(f"{h.name} cannot realise {ht} servers: {unavailable}")
             elif vcpus + flavor["vcpus"] > h.vcpus:
                 why.append(f"{h.name} has {h.vcpus - vcpus} free vCPUs < {flavor['vcpus']}")
             elif ram + flavor["ram"] > h.memory_mb:
@@ -230,7 +240,7 @@ class ServersService:
                 fits.append((-(h.memory_mb - ram), h.name != host_name(), h.name))
         if fits:
             return min(fits)[2]
-        raise Conflict(f"no {ht} host has room for flavor {flavor['name']}: " + "; ".join(why), "flavor")
+        raise Conflict(f"no {ht} host can take flavor {flavor['name']}: " + "; ".join(why), "flavor")
 
     # ---- images --------------------------------------------------------------------
     def choose_image(self, ref: str, ht: str, flavor_name: str, formats: tuple[str, ...]) -> dict:
@@ -299,7 +309,8 @@ class ServersService:
             raise InvalidInput(f"{name!r} is not a valid host name (letters, digits, '-', '.'; at most 63)",
                                "name")
         fl, ht, realiser = self._flavor(flavor)
-        self._check_available(ht, realiser)
+        if realiser.uses_nodes or realiser.remote:  # else asked per host at placement
+            self._check_available(ht, realiser)
         img = self.choose_image(image, realiser.image_hypervisor_type or ht, fl["name"], realiser.disk_formats)
         if realiser.remote:
             try:
