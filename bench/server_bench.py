@@ -6,6 +6,7 @@
     python bench/server_bench.py --types vm,baremetal --lab   # a one-node lab made (and removed) for it
     python bench/server_bench.py --types baremetal --lab --lab-nodes 3 --lab-bmc ipmi   # 3 nodes by PXE
     python bench/server_bench.py --fake 1000         # control-plane cost only: fake machines
+    python bench/server_bench.py --fake 300 --hosts 1,10,100   # placement over more hosts
     python bench/server_bench.py --home $UNDERCLOUD_HOME --types openstack:host --counts 1,3 \
         --cloud-flavor m1.small --cloud-network lab   # servers of a cloud of `undercloud cloud add`
 
@@ -150,8 +151,10 @@ def run_one(client, ht: str, count: int, template: Path, timeout: float, args) -
             "first_checked_in_s": min(checked.values()), "per_server_s": total / count, "delete_s": deleted}
 
 
-def run_fake(count: int) -> None:
-    """In-process: N servers of the container flavor realised by FakeRealiser."""
+def run_fake(count: int, hosts: int = 1) -> None:
+    """In-process: N servers of the container flavor realised by FakeRealiser; `hosts`
+    registered container hosts, all up, this one the roomiest (so every server is placed
+    here, each placement weighing them all)."""
     import hashlib
     import resource
 
@@ -164,7 +167,8 @@ def run_fake(count: int) -> None:
 
     home = Path(tempfile.mkdtemp(prefix="uc-server-bench-fake-"))
     ctx = Context(Home(home))
-    env = Env(home=ctx.home, api_port=1, images=ctx.images)
+    others = {f"fake-host-{i}" for i in range(1, hosts)}
+    env = Env(home=ctx.home, api_port=1, images=ctx.images, hosts_up=lambda: others)
     fake = FakeRealiser(env, "container")
     ctx.__dict__["servers"] = ServersService(ctx.store, env, realisers={"container": fake})
     ctx.servers.startup()
@@ -174,11 +178,15 @@ def run_fake(count: int) -> None:
     ctx.images.register([{"name": "overcloud-full", "disk_format": "oci", "sha256": sha,
                           "properties": {"hypervisor_type": "container"}}])
     ctx.servers.flavors.create("tiny", 1, 1, 0, {"hypervisor_type": "container"})
+    from undercloud.config import host_name
     from undercloud.store.servers import HypervisorHost
 
-    with ctx.store.session() as s:  # room for every fake server (this machine's host has 16 x CPUs)
-        s.add(HypervisorHost(name="fake-host", hypervisor_type="container", vcpus=10**6, memory_mb=10**9,
-                             disk_gb=10**6))
+    with ctx.store.session() as s:  # room for every fake server
+        s.get(HypervisorHost, (host_name(), "container")).memory_mb = 10**9
+        s.get(HypervisorHost, (host_name(), "container")).vcpus = 10**6
+        for name in others:
+            s.add(HypervisorHost(name=name, hypervisor_type="container", vcpus=10**6, memory_mb=10**8,
+                                 disk_gb=10**6))
     (home / "bench.yaml").write_text(TEMPLATE)
     bundle = Bundle.from_paths(str(home / "bench.yaml")).to_json()
     t0 = time.monotonic()
@@ -194,7 +202,8 @@ def run_fake(count: int) -> None:
     ctx.stacks.stop()
     shutil.rmtree(home, ignore_errors=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"fake      x{count:<5} {status}: create {created:6.2f} s ({created / count * 1000:5.1f} ms/server, "
+    print(f"fake      x{count:<5} {hosts:4} hosts {status}: create {created:6.2f} s "
+          f"({created / count * 1000:5.1f} ms/server, "
           f"token + first-boot file + record + placement + engine) | delete {deleted:6.2f} s | "
           f"peak RSS {peak:.0f} MB")
 
@@ -206,6 +215,7 @@ def main() -> int:
     ap.add_argument("--home", help="UNDERCLOUD_HOME to use (default: a new temporary one)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before giving up")
     ap.add_argument("--fake", type=int, metavar="N", help="only the in-process run of N fake servers")
+    ap.add_argument("--hosts", default="1", help="--fake: comma-separated counts of registered hypervisor hosts")
     ap.add_argument("--cloud-flavor", default="m1.small", help="openstack:<cloud>: a flavor of that cloud")
     ap.add_argument("--cloud-network", default="lab", help="openstack:<cloud>: a network of that cloud")
     ap.add_argument("--lab", action="store_true",
@@ -216,7 +226,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.fake:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        run_fake(args.fake)
+        for hosts in [int(x) for x in args.hosts.split(",")]:
+            run_fake(args.fake, hosts)
         return 0
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="uc-server-bench-"))
     os.environ["UNDERCLOUD_HOME"] = str(home)

@@ -410,7 +410,8 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
     for name, mem in (("host-a", 8192), ("host-b", 8192), ("host-d", 65536)):
         register_host(uc, name, memory_mb=mem)
     sent = []
-    uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []  # host-d's worker is dead
+    uc.servers.env.hosts_up = lambda: {"host-b"}  # host-d's worker is dead
+    uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []
     uc.servers.env.forward = lambda worker, method, path, body: sent.append((worker, method, path, body)) or {}
     assert {h["name"]: h["state"] for h in uc.servers.hosts()} == {"host-a": "up", "host-b": "up", "host-d": "down"}
 
@@ -453,6 +454,15 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
     with pytest.raises(Conflict, match="^flavor: no container host can take flavor on-a: host-a cannot realise container "
                                        "servers: podman is not installed$"):
         create("s5", flavor="on-a")
+    # Many hosts that cannot: the first five say why, then how many more.
+    for i in range(6):
+        register_host(uc, f"host-z{i}", memory_mb=65536)
+    uc.servers.env.hosts_up = lambda: set()
+    with pytest.raises(Conflict) as e:
+        create("s6")
+    assert e.value.message.startswith("no container host can take flavor container: host-a cannot realise container "
+                                      "servers: podman is not installed; host-b has no live undercloud worker; ")
+    assert e.value.message.endswith("; 4 more hosts cannot") and e.value.message.count(";") == 5
 
 
 def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatch):
@@ -472,8 +482,8 @@ def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatc
                            realisers={"container": FakeRealiser(uc.servers.env, "container")})
     used = ServersService._used
 
-    def slow(self, s, host, ht):
-        out = used(self, s, host, ht)
+    def slow(self, s, ht=None):
+        out = used(self, s, ht)
         time.sleep(0.1)
         return out
 

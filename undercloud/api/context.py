@@ -114,7 +114,7 @@ class Context:
 
         env = Env(home=self.home, api_port=self.home.api_port(), listen=self.listeners.listen,
                   nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds,
-                  addresses=self.addresses, workers_on=self.workers.live_on,
+                  addresses=self.addresses, hosts_up=self.workers.live_hosts, workers_on=self.workers.live_on,
                   forward=lambda worker, method, path, body: forward_admin(self, worker, method, path, body))
         return ServersService(self.store, env)
 

@@ -91,6 +91,10 @@ class Workers:
     def ring(self) -> HashRing:
         return HashRing(self.live())
 
+    def live_hosts(self) -> set[str]:
+        """The hosts with a live worker."""
+        return {w["host"] for w in self.list() if w["alive"]}
+
     def live_on(self, host: str) -> list[str]:
         """The ids of the other live workers on `host`."""
         return sorted(w["id"] for w in self.list() if w["alive"] and w["host"] == host and not w["this"])

@@ -84,8 +84,10 @@ class Env:
     images: Any = None             # images.store.ImageStore (image content by checksum)
     clouds: Any = None             # provisioning.clouds.Clouds (openstack servers)
     addresses: Any = None          # store.addresses.AddressTable: who holds which lab address
-    # Servers of another host (several workers on one store): the live workers on a host, and
-    # a request run by one of them, (worker, method, path, JSON body) -> its JSON answer.
+    # Servers of another host (several workers on one store): the hosts with a live worker,
+    # the live workers on a host, and a request run by one of them, (worker, method, path,
+    # JSON body) -> its JSON answer.
+    hosts_up: Callable[[], set[str]] = lambda: set()
     workers_on: Callable[[str], list[str]] = lambda host: []
     forward: Callable[[str, str, str, Any], Any] | None = None
 

@@ -183,25 +183,29 @@ class ServersService:
 
     def hosts(self) -> list[dict]:
         with self.store.session() as s:
+            used = self._used(s)
+            up = self._hosts_up()
             out = []
             for h in s.scalars(select(HypervisorHost).order_by(HypervisorHost.hypervisor_type, HypervisorHost.name)):
-                used = self._used(s, h.name, h.hypervisor_type)
+                vcpus, ram, disk, n = used.get((h.name, h.hypervisor_type), (0, 0, 0, 0))
                 out.append({"name": h.name, "hypervisor_type": h.hypervisor_type, "vcpus": h.vcpus,
-                            "memory_mb": h.memory_mb, "disk_gb": h.disk_gb, "vcpus_used": used[0],
-                            "memory_mb_used": used[1], "disk_gb_used": used[2], "servers": used[3],
-                            "state": "up" if self._host_up(h.name) else "down"})
+                            "memory_mb": h.memory_mb, "disk_gb": h.disk_gb, "vcpus_used": vcpus,
+                            "memory_mb_used": ram, "disk_gb_used": disk, "servers": n,
+                            "state": "up" if h.name in up else "down"})
             return out
 
-    def _used(self, s, host: str, ht: str) -> tuple[int, int, int, int]:
-        vcpus, ram, disk, n = s.execute(
-            select(func.coalesce(func.sum(Server.vcpus), 0), func.coalesce(func.sum(Server.ram), 0),
-                   func.coalesce(func.sum(Server.disk), 0), func.count())
-            .where(Server.host == host, Server.hypervisor_type == ht)).one()
-        return int(vcpus), int(ram), int(disk), int(n)
+    def _used(self, s, ht: str | None = None) -> dict[tuple[str, str], tuple[int, int, int, int]]:
+        """(host, hypervisor type) -> (vCPUs, RAM MB, disk GB, servers) its servers use: one query."""
+        query = (select(Server.host, Server.hypervisor_type, func.sum(Server.vcpus), func.sum(Server.ram),
+                        func.sum(Server.disk), func.count())
+                 .where(Server.host.is_not(None)).group_by(Server.host, Server.hypervisor_type))
+        if ht is not None:
+            query = query.where(Server.hypervisor_type == ht)
+        return {(host, t): (int(c or 0), int(r or 0), int(d or 0), int(n)) for host, t, c, r, d, n in s.execute(query)}
 
-    def _host_up(self, name: str) -> bool:
-        """A host is up while a worker of it heart-beats (this worker's own always is)."""
-        return name == host_name() or bool(self.env.workers_on(name))
+    def _hosts_up(self) -> set[str]:
+        """The hosts a worker of heart-beats (this worker's own always)."""
+        return self.env.hosts_up() | {host_name()}
 
     def _place(self, s, flavor: dict, ht: str, hints: dict) -> str:
         """The host a new server runs on: of the registered hosts of its hypervisor type that
@@ -214,7 +218,7 @@ class ServersService:
         # holds them until the server's row is committed.
         s.execute(update(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
                   .values(vcpus=HypervisorHost.vcpus))
-        query = select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
+        query = select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht).order_by(HypervisorHost.name)
         if pinned:
             query = query.where(HypervisorHost.name.in_(pinned))
         hosts = s.scalars(query).all() if len(pinned) < 2 else []
@@ -224,9 +228,10 @@ class ServersService:
                                f"({HOST_SPEC} of flavor {flavor['name']} or the scheduler hints)", "flavor")
             raise Conflict(f"no {ht} hypervisor host is registered here ({host_name()})", "flavor")
         why, fits = [], []
+        used, up = self._used(s, ht), self._hosts_up()
         for h in hosts:
-            vcpus, ram, disk, _n = self._used(s, h.name, ht)
-            if not self._host_up(h.name):
+            vcpus, ram, disk, _n = used.get((h.name, ht), (0, 0, 0, 0))
+            if h.name not in up:
                 why.append(f"{h.name} has no live undercloud worker")
             elif h.name == host_name() and (unavailable := self._unavailable(ht, self.realiser(ht))):
                 why.append(f"{h.name} cannot realise {ht} servers: {unavailable}")
@@ -240,6 +245,8 @@ class ServersService:
                 fits.append((-(h.memory_mb - ram), h.name != host_name(), h.name))
         if fits:
             return min(fits)[2]
+        if len(why) > 5:
+            why[5:] = [f"{len(why) - 5} more hosts cannot"]
         raise Conflict(f"no {ht} host can take flavor {flavor['name']}: " + "; ".join(why), "flavor")
 
     # ---- images --------------------------------------------------------------------
