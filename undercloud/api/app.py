@@ -57,8 +57,9 @@ STARTUP: list[str] = [
     "undercloud.api.servers:startup",
 ]
 
-STATUS = {NeedsFirstBoot: 428, NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503, PayloadTooLarge: 413,
-          InternalError: 500, Unauthorized: 401}
+# the first class that matches decides: subclasses before their bases
+STATUS = {NeedsFirstBoot: 428, NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503,
+          PayloadTooLarge: 413, InternalError: 500, Unauthorized: 401}
 
 
 def get_context(request: Request) -> Context:
