@@ -389,6 +389,10 @@ def test_a_server_on_another_host_is_run_by_that_hosts_worker(uc, tmp_path):
         assert r.returncode == 0, r.stderr
         assert leftovers(b.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
         assert json.loads(run_cli("server", "list", "-f", "json").stdout) == []
+        stop_b(*proc)
+        proc = None
+        r = run_cli("server", "hypervisors", "--forget", "host-b", "-f", "json")  # retired
+        assert r.returncode == 0 and "host-b" not in {h["name"] for h in json.loads(r.stdout)}, r.stderr
     finally:
         if proc is not None:
             stop_b(*proc)

@@ -465,6 +465,29 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
     assert e.value.message.endswith("; 4 more hosts cannot") and e.value.message.count(";") == 5
 
 
+def test_a_retired_host_is_forgotten_only_when_down_and_empty(uc, monkeypatch):
+    uc.image("overcloud-full", "container", "oci")
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-a")
+    uc.servers.ensure_local_hosts()
+    register_host(uc, "host-b")
+    uc.servers.create(id="s-1", name="far", flavor="container", image="overcloud-full", first_boot={})
+    uc.servers._save("s-1", host="host-b")
+    uc.servers.env.hosts_up = lambda: {"host-b"}
+    for name, error, message in (
+            ("host-x", NotFound, "no hypervisor host 'host-x' (`server hypervisors` lists them)"),
+            ("host-a", Conflict, "host host-a has a live undercloud worker: stop it first"),
+            ("host-b", Conflict, "host host-b has a live undercloud worker: stop it first")):
+        with pytest.raises(error) as e:
+            uc.servers.forget_host(name)
+        assert e.value.message == message
+    uc.servers.env.hosts_up = lambda: set()
+    with pytest.raises(Conflict, match=r"^host: host host-b holds 1 server\(s\): delete them first"):
+        uc.servers.forget_host("host-b")
+    uc.servers._save("s-1", host="host-a")
+    assert uc.servers.forget_host("host-b") == {"name": "host-b", "hypervisor_types": ["container"]}
+    assert "host-b" not in {h["name"] for h in uc.servers.hosts()}
+
+
 def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatch):
     """Two workers' services on one store place six servers at once on a host with room for
     three. Reading a host's use is slowed, so that without the hosts' lock every placement

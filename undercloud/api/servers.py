@@ -96,6 +96,11 @@ def list_hypervisors(ctx: Context = Depends(_ctx)):
     return ctx.servers.hosts()
 
 
+@router.delete("/v1/hypervisors/{name}")
+def forget_hypervisor(name: str, ctx: Context = Depends(_ctx)):
+    return ctx.servers.forget_host(name)
+
+
 @router.get("/v1/hypervisors/{hypervisor_type}/network")
 def hypervisor_network(hypervisor_type: str, ctx: Context = Depends(_ctx)):
     """The network servers of this type are on: subnet, gateway, addresses kept for VIPs."""

@@ -81,8 +81,10 @@ def rebuild(ref: str, image: str | None):
 
 
 @server.command("hypervisors")
+@click.option("--forget", "forget", metavar="HOST", multiple=True,
+              help="Remove a host that will not come back first: down, running no server; repeatable.")
 @formatted(["name", "hypervisor_type", "state", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers"])
-def hypervisors():
+def hypervisors(forget: tuple[str, ...]):
     """Hypervisor hosts for container and VM servers: capacity, use and state.
 
     Each undercloud worker registers its host (UNDERCLOUD_HOST, else the hostname); a host
@@ -93,5 +95,11 @@ def hypervisors():
     \b
       undercloud flavor create big-b --vcpus 2 --ram 4096 --disk 20 \\
           --property hypervisor_type=container --property capabilities:hypervisor_hostname=host-b
+      undercloud server hypervisors --forget host-b   # retired: its worker will not start again
     """
-    return Client().get("/v1/hypervisors")
+    from urllib.parse import quote
+
+    client = Client()
+    for host in forget:
+        client.delete(f"/v1/hypervisors/{quote(host, safe='')}")
+    return client.get("/v1/hypervisors")

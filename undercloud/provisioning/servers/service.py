@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from undercloud.config import host_name
 from undercloud.errors import (
@@ -193,6 +193,21 @@ class ServersService:
                             "memory_mb_used": ram, "disk_gb_used": disk, "servers": n,
                             "state": "up" if h.name in up else "down"})
             return out
+
+    def forget_host(self, name: str) -> dict:
+        """Remove a hypervisor host that will not come back: down, and running no server
+        (a worker of it registers it again when it starts)."""
+        with self.store.session() as s:
+            types = sorted(s.scalars(select(HypervisorHost.hypervisor_type).where(HypervisorHost.name == name)))
+            if not types:
+                raise NotFound(f"no hypervisor host {name[:80]!r} (`server hypervisors` lists them)", "host")
+            if name in self._hosts_up():
+                raise Conflict(f"host {name} has a live undercloud worker: stop it first", "host")
+            n = s.scalar(select(func.count()).select_from(Server).where(Server.host == name))
+            if n:
+                raise Conflict(f"host {name} holds {n} server(s): delete them first (`server list`)", "host")
+            s.execute(delete(HypervisorHost).where(HypervisorHost.name == name))
+        return {"name": name, "hypervisor_types": types}
 
     def _used(self, s, ht: str | None = None) -> dict[tuple[str, str], tuple[int, int, int, int]]:
         """(host, hypervisor type) -> (vCPUs, RAM MB, disk GB, servers) its servers use: one query."""
