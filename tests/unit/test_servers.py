@@ -532,7 +532,7 @@ def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatc
     assert (host["memory_mb_used"], host["servers"]) == (1536, 3)
 
 
-def test_a_host_makes_the_server_another_hosts_worker_placed_on_it_in_the_background(uc):
+def test_a_host_makes_the_server_another_hosts_worker_placed_on_it_in_the_background(uc, monkeypatch):
     """The `spawn` action, on the placed host's worker: answers at once, the machine follows;
     with no first-boot data on this host and none given, it asks for it (428, as a resumed
     create does)."""
@@ -551,6 +551,24 @@ def test_a_host_makes_the_server_another_hosts_worker_placed_on_it_in_the_backgr
     assert uc.servers.wait("box", {"ACTIVE"}, 5)["status"] == "ACTIVE"
     assert uc.servers.read_first_boot("s-1")["t"] == 2
     assert uc.fake.calls.count(("create", "s-1")) == 2  # the first create, then this host's
+    # Asked again while the machine is being made (a forward retried, the engine resuming on
+    # this worker): made once.
+    uc.servers._save("s-1", status="BUILD", task="spawning")
+    create = uc.fake.create
+
+    def slow_create(spec):
+        time.sleep(0.5)
+        create(spec)
+
+    monkeypatch.setattr(uc.fake, "create", slow_create)
+    for _ in range(2):
+        r = client.post("/v1/servers/s-1/action", json={"action": "spawn"}, headers=headers)
+        assert r.status_code == 200 and r.json()["status"] == "BUILD", r.text
+    time.sleep(0.1)
+    assert uc.servers.resume("s-1")["status"] == "BUILD"  # returns while the spawn goes on
+    assert uc.servers.wait("box", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    time.sleep(0.6)  # any second make would have ended by now
+    assert uc.fake.calls.count(("create", "s-1")) == 3
 
 
 def test_status_sync_shows_machines_changed_outside_and_a_crashed_one_powers_on(uc):

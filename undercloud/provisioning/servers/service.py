@@ -86,9 +86,9 @@ class ServersService:
         self.flavors = Flavors(store)
         self.root = Path(env.home.path) / "servers"
         self._realisers: dict[str, Realiser] = dict(realisers or {})
-        self._lock = threading.Lock()  # guards _realisers and _spawning
+        self._lock = threading.Lock()  # guards _realisers and _making
         self._available: dict[str, float] = {}  # hypervisor type -> when it was last found usable
-        self._spawning: set[str] = set()  # servers this worker makes for a worker of another host
+        self._making: set[str] = set()  # servers whose machine this worker is making now
 
     # ---- realisers -----------------------------------------------------------------
     def realiser(self, ht: str) -> Realiser:
@@ -372,7 +372,7 @@ class ServersService:
             self._write_first_boot(sp, realiser)
             realiser.create(sp)
 
-        self._call(row.id, spawn, spec, "spawning")
+        self._make(row.id, spawn, spec)
         return self.get(id)
 
     def resume(self, server_id: str, first_boot: dict | None = None, background: bool = False) -> dict:
@@ -396,24 +396,30 @@ class ServersService:
             spec.first_boot = dict(first_boot)
             self._write_first_boot(spec, realiser)
         if not background:
-            self._call(row.id, realiser.create, spec, "spawning")
+            self._make(row.id, realiser.create, spec)
             return self.get(row.id)
-        with self._lock:
-            if row.id in self._spawning:  # asked again while it runs
-                return view(row)
-            self._spawning.add(row.id)
 
         def spawn() -> None:
             try:
-                self._call(row.id, realiser.create, spec, "spawning")
+                self._make(row.id, realiser.create, spec)
             except UndercloudError as exc:  # stored as the server's fault: the waiting caller sees it
                 log.warning("%s", exc)
-            finally:
-                with self._lock:
-                    self._spawning.discard(row.id)
 
         threading.Thread(target=spawn, name=f"spawn-{row.name}", daemon=True).start()
         return view(row)
+
+    def _make(self, server_id: str, fn, spec: Spec) -> None:
+        """Make the server's machine (`fn(spec)`) unless this worker is making it already (a
+        spawn or resume asked again meanwhile: the caller waits for ACTIVE as usual)."""
+        with self._lock:
+            if server_id in self._making:
+                return
+            self._making.add(server_id)
+        try:
+            self._call(server_id, fn, spec, "spawning")
+        finally:
+            with self._lock:
+                self._making.discard(server_id)
 
     def _claim(self, id: str, fl: dict, img: dict, hints: dict) -> dict:
         from undercloud.provisioning.scheduler import Request
