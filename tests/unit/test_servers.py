@@ -398,34 +398,37 @@ def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(u
 
 def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, monkeypatch):
     """Placement over the registered hosts (as Nova's filters and RAM weigher): up (a live
-    worker; this worker's own host always), with room, most free memory, this host on a tie;
-    `capabilities:hypervisor_hostname` of the flavor or the scheduler hints pins one. A server
-    of another host is made by that host's worker: asked with its first-boot data."""
+    worker; this worker's own host always), with room; this host first, else most free
+    memory; `capabilities:hypervisor_hostname` of the flavor or the scheduler hints pins one.
+    A server of another host is made by that host's worker: asked with its first-boot data."""
     from undercloud.store.servers import HypervisorHost
 
     uc.image("overcloud-full", "container", "oci")
     monkeypatch.setenv("UNDERCLOUD_HOST", "host-a")
     with uc.ctx.store.session() as s:
         s.query(HypervisorHost).delete()
-    for name, mem in (("host-a", 8192), ("host-b", 8192), ("host-d", 65536)):
+    for name, mem in (("host-a", 512), ("host-b", 8192), ("host-c", 4096), ("host-d", 65536)):
         register_host(uc, name, memory_mb=mem)
     sent = []
-    uc.servers.env.hosts_up = lambda: {"host-b"}  # host-d's worker is dead
-    uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []
+    uc.servers.env.hosts_up = lambda: {"host-b", "host-c"}  # host-d's worker is dead
+    uc.servers.env.workers_on = lambda host: {"host-b": ["wb"], "host-c": ["wc"]}.get(host, [])
     uc.servers.env.forward = lambda worker, method, path, body: sent.append((worker, method, path, body)) or {}
-    assert {h["name"]: h["state"] for h in uc.servers.hosts()} == {"host-a": "up", "host-b": "up", "host-d": "down"}
+    assert {h["name"]: h["state"] for h in uc.servers.hosts()} == {
+        "host-a": "up", "host-b": "up", "host-c": "up", "host-d": "down"}
 
     def create(sid, **kw):
         uc.servers.create(id=sid, name=sid, flavor=kw.pop("flavor", "container"), image="overcloud-full",
                           first_boot={"token": f"t-{sid}"}, **kw)
         return uc.servers.get(sid)
 
-    assert create("s0")["host"] == "host-a"  # a tie: this host
+    assert create("s0")["host"] == "host-a"  # this host while it has room, though others have more
     assert "s0" in uc.fake.machines and sent == []
-    srv = create("s1")  # host-b has 512 MB more free now
+    srv = create("s1")  # host-a is full: the host with most free memory
     assert (srv["host"], srv["status"]) == ("host-b", "BUILD")
     assert "s1" not in uc.fake.machines  # not made here: host-b's worker makes it
     assert sent == [("wb", "POST", "/v1/servers/s1/action", {"action": "spawn", "first_boot": {"token": "t-s1"}})]
+    with uc.ctx.store.session() as s:  # room for one more here, for the pins below
+        s.get(HypervisorHost, ("host-a", "container")).memory_mb = 2048
     uc.servers.flavors.create("on-a", 1, 512, 1, {"hypervisor_type": "container", HOST_SPEC: "host-a"})
     assert create("s2", flavor="on-a")["host"] == "host-a" and "s2" in uc.fake.machines
     for kw, error in (
@@ -462,7 +465,7 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
         create("s6")
     assert e.value.message.startswith("no container host can take flavor container: host-a cannot realise container "
                                       "servers: podman is not installed; host-b has no live undercloud worker; ")
-    assert e.value.message.endswith("; 4 more hosts cannot") and e.value.message.count(";") == 5
+    assert e.value.message.endswith("; 5 more hosts cannot") and e.value.message.count(";") == 5
 
 
 def test_a_retired_host_is_forgotten_only_when_down_and_empty(uc, monkeypatch):

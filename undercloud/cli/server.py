@@ -88,8 +88,9 @@ def hypervisors(forget: tuple[str, ...]):
     """Hypervisor hosts for container and VM servers: capacity, use and state.
 
     Each undercloud worker registers its host (UNDERCLOUD_HOST, else the hostname); a host
-    is up while a worker of it heart-beats. A new server goes to the host that is up, has
-    room, and has the most free memory; the flavor property or scheduler hint
+    is up while a worker of it heart-beats. A new server goes to the host of the worker
+    that makes it when that host can take it, else to the host that is up, has room and
+    has the most free memory; the flavor property or scheduler hint
     capabilities:hypervisor_hostname=HOST pins it to one host, e.g.
 
     \b

@@ -226,7 +226,9 @@ class ServersService:
         """The host a new server runs on: of the registered hosts of its hypervisor type that
         are up, can realise it (asked here for this host; the others' workers answer when
         they make it) and have room, the one the flavor property or scheduler hint HOST_SPEC names,
-        else the one with most free RAM (as Nova's default weigher spreads); ties: this host."""
+        else this host, else the one with most free RAM (Nova's default weigher). This host
+        first, unlike Nova's spreading: each host's servers share only that host's lab network,
+        so a stack's servers stay together unless this host cannot take them."""
         pinned = {str(v) for v in (flavor["properties"].get(HOST_SPEC), hints.get(HOST_SPEC)) if v}
         # One placement of a type at a time, across workers: this write takes the hosts' rows
         # (row locks on PostgreSQL, the write lock on SQLite) before their use is read, and
@@ -257,7 +259,7 @@ class ServersService:
             elif disk + flavor["disk"] > h.disk_gb:
                 why.append(f"{h.name} has {h.disk_gb - disk} GB free < {flavor['disk']} GB")
             else:
-                fits.append((-(h.memory_mb - ram), h.name != host_name(), h.name))
+                fits.append((h.name != host_name(), -(h.memory_mb - ram), h.name))
         if fits:
             return min(fits)[2]
         if len(why) > 5:
