@@ -182,8 +182,8 @@ def run_fake(count: int, hosts: int = 1) -> None:
     from undercloud.store.servers import HypervisorHost
 
     with ctx.store.session() as s:  # room for every fake server
-        s.get(HypervisorHost, (host_name(), "container")).memory_mb = 10**9
-        s.get(HypervisorHost, (host_name(), "container")).vcpus = 10**6
+        here = s.get(HypervisorHost, (host_name(), "container"))
+        here.memory_mb, here.vcpus = 10**9, 10**6
         for name in others:
             s.add(HypervisorHost(name=name, hypervisor_type="container", vcpus=10**6, memory_mb=10**8,
                                  disk_gb=10**6))
