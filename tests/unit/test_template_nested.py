@@ -241,3 +241,73 @@ outputs:
     tmpl = load(bundle(tmp_path, template, files={"child.yaml": PATH_CHILD}))
     assert [r["name"] for r in preview(tmpl)] == ["v", "child", "child.c"]
     assert run(tmp_path, template, files={"child.yaml": PATH_CHILD}) == {"out": [2, 1], "extra": "no"}
+
+
+SHARED_CHILD = """\
+heat_template_version: 2021-04-16
+parameters:
+  name: {type: string}
+  flag: {type: string, default: 'false'}
+  target: {type: string, default: a}
+conditions:
+  enabled: {equals: [{get_param: flag}, 'true']}
+resources:
+  a: {type: OS::Heat::Value, properties: {value: 1}}
+  b: {type: OS::Heat::Value, properties: {value: 2}}
+  r: {type: OS::Heat::Value, properties: {value: {list_join: ['-', [{get_param: name}, x]]}}}
+  chosen: {type: OS::Heat::Value, properties: {value: {if: [enabled, chosen-true, chosen-false]}}}
+  named: {type: OS::Heat::Value, properties: {value: {get_resource: {get_param: target}}}}
+"""
+
+
+def _shared_parent(tmp_path):
+    b = bundle(tmp_path, V + """\
+resources:
+  v: {type: OS::Heat::Value, properties: {value: x}}
+  c:
+    type: child.yaml
+    properties: {name: {get_attr: [v, value]}, flag: {get_attr: [v, value]}, target: {get_attr: [v, value]}}
+""", files={"child.yaml": SHARED_CHILD})
+    return b, load(b, {})
+
+
+def test_the_engine_build_of_a_nested_stack_shares_the_trees_parsed_at_validation(tmp_path):
+    """A file's sections are parsed once per bundle: the nested stack the engine builds uses
+    the trees its validation parsed, evaluated with the engine's values."""
+    b, tmpl = _shared_parent(tmp_path)
+    parsed_at_validation = list(b.trees.values())
+    child = tmpl.nested("c", {"name": "web", "flag": "false", "target": "a"})
+    tree = child._tree(child.resources["r"].properties)
+    assert any(tree is t for t in parsed_at_validation)
+    assert child.resolve(child.resources["r"].properties, PlaceholderResolver()) == {"value": "web-x"}
+
+
+def test_a_section_whose_parse_reads_parameter_values_is_parsed_again_for_each_stack(tmp_path):
+    """An `if` is chosen while parsing and a computed get_resource names its dependency then:
+    at validation `flag` and `target` were not known; the engine's build knows them."""
+    b, tmpl = _shared_parent(tmp_path)
+    child = tmpl.nested("c", {"name": "web", "flag": "true", "target": "b"})
+    assert child.resolve(child.resources["chosen"].properties, PlaceholderResolver()) == {"value": "chosen-true"}
+    assert child.dependencies()["named"] == {"b"}
+    other = tmpl.nested("c", {"name": "web", "flag": "false", "target": "a"})
+    assert other.resolve(other.resources["chosen"].properties, PlaceholderResolver()) == {"value": "chosen-false"}
+    assert other.dependencies()["named"] == {"a"}
+
+
+def test_ref_in_a_shared_tree_reads_the_evaluating_stacks_parameters(tmp_path):
+    b = bundle(tmp_path, V + """\
+resources:
+  v: {type: OS::Heat::Value, properties: {value: x}}
+  c: {type: old.yaml, properties: {size: {get_attr: [v, value]}}}
+""", files={"old.yaml": """\
+heat_template_version: 2013-05-23
+parameters:
+  size: {type: string}
+resources:
+  r: {type: OS::Heat::Value, properties: {value: {Ref: size}}}
+  s: {type: OS::Heat::Value, properties: {value: {Ref: r}}}
+"""})
+    tmpl = load(b, {})
+    child = tmpl.nested("c", {"size": "7"})
+    assert child.resolve(child.resources["r"].properties, PlaceholderResolver()) == {"value": "7"}
+    assert child.dependencies() == {"r": set(), "s": {"r"}}

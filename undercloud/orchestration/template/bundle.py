@@ -45,6 +45,10 @@ class Bundle:
         self.files: dict[str, str] = dict(files or {})
         self._parsed: dict[str, Any] = {}
         self.validated: dict[tuple, tuple[bool, int]] = {}  # see StackTemplate.child_tree_size
+        # parsed sections shared by every stack built from a file: (key, path, check_params) ->
+        # tree, and the resources the section names (see StackTemplate.parse_all)
+        self.trees: dict[tuple, Any] = {}
+        self.tree_deps: dict[tuple, tuple[str, ...]] = {}
 
     # ---- travel
     def to_json(self) -> dict:
@@ -84,6 +88,10 @@ class Bundle:
                 raise TemplateError([problem(key, 0, "", "file not found in the bundle")])
             self._parsed[key] = parse_yaml(self.files[key], key)
         return self._parsed[key]
+
+    def parsed_as(self, key: str) -> Any:
+        """The file's YAML if it was parsed already (else None)."""
+        return self._parsed.get(key)
 
     @classmethod
     def from_paths(cls, template_path: str | None, env_paths: list[str] | tuple = ()) -> Bundle:

@@ -48,6 +48,7 @@ class Conditions:
         a condition function."""
         if isinstance(snippet, bool):
             return snippet
+        self.t._value_reads += 1
         if isinstance(snippet, str):
             if snippet not in self.defs:
                 raise FnError(f'Invalid condition "{snippet}"', path)

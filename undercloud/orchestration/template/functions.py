@@ -120,6 +120,12 @@ class Function:
             dep = self.own_dep()
             if dep is not None:
                 sink.add(dep)
+        if not self.keeps_template():
+            self.t = None  # a parsed tree outlives the template that parsed it (StackTemplate.parse_all)
+
+    def keeps_template(self) -> bool:
+        """Whether this call needs its template after parsing (most need only the evaluation's)."""
+        return False
 
     def own_dep(self) -> str | None:
         """The resource this call itself names (get_resource, get_attr), if known now."""
@@ -260,26 +266,28 @@ class GetParam(Function):
 class Ref(GetParam):
     """CFN `Ref` (2013-05-23 only): a parameter, else a resource."""
 
-    __slots__ = ()
+    __slots__ = ("resource",)
 
     def check(self) -> None:
-        if isinstance(self.args, str) and not self.t.is_param(self.args):
+        # a literal name that is not a parameter names a resource
+        self.resource = self.args if isinstance(self.args, str) and not self.t.is_param(self.args) else None
+        if self.resource is not None:
             self.t.check_resource(self.args, self.path)
         elif not isinstance(self.args, str | Function):
             raise self.err(f'Argument to "{self.fn}" must be a string')
 
     def result(self, ev: Evaluation) -> Any:
         name = known(ev, self.args)
-        if self.t.is_param(name):
+        if ev.t.is_param(name):
             return super().result(ev)
         return ev.get_resource(name, self.path)
 
     def deps(self) -> Iterator[str]:
-        if isinstance(self.args, str) and not self.t.is_param(self.args):
-            yield self.args
+        if self.resource is not None:
+            yield self.resource
 
     def own_dep(self) -> str | None:
-        return self.args if isinstance(self.args, str) and not self.t.is_param(self.args) else None
+        return self.resource
 
 
 # ---------------------------------------------------------------------------- resources
@@ -292,6 +300,8 @@ class GetResource(Function):
             self.t.check_resource(self.args, self.path)
         elif _literal(self.args):
             raise self.err(f'Argument to "{self.fn}" must be a string')
+        else:
+            self.t._value_reads += 1  # own_dep computes the name from this template's values
 
     def result(self, ev: Evaluation) -> Any:
         name = known(ev, self.args)
@@ -306,8 +316,13 @@ class GetResource(Function):
             yield name
 
     def own_dep(self) -> str | None:
+        if isinstance(self.args, str):
+            return self.args
         name = self.t.static_value(self.args)
         return name if isinstance(name, str) else None
+
+    def keeps_template(self) -> bool:
+        return not isinstance(self.args, str)  # own_dep computes the name
 
 
 class GetAttThenSelect(Function):
@@ -332,6 +347,8 @@ class GetAttThenSelect(Function):
             self.t.check_resource(a[0], self.path)
         elif _literal(a[0]):
             raise self.err(f'Resource name in "{self.fn}" must be a string')
+        else:
+            self.t._value_reads += 1  # own_dep computes the name from this template's values
 
     def result(self, ev: Evaluation) -> Any:
         a = known(ev, self.args)
@@ -353,6 +370,9 @@ class GetAttThenSelect(Function):
                 name = self.t.static_value(name)
             return name if isinstance(name, str) else None
         return None
+
+    def keeps_template(self) -> bool:
+        return not (isinstance(self.args, list) and self.args and isinstance(self.args[0], str))
 
 
 class GetAtt(GetAttThenSelect):

@@ -94,6 +94,8 @@ class StackTemplate:
         self._deps: dict[str, set[str]] | None = None
         self._collecting = False
         self._collected = 0
+        self._value_reads = 0  # parameter values read while parsing (see parse_all)
+        self._shareable: list[tuple] = []  # (memo, tree, deps) given to the bundle once built
         # texts of hidden values (this template's and those its parent passed down): masked in messages
         self.secrets: frozenset[str] = secrets
         # resources of the tree below, as far as validation knows (group counts known from parameters)
@@ -161,6 +163,12 @@ class StackTemplate:
         cycle = find_cycle(self.dependencies())
         if cycle:
             self.add(("resources", cycle[0]), f"Circular Dependency Found: {' -> '.join(cycle)}")
+        if not self.problems:
+            for memo, tree, deps in self._shareable:
+                self.bundle.trees[memo] = tree
+                if deps:
+                    self.bundle.tree_deps[memo] = deps
+        self._shareable = []
 
     def section(self, name: str) -> Mapping:
         s = self.doc.get(name)
@@ -323,15 +331,37 @@ class StackTemplate:
         return snippet
 
     def parse_all(self, snippet: Any, path: tuple) -> Any:
-        """parse, but report every problem in the snippet (FnError(_REPORTED) if there were any)."""
-        before = self._collected
+        """parse, but report every problem in the snippet (FnError(_REPORTED) if there were any).
+
+        A section of a file is parsed once per bundle when its parse reads no parameter value
+        (conditions, names computed by functions): what else parsing consults (the file's
+        parameter, resource and condition names, its version, the bundle's files) is the same
+        for every stack built from the same document, so the stack the engine builds shares
+        the trees of the one validated before it. The functions keep the template they were
+        parsed in only for those names; evaluation takes the values from its own template."""
+        memo = (self.key, path, self._check_params)
+        # only the bundle's own documents (a group member's made-up one is not shared)
+        own = self.bundle.parsed_as(self.key) is self.doc
+        if own and memo in self.bundle.trees:
+            if self._dep_sink is not None:
+                self._dep_sink.update(self.bundle.tree_deps.get(memo, ()))
+            return self.bundle.trees[memo]
+        before, reads, outer = self._collected, self._value_reads, self._dep_sink
         self._collecting = True
+        if outer is not None:
+            self._dep_sink = set()
         try:
             tree = self.parse(snippet, path)
+            deps = self._dep_sink
         finally:
             self._collecting = False
+            if outer is not None:
+                outer.update(self._dep_sink)
+                self._dep_sink = outer
         if self._collected != before:
             raise FnError(_REPORTED, path)
+        if own and self._value_reads == reads:
+            self._shareable.append((memo, tree, tuple(deps) if deps else ()))
         return tree
 
     def _not_in_version(self, name: str) -> str:
@@ -376,6 +406,7 @@ class StackTemplate:
         """A value computable from parameters alone, else None (used for dependency names)."""
         if not isinstance(tree, fn.Function):
             return tree
+        self._value_reads += 1
         try:
             v = Evaluation(self, NullResolver()).eval(tree)
         except FnError:
