@@ -66,7 +66,7 @@ class Evaluation:
         self.unknown_as_none = unknown_as_none
 
     def eval(self, x: Any) -> Any:
-        if x.__class__ in fn.SCALARS or isinstance(x, str | int | float | bool):
+        if x.__class__ in fn.SCALARS:  # a subclass of a scalar falls through to the end
             return x
         if isinstance(x, fn.Function):
             return x.value(self)

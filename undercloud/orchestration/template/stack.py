@@ -277,7 +277,7 @@ class StackTemplate:
     # ---------------------------------------------------------------------- parsing
     def parse(self, snippet: Any, path: tuple, table: Mapping | None = None) -> Any:
         """Raw YAML -> tree of Functions (only where the version allows them)."""
-        if snippet.__class__ in fn.SCALARS or isinstance(snippet, str | int | float | bool):
+        if snippet.__class__ in fn.SCALARS:  # a subclass of a scalar falls through to the end
             return snippet
         table = self.version.functions if table is None else table
         if isinstance(snippet, dict):
@@ -294,7 +294,7 @@ class StackTemplate:
             out = {}
             changed = False
             for k, v in snippet.items():
-                if v.__class__ in fn.SCALARS or isinstance(v, str | int | float):
+                if v.__class__ in fn.SCALARS:
                     out[k] = v
                     continue
                 try:
@@ -314,7 +314,7 @@ class StackTemplate:
         if isinstance(snippet, list):
             items = []
             for i, v in enumerate(snippet):
-                if v.__class__ in fn.SCALARS or isinstance(v, str | int | float):
+                if v.__class__ in fn.SCALARS:
                     items.append(v)
                     continue
                 try:
