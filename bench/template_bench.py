@@ -2,6 +2,12 @@
 holding 20,000 resources in total. Prints times per phase and peak memory.
 
     python bench/template_bench.py [--mids 10] [--leaves 99] [--per-template 19]
+                                   [--baseline REF [--runs 5]]
+
+`--baseline REF` times the same tree with undercloud/orchestration/template/ as git commit
+REF has it, interleaved with this checkout (each run a new process), and prints the medians
+and their ratio: machines (and one machine from minute to minute) differ, a ratio measured in
+the same run does not.
 
 Tree: the top template holds `mids` template resources; each mid template holds `leaves`
 template resources and `per-template` Value resources; each leaf template holds
@@ -13,13 +19,20 @@ get_attr between siblings (chains of dependencies) and outputs read by the paren
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench_store import REPO, baseline_tree
+
+# the package timed: this checkout's, or a baseline copy's (--baseline runs this file under it)
+sys.path.insert(0, os.environ.get("UNDERCLOUD_BENCH_ROOT", str(REPO)))
 
 from undercloud.orchestration.limits import BY_NAME, LIMITS  # noqa: E402
 from undercloud.orchestration.template import Bundle, load, select_path  # noqa: E402
@@ -107,19 +120,17 @@ def walk(tmpl) -> tuple[int, dict]:
     return count, outs
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mids", type=int, default=10)
-    ap.add_argument("--leaves", type=int, default=99)
-    ap.add_argument("--per-template", type=int, default=19)
-    a = ap.parse_args()
-    total = a.mids * (1 + a.per_template + a.leaves * (1 + a.per_template))
+PHASES = ("read + parse YAML", "load + validate", "resolve whole tree")
+
+
+def measure(mids: int, leaves: int, per: int) -> dict:
+    total = mids * (1 + per + leaves * (1 + per))
     if total > LIMITS.resources:  # this tree is bigger than the default limit on purpose
-        print(f"{BY_NAME['resources'].env}: {LIMITS.resources} -> {total} for this run")
+        print(f"{BY_NAME['resources'].env}: {LIMITS.resources} -> {total} for this run", file=sys.stderr)
         LIMITS.resources = total
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        top = generate(Path(d), a.mids, a.leaves, a.per_template)
+        top = generate(Path(d), mids, leaves, per)
         t1 = time.perf_counter()
         c1 = time.process_time()
         bundle = Bundle.from_paths(str(top))
@@ -129,20 +140,66 @@ def main() -> None:
         count, outs = walk(tmpl)
         t4 = time.perf_counter()
         cpu = time.process_time() - c1
-    nested = a.mids + a.mids * a.leaves
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    total = t4 - t1
-    print(f"tree: {nested} nested template resources, {count} resources in total, "
-          f"{len(bundle.files)} files")
-    print(f"generate files      {t1 - t0:7.2f} s (not counted)")
-    print(f"read + parse YAML   {t2 - t1:7.2f} s")
-    print(f"load + validate     {t3 - t2:7.2f} s")
-    print(f"resolve whole tree  {t4 - t3:7.2f} s")
-    print(f"total               {total:7.2f} s   (goal < 5 s: {total / 5:.2f} of the budget; "
-          f"CPU {cpu:.2f} s, wall time varies with the machine's load)")
-    print(f"peak memory (RSS)   {peak_mb:7.0f} MB  (goal < 500 MB: {peak_mb / 500:.2f} of the budget)")
     sample = next(iter(outs.values()), None) if outs else None
-    print(f"check: top outputs {len(outs)}, sample {str(sample)[:60]!r}")
+    return {"generate": t1 - t0, "phases": [t2 - t1, t3 - t2, t4 - t3], "total": t4 - t1, "cpu": cpu,
+            "resources": count, "nested": mids + mids * leaves, "files": len(bundle.files),
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "outputs": len(outs), "sample": str(sample)[:60]}
+
+
+def report(m: dict) -> None:
+    print(f"tree: {m['nested']} nested template resources, {m['resources']} resources in total, "
+          f"{m['files']} files")
+    print(f"generate files      {m['generate']:7.2f} s (not counted)")
+    for name, t in zip(PHASES, m["phases"]):
+        print(f"{name:<19} {t:7.2f} s")
+    print(f"total               {m['total']:7.2f} s   (goal < 5 s: {m['total'] / 5:.2f} of the budget; "
+          f"CPU {m['cpu']:.2f} s, wall time varies with the machine's load)")
+    print(f"peak memory (RSS)   {m['peak_mb']:7.0f} MB  (goal < 500 MB: {m['peak_mb'] / 500:.2f} of the budget)")
+    print(f"check: top outputs {m['outputs']}, sample {m['sample']!r}")
+
+
+def beside_baseline(a: argparse.Namespace) -> None:
+    """This checkout and the baseline, `runs` times each, interleaved; medians and their ratio."""
+    args = [sys.executable, __file__, "--json", "--mids", str(a.mids), "--leaves", str(a.leaves),
+            "--per-template", str(a.per_template)]
+    with tempfile.TemporaryDirectory() as tmp:
+        roots = {"this": REPO, f"baseline {a.baseline}": baseline_tree(a.baseline, Path(tmp))}
+        runs: dict[str, list[dict]] = {name: [] for name in roots}
+        for _ in range(a.runs):
+            for name, root in roots.items():
+                env = dict(os.environ, UNDERCLOUD_BENCH_ROOT=str(root))
+                out = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
+                runs[name].append(json.loads(out))
+    med = {name: [statistics.median(r["phases"][i] for r in rs) for i in range(len(PHASES))]
+           + [statistics.median(r["total"] for r in rs), min(r["total"] for r in rs)]
+           for name, rs in runs.items()}
+    print(f"median of {a.runs} runs each, interleaved (s):")
+    print(f"{'':22}" + "".join(f"{p:>20}" for p in PHASES + ("total", "best total")))
+    for name, fig in med.items():
+        print(f"{name:22}" + "".join(f"{x:20.2f}" for x in fig))
+    this, base = med.values()
+    print(f"ratio this / baseline: total {this[3] / base[3]:.2f}, "
+          + ", ".join(f"{p} {this[i] / base[i]:.2f}" for i, p in enumerate(PHASES)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mids", type=int, default=10)
+    ap.add_argument("--leaves", type=int, default=99)
+    ap.add_argument("--per-template", type=int, default=19)
+    ap.add_argument("--baseline", metavar="REF", help="git commit of orchestration/template/ to time beside")
+    ap.add_argument("--runs", type=int, default=5, help="runs of each with --baseline (default 5)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    a = ap.parse_args()
+    if a.baseline:
+        beside_baseline(a)
+        return
+    m = measure(a.mids, a.leaves, a.per_template)
+    if a.json:
+        print(json.dumps(m))
+    else:
+        report(m)
 
 
 if __name__ == "__main__":

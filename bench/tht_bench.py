@@ -23,13 +23,14 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_store import baseline_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,16 +54,6 @@ def best(fn, runs: int) -> tuple[float, object]:
         out = fn()
         times.append(time.perf_counter() - t)
     return min(times), out
-
-
-def baseline_tree(ref: str, into: Path) -> Path:
-    """A copy of this checkout's package with undercloud/orchestration/template/ as `ref` has it."""
-    shutil.copytree(ROOT / "undercloud", into / "undercloud", ignore=shutil.ignore_patterns("__pycache__"))
-    sub = "undercloud/orchestration/template"
-    shutil.rmtree(into / sub)
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", ref, sub], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
-    return into
 
 
 def run_command(root: Path, args: list[str]) -> tuple[float, float, float]:
