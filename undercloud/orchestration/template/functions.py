@@ -29,12 +29,21 @@ if TYPE_CHECKING:
 
 
 class Unknown:
-    """A value not known yet; `snippet` is what would compute it (for previews)."""
+    """A value not known yet; `snippet` is what would compute it (for previews). A function's
+    own Unknown renders its snippet when first asked: validation mostly asks only whether a
+    value is known."""
 
-    __slots__ = ("snippet",)
+    __slots__ = ("_snippet", "_call")
 
-    def __init__(self, snippet: Any):
-        self.snippet = snippet
+    def __init__(self, snippet: Any = None, call: tuple[str, Any] | None = None):
+        self._snippet, self._call = snippet, call  # call: (function name, its evaluated arguments)
+
+    @property
+    def snippet(self) -> Any:
+        if self._call is not None:
+            name, args = self._call
+            self._snippet, self._call = {name: render(args)}, None
+        return self._snippet
 
     def __repr__(self) -> str:
         return f"Unknown({self.snippet!r})"
@@ -144,7 +153,7 @@ class Function:
         except _HasUnknown as exc:
             # known() already evaluated the whole args (the usual case): not evaluated again
             done = exc.args[1] if exc.args and exc.args[0] is self.args else ev.eval(self.args)
-            return Unknown({self.fn: render(done)})
+            return Unknown(call=(self.fn, done))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             # arguments of a shape no check foresaw: still one line naming the function
             raise self.err(f'"{self.fn}": {exc}') from None
