@@ -18,6 +18,8 @@ _known: frozenset[str] | None = None  # the names, asked once per resource at va
 
 def _discover() -> dict[str, type[Plugin]]:
     global _types
+    if _types is not None:  # asked for each resource: no lock once found
+        return _types
     with _lock:
         if _types is None:
             import undercloud.orchestration.resources as pkg

@@ -6,6 +6,7 @@ The functions fill the StackTemplate they are given; `StackTemplate._build` call
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,19 +21,24 @@ if TYPE_CHECKING:
     from undercloud.orchestration.template.stack import StackTemplate
 
 
+@functools.cache
+def registry() -> Any:
+    """The plugins' registry, imported when first asked: the language itself needs no plugins
+    (asked for each resource: no import statement per call)."""
+    from undercloud.orchestration.resources import registry
+
+    return registry
+
+
 def known_types() -> frozenset[str]:
     """The resource types the engine implements (its plugins' registry)."""
-    from undercloud.orchestration.resources import registry  # the language itself needs no plugins
-
-    return registry.known_types()
+    return registry().known_types()
 
 
 def plugin_class(rtype: str) -> type | None:
     """The plugin class of a resource type (None for a type the engine lacks): its class
     hooks validate and preview the type's resources."""
-    from undercloud.orchestration.resources import registry
-
-    return registry.get(rtype)
+    return registry().get(rtype)
 
 
 @dataclass

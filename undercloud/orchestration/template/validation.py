@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from undercloud.orchestration.template import functions as fn
-from undercloud.orchestration.template.definitions import ResourceDefinition, plugin_class
+from undercloud.orchestration.template.definitions import ResourceDefinition, plugin_class, registry
 from undercloud.orchestration.template.evaluation import PlaceholderResolver
 from undercloud.orchestration.template.source import TemplateError
 
@@ -32,9 +32,7 @@ def validate_resource(t: StackTemplate, rd: ResourceDefinition) -> None:
 
 def properties_schema(rtype: str) -> Mapping | None:
     """The plugin's properties schema (name -> {type, required, ...}) if it declares one."""
-    from undercloud.orchestration.resources import registry
-
-    return registry.properties_schema(rtype)
+    return registry().properties_schema(rtype)
 
 
 def property_type_problem(ptype: str, value: Any) -> str | None:
