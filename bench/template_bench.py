@@ -166,11 +166,13 @@ def beside_baseline(a: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         roots = {"this": REPO, f"baseline {a.baseline}": baseline_tree(a.baseline, Path(tmp))}
         runs: dict[str, list[dict]] = {name: [] for name in roots}
-        for _ in range(a.runs):
+        for i in range(a.runs + 1):  # the first: a warm-up (.pyc files of modules imported lazily)
             for name, root in roots.items():
                 env = dict(os.environ, UNDERCLOUD_BENCH_ROOT=str(root))
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
                 out = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
-                runs[name].append(json.loads(out))
+                if i:
+                    runs[name].append(json.loads(out))
     med = {name: [statistics.median(r["phases"][i] for r in rs) for i in range(len(PHASES))]
            + [statistics.median(r["total"] for r in rs), min(r["total"] for r in rs)]
            for name, rs in runs.items()}
