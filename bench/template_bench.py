@@ -164,15 +164,22 @@ def beside_baseline(a: argparse.Namespace) -> None:
     args = [sys.executable, __file__, "--json", "--mids", str(a.mids), "--leaves", str(a.leaves),
             "--per-template", str(a.per_template)]
     with tempfile.TemporaryDirectory() as tmp:
-        roots = {"this": REPO, f"baseline {a.baseline}": baseline_tree(a.baseline, Path(tmp))}
+        try:
+            base = baseline_tree(a.baseline, Path(tmp))
+        except subprocess.CalledProcessError as exc:
+            raise SystemExit(f"--baseline {a.baseline}: {(exc.stderr or b'').decode().strip() or exc}") from None
+        roots = {"this": REPO, f"baseline {a.baseline}": base}
         runs: dict[str, list[dict]] = {name: [] for name in roots}
         for i in range(a.runs + 1):  # the first: a warm-up (.pyc files of modules imported lazily)
             for name, root in roots.items():
                 env = dict(os.environ, UNDERCLOUD_BENCH_ROOT=str(root))
                 env.pop("PYTHONDONTWRITEBYTECODE", None)
-                out = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout
+                run = subprocess.run(args, env=env, capture_output=True, text=True)
+                if run.returncode:
+                    last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+                    raise SystemExit(f"the {name} run failed: {last}")
                 if i:
-                    runs[name].append(json.loads(out))
+                    runs[name].append(json.loads(run.stdout))
     med = {name: [statistics.median(r["phases"][i] for r in rs) for i in range(len(PHASES))]
            + [statistics.median(r["total"] for r in rs), min(r["total"] for r in rs)]
            for name, rs in runs.items()}

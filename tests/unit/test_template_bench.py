@@ -47,3 +47,12 @@ def test_bench_beside_a_baseline_prints_both_and_their_ratio():
     assert lines[2].startswith("this ") and lines[3].startswith("baseline HEAD ")
     assert len(lines[2].split()) == 6 and float(lines[2].split()[4]) > 0  # 3 phases, total, best
     assert lines[4].startswith("ratio this / baseline: total ")
+
+
+def test_an_unknown_baseline_is_one_line():
+    _git_checkout()
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "template_bench.py"), "--baseline", "no-such-ref"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.startswith("--baseline no-such-ref: ") and len(r.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in r.stderr
