@@ -99,11 +99,10 @@ def need(tool: str) -> None:
 
 def address_table(home):
     """The address table of a home's store (store/addresses.py), as its service has it."""
-    from undercloud.api.context import key_file
     from undercloud.store import Store
     from undercloud.store.addresses import AddressTable
 
-    return AddressTable(Store(home.db_url, key_file(home)).create_schema())
+    return AddressTable(Store(home.db_url, home.store_key_file()).create_schema())
 
 
 def lab_addresses(home, network: str | None = None) -> dict[str, str]:

@@ -72,6 +72,12 @@ class Home:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    def store_key_file(self) -> Path:
+        """The store's key: `<home>/store.key`, or the file UNDERCLOUD_STORE_KEY names (a store
+        shared by several homes, e.g. PostgreSQL, needs the same key in each)."""
+        env = os.environ.get("UNDERCLOUD_STORE_KEY")
+        return Path(env) if env else self.file("store.key")
+
     def made_once(self, name: str, text: str) -> str:
         """The content of file `name`, made (mode 600) with `text` if missing: complete or
         not at all, and of two racing creators one wins whole (a reader never sees it empty)."""

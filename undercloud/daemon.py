@@ -220,14 +220,17 @@ def _exit_cleanly(_signum, _frame) -> None:
     raise SystemExit(0)
 
 
-def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> None:
-    """Run the service in the foreground until SIGTERM/SIGINT."""
+def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hypervisor_only: bool = False) -> None:
+    """Run the service in the foreground until SIGTERM/SIGINT, its API on `host`."""
     import logging
 
     import uvicorn
 
     from undercloud.api.app import create_app, run_startup  # the service itself: only here
     from undercloud.api.context import Context
+    from undercloud.provisioning.servers.service import local_types
+
+    local_types()  # a bad UNDERCLOUD_HYPERVISOR_TYPES is one line, before anything starts
 
     home.ensure()
     _lock = _hold_serve_lock(home)  # noqa: F841 - held (open) until the process exits
@@ -240,16 +243,20 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1") -> Non
                         handlers=handlers)
     if fixed:
         logging.getLogger("undercloud.service").warning("made private (owner only): %s", ", ".join(fixed))
-    ctx = Context(home, db_url)
+    ctx = Context(home, db_url, listen=host, hypervisor_only=hypervisor_only)
     _ = ctx.admin_token  # created before any client needs it
     port = home.api_port()
     home.file("service.pid").write_text(str(os.getpid()))
     Path(home.file("service.json")).write_text(json.dumps({"pid": os.getpid(), "port": port}))
     stops = run_startup(ctx)
+    # The CLI of this home talks to 127.0.0.1: an address of its own is served besides it.
+    bind = host if host in ("0.0.0.0", "127.0.0.1") else "127.0.0.1"
+    if bind != host:
+        ctx.listeners.listen(host)
     logging.getLogger("undercloud.service").info("serving %s on http://%s:%d (pid %d)", home.path, host, port,
                                                  os.getpid())
     # log_config=None: uvicorn's own warnings go through the handlers above
-    config = uvicorn.Config(create_app(ctx), host=host, port=port, log_level="warning", access_log=False,
+    config = uvicorn.Config(create_app(ctx), host=bind, port=port, log_level="warning", access_log=False,
                             log_config=None)
     server = uvicorn.Server(config)
     # uvicorn stops on SIGTERM, then raises the signal again under the handler it found there:

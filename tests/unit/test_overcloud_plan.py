@@ -48,7 +48,6 @@ def roles_file(tmp_path: Path, text: str) -> Path:
     ("- name: Controller\n  ServicesDefault: [OS::TripleO::Services::HAproxy]\n- name: Controller\n",
      ":3: 1.name:", "defined twice"),
     ("- name: Controller\n  Colour: blue\n", ":2: 0.Colour:", "unknown role key"),
-    ("- name: Controller\n  ServicesDefault: [OS::TripleO::Services::Keystone]\n", "roles:", "HAproxy"),
     ("name: Controller\n", "roles:", "list of roles"),
     ("- name: [\n", ":2:", "invalid YAML"),
 ])

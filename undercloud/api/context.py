@@ -7,19 +7,23 @@ start, say, the power-sync loop. Each is one attribute here.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from functools import cached_property
-from pathlib import Path
 
 from undercloud.config import Home
 from undercloud.store import Store
-from undercloud.store.crypto import KEY_FILE
 
 
 class Context:
-    def __init__(self, home: Home, db_url: str | None = None):
+    def __init__(self, home: Home, db_url: str | None = None, listen: str = "127.0.0.1",
+                 hypervisor_only: bool = False):
         self.home = home.ensure()
-        self.store = Store(db_url or home.db_url, key_file=key_file(home)).create_schema()
+        self.listen = listen  # the address the API is served on (`serve --listen`)
+        # `serve --hypervisor-only`: this worker runs its host's servers and answers agents and
+        # the API; it takes over no stack operation and syncs no node's power
+        self.hypervisor_only = hypervisor_only
+        self.store = Store(db_url or home.db_url, key_file=home.store_key_file()).create_schema()
         self.stopping = threading.Event()
 
     @cached_property
@@ -39,9 +43,7 @@ class Context:
         """Per-server metadata documents and tokens for the agents (cached in memory)."""
         from undercloud.orchestration.server_metadata import ServerMetadata
 
-        # UNDERCLOUD_AGENT_URL: where nodes reach this service (e.g. its lab-network address).
-        return ServerMetadata(self.store, lambda: os.environ.get("UNDERCLOUD_AGENT_URL")
-                              or f"http://127.0.0.1:{self.home.api_port()}")
+        return ServerMetadata(self.store, lambda: self.api_url)
 
     @cached_property
     def stacks(self):
@@ -52,6 +54,7 @@ class Context:
         from undercloud.api.workers import forward_signal
 
         svc.worker_id, svc.live_workers, svc.dead_after = self.workers.id, self.workers.live, self.workers.dead_after
+        svc.takes_over = not self.hypervisor_only
         svc.forward_signal = lambda *a: forward_signal(self.workers, *a)
         return svc
 
@@ -60,12 +63,24 @@ class Context:
         """This process among the workers sharing the store (heartbeats: api/workers.py)."""
         from undercloud.store.workers import Workers
 
-        return Workers(self.store, self.home.worker_id(), url=self.api_url)
+        return Workers(self.store, self.home.worker_id(), url=self.api_url,
+                       duties="servers" if self.hypervisor_only else "all")
 
     @property
     def api_url(self) -> str:
-        """Where nodes reach this service (wait condition handles, agents)."""
-        return os.environ.get("UNDERCLOUD_AGENT_URL") or f"http://127.0.0.1:{self.home.api_port()}"
+        """Where nodes and the other workers reach this service (wait condition handles,
+        agents, forwarded requests): UNDERCLOUD_AGENT_URL, else the address it listens on;
+        listening on every address (0.0.0.0), the one this host reaches the store from (a
+        worker on another host: the others reach it on the network they share the store on)."""
+        url = os.environ.get("UNDERCLOUD_AGENT_URL")
+        if url:
+            return url
+        address = self.listen
+        if address in ("0.0.0.0", ""):
+            address = route_source(self.store.engine.url.host) or "127.0.0.1"
+        elif address == "localhost":
+            address = "127.0.0.1"
+        return f"http://{address}:{self.home.api_port()}"
 
     @cached_property
     def nodes(self):
@@ -74,7 +89,7 @@ class Context:
 
         openstack.cloud_config = lambda name: self.clouds.config(name)  # pm_type openstack: its cloud
         svc = NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
-        svc.worker_id, svc.live_workers = self.workers.id, self.workers.live
+        svc.worker_id, svc.live_workers, svc.ring_workers = self.workers.id, self.workers.live, self.workers.live_for_nodes
         return svc
 
     @cached_property
@@ -139,9 +154,15 @@ class Context:
         return Scheduler(self.store)
 
 
-def key_file(home: Home) -> Path:
-    """The store's key: `<home>/store.key`, or the file UNDERCLOUD_STORE_KEY names (a store
-    shared by several homes, e.g. PostgreSQL, needs the same key in each)."""
-    env = os.environ.get("UNDERCLOUD_STORE_KEY")
-    return Path(env) if env else home.file(KEY_FILE)
-
+def route_source(host: str | None) -> str | None:
+    """This host's address on its route to `host` (a UDP connect sends nothing), or None for
+    no host, a Unix socket's directory, or a loopback host."""
+    if not host or host.startswith("/"):
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))
+            address = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address

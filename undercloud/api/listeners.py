@@ -30,8 +30,8 @@ class Listeners:
 
     def listen(self, host: str) -> None:
         with self._lock:
-            if host in self._servers or host in ("127.0.0.1", "localhost"):
-                return
+            if host in self._servers or host in ("127.0.0.1", "localhost") or self.ctx.listen == "0.0.0.0":
+                return  # served already (`serve --listen 0.0.0.0`: on every address, present or not)
             import uvicorn
 
             from undercloud.api.app import create_app

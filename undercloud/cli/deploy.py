@@ -238,11 +238,13 @@ def finish(client: Client, stack: str, secrets: dict) -> None:
 
 
 @click.command()
-@click.option("--example", type=click.Choice(["minimal", "ha"]),
+@click.option("--example", type=click.Choice(["minimal", "ha", "hypervisor-host"]),
               help="A shipped example: minimal (a controller with every control-plane service and a "
-                   "compute node; the default when neither --roles nor -e is given) or ha (three "
+                   "compute node; the default when neither --roles nor -e is given), ha (three "
                    "controllers behind haproxy, their MariaDBs a Galera cluster and their RabbitMQs a "
-                   "cluster, and a compute node).")
+                   "cluster, and a compute node) or hypervisor-host (a node that becomes a hypervisor "
+                   "host of this undercloud for container servers; needs a PostgreSQL store, given as "
+                   "UndercloudStoreUrl in an environment).")
 @click.option("--roles", type=click.Path(dir_okay=False), help="Your roles_data.yaml (TripleO format).")
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
@@ -280,6 +282,8 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     Examples:
       undercloud deploy                          # the `minimal` example, container nodes
       undercloud deploy --example ha
+      undercloud deploy --example hypervisor-host --stack hosts --hypervisor vm -e store.yaml
+          # store.yaml: {parameter_defaults: {UndercloudStoreUrl: postgresql://...}}
       undercloud deploy --roles my_roles.yaml -e counts.yaml   # e.g. {ComputeCount: 2}
       undercloud deploy -e one-compute.yaml --yes   # scale in, deleting the removed node's instances
       openstack --os-cloud overcloud server list   # with OS_CLIENT_CONFIG_FILE=<path shown>
@@ -306,6 +310,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
         if not e.is_file():
             raise UndercloudError("environment file not found", str(e))
     library = op.resolve(role_list, op.environments_for(example, env_paths))
+    op.check_required(library, op.environments_for(example, env_paths))
     if op.node_cloud(hypervisor):
         try:
             client.get(f"/v1/clouds/{op.node_cloud(hypervisor)}")  # known here, before any work

@@ -87,17 +87,33 @@ def workers(forget):
 @click.option("--worker", is_flag=True,
               help="Join the workers of a store another service already uses: needs --db (or UNDERCLOUD_DB) "
                    "and that store's key (UNDERCLOUD_STORE_KEY=FILE), and a home of its own (UNDERCLOUD_HOME).")
-def serve(db: str | None, worker: bool) -> None:
+@click.option("--listen", default="127.0.0.1", show_default=True, envvar="UNDERCLOUD_LISTEN", metavar="ADDRESS",
+              help="Serve the API on this address (0.0.0.0: every address of this host), e.g. a worker on "
+                   "another host, which the other workers and its servers' agents must reach.")
+@click.option("--hypervisor-only", is_flag=True,
+              help="With --worker: run this host's container servers (and answer agents and the API), but take "
+                   "over no stack operation and sync no node's power: a hypervisor host's worker.")
+def serve(db: str | None, worker: bool, listen: str, hypervisor_only: bool) -> None:
     """Run the undercloud service in the foreground (for systemd or debugging).
 
     Several services can share one store, each with its own home: stack operations and
     nodes' power sync are shared among them, and one that stops heart-beating has its
-    operations taken over by another within about ten seconds.
+    operations taken over by another within about ten seconds. Other workers and nodes
+    reach a worker at UNDERCLOUD_AGENT_URL, else at its --listen address (for 0.0.0.0: its
+    address on the route to the store's host).
+
+    \b
+    Examples:
+      undercloud serve                         # what `service start` runs, in the foreground
+      UNDERCLOUD_HOME=/srv/w2 UNDERCLOUD_STORE_KEY=/etc/uc-store.key \\
+        undercloud serve --worker --db postgresql://undercloud@db.example:5432/undercloud --listen 0.0.0.0
     """
     home = Home.current()
+    if hypervisor_only and not worker:
+        raise InvalidInput("--hypervisor-only is a worker's: give --worker too", where="--hypervisor-only")
     if worker:
         daemon.check_worker(home, db)
-    daemon.serve(home, db)
+    daemon.serve(home, db, host=listen, hypervisor_only=hypervisor_only)
 
 
 # --- a systemd unit, for operators who run the service as their other services -----------------

@@ -19,13 +19,14 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from undercloud.errors import UndercloudError
-from undercloud.images import disk, elements, rootfs
+from undercloud.images import disk, elements, payload, rootfs
 from undercloud.images.store import sha256_file
 
 BUILDER_VERSION = 1
@@ -34,6 +35,7 @@ IN_USE_SECONDS = 900  # ... and any used this recently (a concurrent build may b
 PARENT = {"packages": "debootstrap", "image": "packages", "service": "image"}
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
+PAYLOAD_ELEMENT = "undercloud-worker"  # copies the whole undercloud into the image (images/payload.py)
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
 HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",), "guest": ()}
 # Output formats revised since BUILDER_VERSION (in their key: only their outputs are made again)
@@ -144,9 +146,11 @@ class Builder:
         keys = {"debootstrap": d, "packages": p, "image": i}
         top = i
         if self.own_elements:
+            # the undercloud itself in the image (element undercloud-worker): its code and pins
+            payload_key = [payload.digest()] if any(e.name == PAYLOAD_ELEMENT for e in self.own_elements) else []
             top = keys["service"] = rootfs.digest("service", i, rootfs.build_id(i),
                                                   [(e.name, e.digest()) for e in self.own_elements],
-                                                  agent_digest() if uses_agent else None)
+                                                  agent_digest() if uses_agent else None, *payload_key)
         fmt = [OUTPUT_FORMATS[self.t.type]] if self.t.type in OUTPUT_FORMATS else []
         keys["output"] = rootfs.digest("output", top, rootfs.build_id(top), self.t.type, BUILDER_VERSION, *fmt)
         return keys
@@ -217,7 +221,8 @@ class Builder:
             env = rootfs.chroot_env({"ELEMENT": el.name, "PHASE": phase, "IMAGE_NAME": self.t.name,
                                      "IMAGE_TYPE": self.t.type})
             if phase in elements.OUTSIDE:
-                env.update(TARGET_ROOT=str(root), ELEMENT_DIR=str(el.path), UNDERCLOUD_SRC=str(AGENT_SRC))
+                env.update(TARGET_ROOT=str(root), ELEMENT_DIR=str(el.path), UNDERCLOUD_SRC=str(AGENT_SRC),
+                           UNDERCLOUD_PYTHON=sys.executable)
                 argv = [str(script)]
             else:
                 inside = root / "tmp" / "uc-element"

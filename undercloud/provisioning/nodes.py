@@ -150,6 +150,8 @@ class NodeService:
         # service sets both from store/workers.py; on its own this service is the only one).
         self.worker_id = "local"
         self.live_workers: Callable[[], set[str]] = lambda: {self.worker_id}
+        # those of them sharing the power sync (not a hypervisor host's worker)
+        self.ring_workers: Callable[[], set[str]] = lambda: self.live_workers()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -501,9 +503,11 @@ class NodeService:
             settled = (Node.maintenance.is_(False), Node.provision_state.not_in(states.BUSY),
                        Node.provision_state != states.ENROLL)
             cols = (Node.id, Node.driver, Node.driver_info, Node.power_state, Node.power_sync_failures)
-            live = self.live_workers()
+            live = self.ring_workers()
             with self.store.session() as s:
-                if live == {self.worker_id}:
+                if self.worker_id not in live:  # a hypervisor host's worker: the others sync
+                    rows = []
+                elif live == {self.worker_id}:
                     rows = s.execute(select(*cols).where(*settled)).all()
                 else:  # each node is synced by one worker: its owner on the ring of live workers
                     ring = HashRing(live)

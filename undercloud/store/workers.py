@@ -37,6 +37,10 @@ class Worker(Base):
     host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int] = mapped_column(Integer)
     url: Mapped[str] = mapped_column(String(1024), default="")
+    # "all", or "servers": a hypervisor host's worker (`serve --hypervisor-only`) runs its host's
+    # servers and answers agents, but takes over no stack operation and syncs no node's power
+    # (its host may not reach the BMCs, or run what those operations call)
+    duties: Mapped[str] = mapped_column(String(16), default="all", server_default="all")
     started_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
 
@@ -44,10 +48,12 @@ class Worker(Base):
 class Workers:
     """This process's registration in the store, and what it knows of the others."""
 
-    def __init__(self, store: Store, worker_id: str, url: str = "", interval: float | None = None):
+    def __init__(self, store: Store, worker_id: str, url: str = "", interval: float | None = None,
+                 duties: str = "all"):
         self.store = store
         self.id = worker_id
         self.url = url
+        self.duties = duties
         self.interval = HEARTBEAT_INTERVAL if interval is None else interval
 
     @property
@@ -60,11 +66,11 @@ class Workers:
         with self.store.session() as s:
             w = s.get(Worker, self.id)
             if w is None:
-                s.add(Worker(id=self.id, host=host_name(), pid=os.getpid(), url=self.url,
+                s.add(Worker(id=self.id, host=host_name(), pid=os.getpid(), url=self.url, duties=self.duties,
                              started_at=now, heartbeat_at=now))
             else:
-                w.host, w.pid, w.url, w.started_at, w.heartbeat_at = (host_name(), os.getpid(), self.url,
-                                                                      now, now)
+                w.host, w.pid, w.url, w.duties, w.started_at, w.heartbeat_at = (
+                    host_name(), os.getpid(), self.url, self.duties, now, now)
 
     def beat(self) -> None:
         with self.store.engine.begin() as conn:
@@ -84,12 +90,21 @@ class Workers:
             ids = {r[0] for r in conn.execute(select(Worker.id).where(Worker.heartbeat_at >= since))}
         return ids | {self.id}
 
+    def live_for_nodes(self) -> set[str]:
+        """The live workers that share the nodes' work (power sync): not the hypervisor-only
+        ones; this one only if it is not hypervisor-only."""
+        since = time.time() - self.dead_after
+        with self.store.engine.connect() as conn:
+            ids = {r[0] for r in conn.execute(select(Worker.id).where(Worker.heartbeat_at >= since,
+                                                                      Worker.duties == "all"))}
+        return (ids | {self.id}) if self.duties == "all" else (ids - {self.id})
+
     def url_of(self, worker_id: str) -> str | None:
         with self.store.engine.connect() as conn:
             return conn.execute(select(Worker.url).where(Worker.id == worker_id)).scalar()
 
     def ring(self) -> HashRing:
-        return HashRing(self.live())
+        return HashRing(self.live_for_nodes())
 
     def live_hosts(self) -> set[str]:
         """The hosts with a live worker."""
@@ -117,7 +132,7 @@ class Workers:
         now = time.time()
         with self.store.engine.connect() as conn:
             rows = conn.execute(select(Worker).order_by(Worker.started_at)).mappings().all()
-        return [{"id": r["id"], "host": r["host"], "pid": r["pid"], "url": r["url"],
+        return [{"id": r["id"], "host": r["host"], "pid": r["pid"], "url": r["url"], "duties": r["duties"],
                  "alive": now - r["heartbeat_at"] <= self.dead_after,
                  "heartbeat_age_s": round(max(0.0, now - r["heartbeat_at"]), 1),
                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["started_at"])),

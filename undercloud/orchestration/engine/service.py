@@ -118,6 +118,7 @@ class StackService:
         self.worker_id = "local"
         self.live_workers: Callable[[], set[str]] = lambda: {self.worker_id}
         self.dead_after = 0.0  # seconds without a heartbeat after which a worker is dead
+        self.takes_over = True  # False on a hypervisor host's worker: it resumes only its own
         # (worker, stack id, resource, payload, token): hands a signal to the worker whose walk
         # holds the resource (the service sets it: api/workers.py); None: refused, try later
         self.forward_signal: Callable[[str, str, str, Any, str], None] | None = None
@@ -491,7 +492,7 @@ class StackService:
             if owner == self.worker_id or owner is None:
                 if not at_start:
                     continue  # this worker's own (its thread may be starting), or taken at a start
-            elif owner in live:
+            elif owner in live or not self.takes_over:
                 continue
             with self.lock:
                 if sid in self.ops:

@@ -10,6 +10,8 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
     health_check: "HTTP GET :19292/healthcheck"
     images: {ContainerGlanceApiImage: service-glance}   # parameter -> service image
     secrets: {GlancePassword: password}                 # generated once; password | fernet
+                                    # (store-key: the undercloud's own store key, for a
+                                    # service that joins its workers)
     databases: [{name: glance, user: glance, password: GlanceDbPassword}]
     keystone: [{user: glance, password: GlancePassword, service: glance, type: image,
                 description: Image service, endpoint: image}]
@@ -38,7 +40,7 @@ from undercloud.orchestration.template.source import TemplateError, kind, line_o
 LIBRARY = Path(__file__).resolve().parent.parent.parent / "overcloud"
 SERVICE_PREFIX = "OS::TripleO::Services::"
 STEPS = (1, 2, 3, 4, 5)
-SECRET_KINDS = ("password", "fernet")
+SECRET_KINDS = ("password", "fernet", "store-key")
 ROLE_DATA = ("outputs", "role_data", "value")
 # The parameters every service template takes (the plan passes each of them).
 COMMON_PARAMETERS = ("ServiceNodes", "VirtualIP", "EndpointMap", "ServiceData", "RoleName")
@@ -65,6 +67,8 @@ class Service:
     endpoints: dict[str, dict] = field(default_factory=dict)
     haproxy: list[dict] = field(default_factory=list)
     parameters: frozenset[str] = frozenset()
+    # parameters of yours: no default, and none the plan passes (common, images, secrets)
+    required: dict[str, str] = field(default_factory=dict)  # name -> its description
 
 
 class _Reader:
@@ -198,6 +202,9 @@ def read_service(service_type: str, path: Path) -> Service:
         for i, item in enumerate(getattr(svc, key)):
             if item[what] not in svc.secrets:
                 r.bad((key, i, what), f"{item[what]} is not one of this template's secrets")
+    given = set(COMMON_PARAMETERS) | set(svc.images) | set(svc.secrets)
+    svc.required = {n: " ".join(str(p.get("description") or "").split()) for n, p in params.items()
+                    if isinstance(p, dict) and "default" not in p and n not in given}
     missing = [p for p in COMMON_PARAMETERS if p not in params]
     if missing:
         r.problems.append(problem(str(path), line_of(doc, ("parameters",)), "parameters",

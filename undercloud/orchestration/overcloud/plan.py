@@ -29,7 +29,7 @@ from undercloud.errors import InvalidInput
 from undercloud.orchestration.overcloud import library as lib
 from undercloud.orchestration.overcloud.library import LIBRARY, STEPS, Service
 from undercloud.orchestration.overcloud.roles import HAPROXY, Role, example_dir
-from undercloud.orchestration.overcloud.secrets import stack_dir, write_private
+from undercloud.orchestration.overcloud.secrets import secrets_given, stack_dir, write_private
 from undercloud.orchestration.template.source import TemplateError
 
 STEP_NAMES = {1: "load balancer", 2: "database and messaging", 3: "bootstrap", 4: "API services",
@@ -85,6 +85,19 @@ class Library:
 
     def services_at(self, role: str, step: int) -> list[str]:
         return [s.name for s in self.per_role[role] if s.name and s.step == step]
+
+
+def check_required(library: Library, environments: list[Path]) -> None:
+    """Each parameter an enabled service needs from you (no default) is set in an environment:
+    one line naming it, its service and what it is, before anything is built."""
+    needed = {n: (s, what) for s in library.enabled for n, what in s.required.items()}
+    given = secrets_given(environments, set(needed))
+    for name, (svc, what) in sorted(needed.items()):
+        if name not in given:
+            role = next(r for r, services in library.per_role.items() if svc in services)
+            raise InvalidInput(f"{svc.type.removeprefix(lib.SERVICE_PREFIX)} (role {role}) needs parameter {name}: "
+                               f"{what.rstrip('.') or 'no default'}; set it in an environment's parameter_defaults",
+                               "deploy")
 
 
 def resolve(roles: list[Role], environments: list[Path], library: Path = LIBRARY) -> Library:
@@ -170,9 +183,13 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
             raise InvalidInput("environment file not found", str(e))
     enabled = library.enabled
     haproxy_roles = [r for r in roles if any(s.type == HAPROXY and s.template for s in library.per_role[r.name])]
-    if not haproxy_roles:
+    fronted = sorted(s.name for s in enabled if s.endpoints or s.haproxy)
+    if not haproxy_roles and fronted:
         raise InvalidInput(f"no role runs {HAPROXY} (is it mapped to OS::Heat::None?): the API services need "
-                           "it in front", "roles")
+                           f"it in front ({', '.join(fronted[:3])}{', ...' if len(fronted) > 3 else ''})", "roles")
+    # The role whose first node's address is the virtual IP when none is given: haproxy's; in
+    # an overcloud without API services (hypervisor hosts, say) nothing is served there.
+    vip_role = (haproxy_roles or roles)[0]
     endpoints = sorted((name, spec["port"], spec.get("path", "")) for s in enabled
                        for name, spec in s.endpoints.items())
     base = stack_dir(home, stack)
@@ -188,7 +205,7 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
                                 loader=jinja2.FileSystemLoader(str(LIBRARY)))
         data = yaml.safe_dump(service_data(enabled), sort_keys=False, default_flow_style=False, width=1000)
         text = j2.get_template("overcloud.j2.yaml").render(
-            roles=roles, service_names=library.known_names, haproxy_role=haproxy_roles[0].name,
+            roles=roles, service_names=library.known_names, haproxy_role=vip_role.name,
             steps=STEPS, secrets=sorted(library.secrets()), endpoints=endpoints,
             role_service_names={r.name: library.service_names(r.name) for r in roles},
             service_data=data.rstrip(), node_cloud=cloud)

@@ -10,7 +10,7 @@ from undercloud.errors import InvalidInput
 from undercloud.orchestration.overcloud.library import LIBRARY, SERVICE_PREFIX
 from undercloud.orchestration.template.source import Map, Seq, TemplateError, line_of, parse_yaml, problem
 
-EXAMPLES = ("minimal", "ha")
+EXAMPLES = ("minimal", "ha", "hypervisor-host")
 ROLE_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 HAPROXY = SERVICE_PREFIX + "HAproxy"
 # Keys of TripleO's roles_data.yaml that are accepted (most only matter to TripleO itself).
@@ -94,6 +94,4 @@ def load_roles(path: Path) -> list[Role]:
                 raise bad([i, key], f"unknown role key {key!r}")
         roles.append(Role(rname, count, fmt, list(services), str(r.get("description") or "").strip(),
                           list(r.get("tags") or [])))
-    if not any(HAPROXY in r.services for r in roles):
-        raise bad([], f"no role runs {HAPROXY}: the API services need it in front")
     return roles

@@ -1,7 +1,7 @@
 """The overcloud's secrets and the private files of a stack's directory.
 
 Secrets (passwords, fernet and credential keys) are the ones the enabled services declare
-(`secrets: {Name: password|fernet}`), generated once per stack and kept in the store
+(`secrets: {Name: password|fernet|store-key}`), generated once per stack and kept in the store
 (state.py) so re-deploys keep them; one set in an environment wins and is kept. Never
 printed. The stack's directory in the home holds only what a deploy writes again (its plan,
 clouds.yaml).
@@ -29,7 +29,21 @@ def _fernet_key() -> str:
     return base64.urlsafe_b64encode(os.urandom(32)).decode()
 
 
-GENERATORS = {"password": _password, "fernet": _fernet_key}
+def _store_key() -> str:
+    """The undercloud's own store key (not generated): what a node that joins the undercloud's
+    workers (a hypervisor host) decrypts the shared store with."""
+    from undercloud.config import Home
+
+    path = Home.current().store_key_file()
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the undercloud's store key for a service that joins its workers: "
+                           f"{exc.strerror} (deploy from the service's home, or set UNDERCLOUD_STORE_KEY)",
+                           str(path)) from None
+
+
+GENERATORS = {"password": _password, "fernet": _fernet_key, "store-key": _store_key}
 
 
 def write_private(path: Path, text: str) -> None:

@@ -55,6 +55,23 @@ AVAILABLE_TTL = 60.0
 HOST_SPEC = "capabilities:hypervisor_hostname"
 
 
+LOCAL_TYPES = ("container", "vm")  # the types a worker's own host may realise
+
+
+def local_types() -> tuple[str, ...]:
+    """The hypervisor types this worker's host offers: UNDERCLOUD_HYPERVISOR_TYPES (comma
+    separated, as Nova's compute_driver is configured per host), else container and vm."""
+    raw = os.environ.get("UNDERCLOUD_HYPERVISOR_TYPES")
+    if raw is None:
+        return LOCAL_TYPES
+    types = tuple(t.strip() for t in raw.split(",") if t.strip())
+    bad = [t for t in types if t not in LOCAL_TYPES]
+    if bad:
+        raise InvalidInput(f"UNDERCLOUD_HYPERVISOR_TYPES: {bad[0]!r} is not a type a host realises "
+                           f"({', '.join(LOCAL_TYPES)})", "UNDERCLOUD_HYPERVISOR_TYPES")
+    return types
+
+
 def view(row: Server) -> dict:
     return {
         "id": row.id, "name": row.name, "status": row.status, "task": row.task, "fault": row.fault,
@@ -173,13 +190,21 @@ class ServersService:
 
     # ---- hypervisor hosts ----------------------------------------------------------
     def ensure_local_hosts(self) -> None:
-        """This host for container and VM servers (each worker's host registers itself)."""
+        """This host for the types it offers (each worker's host registers itself): container
+        and VM servers, or those UNDERCLOUD_HYPERVISOR_TYPES lists (a hypervisor host without
+        libvirt: `container`); a type no longer offered is dropped when no server holds it."""
         vcpus, mem, disk = host_capacity()
         name = host_name()
+        offered = local_types()
         with self.store.session() as s:
-            for ht in ("container", "vm"):
-                if s.get(HypervisorHost, (name, ht)) is None:
+            for ht in LOCAL_TYPES:
+                row = s.get(HypervisorHost, (name, ht))
+                if ht in offered and row is None:
                     s.add(HypervisorHost(name=name, hypervisor_type=ht, vcpus=vcpus, memory_mb=mem, disk_gb=disk))
+                elif ht not in offered and row is not None and not s.scalar(
+                        select(func.count()).select_from(Server).where(Server.host == name,
+                                                                       Server.hypervisor_type == ht)):
+                    s.delete(row)
 
     def hosts(self) -> list[dict]:
         with self.store.session() as s:
