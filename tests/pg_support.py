@@ -40,14 +40,20 @@ def why_not() -> str | None:
 
 
 class Server:
-    def __init__(self, root: Path):
+    """`listen`: the addresses it listens on (127.0.0.1; a lab network's host address for
+    nodes, where `hba` lines let them in, e.g. with a password)."""
+
+    def __init__(self, root: Path, listen: tuple[str, ...] = ("127.0.0.1",), hba: tuple[str, ...] = ()):
         self.root = Path(tempfile.mkdtemp(prefix="pg-", dir=root))
         self.data = self.root / "data"
         self.port = free_port()
         shutil.chown(self.root, "postgres", "postgres")
         self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
                           "-E", "UTF8", "--no-sync")
-        options = (f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c synchronous_commit=off"
+        if hba:
+            with open(self.data / "pg_hba.conf", "a") as f:
+                f.write("".join(f"{line}\n" for line in hba))
+        options = (f"-h {','.join(listen)} -p {self.port} -k {self.root} -c fsync=off -c synchronous_commit=off"
                    " -c full_page_writes=off -c max_connections=400")
         self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
                           "-o", options, "start")

@@ -122,6 +122,28 @@ def test_local_machine_is_a_hypervisor_host_for_containers_and_vms(uc):
     assert types == {"container", "vm"}
 
 
+def test_a_host_offers_the_types_it_is_configured_for(uc, monkeypatch):
+    """UNDERCLOUD_HYPERVISOR_TYPES (a hypervisor host's worker: container only, no libvirt):
+    only those are registered; a type no longer offered goes, unless a server holds it."""
+    monkeypatch.setenv("UNDERCLOUD_HOST", "hv-1")
+    monkeypatch.setenv("UNDERCLOUD_HYPERVISOR_TYPES", "container")
+    uc.servers.ensure_local_hosts()
+    assert {h["hypervisor_type"] for h in uc.servers.hosts() if h["name"] == "hv-1"} == {"container"}
+    monkeypatch.setenv("UNDERCLOUD_HYPERVISOR_TYPES", "vm")
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-1", name="held", flavor="container", image="overcloud-full", first_boot={})
+    uc.servers._save("s-1", host="hv-1")
+    uc.servers.ensure_local_hosts()  # container stays while s-1 runs there
+    assert {h["hypervisor_type"] for h in uc.servers.hosts() if h["name"] == "hv-1"} == {"container", "vm"}
+    uc.servers._save("s-1", host="elsewhere")
+    uc.servers.ensure_local_hosts()
+    assert {h["hypervisor_type"] for h in uc.servers.hosts() if h["name"] == "hv-1"} == {"vm"}
+    monkeypatch.setenv("UNDERCLOUD_HYPERVISOR_TYPES", "container,xen")
+    with pytest.raises(InvalidInput, match="'xen' is not a type a host realises") as e:
+        uc.servers.ensure_local_hosts()
+    assert e.value.where == "UNDERCLOUD_HYPERVISOR_TYPES"
+
+
 # ---- image choice ---------------------------------------------------------------------
 def test_image_is_chosen_by_name_and_the_flavors_hypervisor_type(uc):
     oci = uc.image("overcloud-full", "container", "oci", b"oci")
@@ -489,6 +511,25 @@ def test_a_retired_host_is_forgotten_only_when_down_and_empty(uc, monkeypatch):
     uc.servers._save("s-1", host="host-a")
     assert uc.servers.forget_host("host-b") == {"name": "host-b", "hypervisor_types": ["container"]}
     assert "host-b" not in {h["name"] for h in uc.servers.hosts()}
+
+
+def test_a_hypervisor_host_node_is_not_deleted_under_its_servers(uc, monkeypatch):
+    """The node of a hypervisor host (its worker's host is named after it) is refused while
+    servers run on it: deleting it would strand them on a host that never comes back."""
+    uc.image("overcloud-full", "container", "oci")
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-a")
+    uc.servers.ensure_local_hosts()
+    uc.servers.create(id="s-node", name="hv-node", flavor="container", image="overcloud-full", first_boot={})
+    register_host(uc, "hv-node")
+    uc.servers.create(id="s-1", name="guest-1", flavor="container", image="overcloud-full", first_boot={})
+    uc.servers._save("s-1", host="hv-node")
+    with pytest.raises(Conflict) as e:
+        uc.servers.delete("hv-node")
+    assert e.value.message == "server hv-node is the hypervisor host of 1 server(s) (guest-1): delete them first"
+    assert uc.servers.get("hv-node")["task"] != "deleting"  # nothing started
+    uc.servers._save("s-1", host="host-a")
+    uc.servers.delete("hv-node")
+    assert not uc.servers.exists("s-node")
 
 
 def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatch):

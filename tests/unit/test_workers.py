@@ -110,6 +110,42 @@ def test_power_sync_spreads_nodes_over_live_workers_each_synced_once(tmp_path):
             svc.close()
 
 
+def test_a_hypervisor_only_worker_syncs_no_node_and_is_on_no_ring(tmp_path):
+    """`serve --worker --hypervisor-only` (a hypervisor host's worker, which may not reach the
+    BMCs): the others spread the nodes among themselves as if it were not there, and it
+    syncs none, even when it is the only live worker."""
+    fake.reset()
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    services, workers = {}, {}
+    for w, duties in (("w1", "all"), ("w2", "all"), ("hv", "servers")):
+        workers[w] = Workers(store, w, interval=INTERVAL, duties=duties)
+        workers[w].join()
+        svc = NodeService(store, workers=2)
+        svc.worker_id, svc.live_workers, svc.ring_workers = w, workers[w].live, workers[w].live_for_nodes
+        services[w] = svc
+    n = 60
+    services["w1"].import_nodes(env(*(node(i) for i in range(1, n + 1))))
+    with store.engine.begin() as conn:
+        conn.execute(update(Node).values(provision_state="manageable", power_state="off"))
+    try:
+        assert workers["hv"].live() == {"w1", "w2", "hv"}  # alive for everything else (forwarding, ...)
+        assert workers["w1"].live_for_nodes() == workers["hv"].live_for_nodes() == {"w1", "w2"}
+        assert {w["id"]: w["duties"] for w in workers["w1"].list()} == {"w1": "all", "w2": "all", "hv": "servers"}
+        stats = {w: svc.sync_power() for w, svc in services.items()}
+        assert stats["hv"]["nodes"] == 0
+        assert stats["w1"]["nodes"] + stats["w2"]["nodes"] == n
+        ring = HashRing(["w1", "w2"])
+        with store.session() as s:
+            node_ids = list(s.scalars(select(Node.id)))
+        assert stats["w1"]["nodes"] == sum(1 for i in node_ids if ring.owner(i) == "w1")
+        stop_beating(store, "w1")
+        stop_beating(store, "w2")
+        assert services["hv"].sync_power()["nodes"] == 0  # alone: still none of its business
+    finally:
+        for svc in services.values():
+            svc.close()
+
+
 def test_busy_work_of_a_dead_worker_fails_and_a_live_ones_is_left(tmp_path):
     fake.reset()
     store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
@@ -173,6 +209,21 @@ def test_a_stack_operation_is_taken_over_from_a_dead_worker_and_done_once(eng): 
 
         assert conn.execute(select(Stack.engine_id).where(Stack.id == sid)).scalar() == winner.worker_id
     assert winner.take_over() == [] and b_workers.live() >= {"wb", "wc"}
+
+
+def test_a_hypervisor_only_worker_takes_over_no_stack_operation(eng):  # noqa: F811
+    a, _ = engine(eng.store, "wa")
+    hv, _ = engine(eng.store, "hv")
+    hv.takes_over = False  # what Context sets for `serve --hypervisor-only`
+    CRASH.set()
+    a.create("s", eng.bundle("t.yaml", template("Test::Thing", 3)), {}, wait=True)
+    CRASH.clear()
+    stop_beating(eng.store, "wa")
+    assert hv.take_over() == [] and hv.take_over(at_start=True) == []
+    b, _ = engine(eng.store, "wb")  # a worker of all duties does
+    assert b.take_over() == [b.show("s")["id"]]
+    b.wait("s", 10)
+    assert b.show("s")["stack_status"] == "CREATE_COMPLETE"
 
 
 def test_a_restarted_worker_resumes_its_own_operations_at_once(eng):  # noqa: F811

@@ -294,16 +294,15 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     from undercloud.orchestration.overcloud import deployed
     from undercloud.orchestration.overcloud import plan as op
     from undercloud.orchestration.overcloud.roles import load_roles, roles_file_for
-    from undercloud.orchestration.overcloud.secrets import secrets_given
+    from undercloud.orchestration.overcloud.secrets import secrets_given, stack_dir
     from undercloud.orchestration.overcloud.state import StackState
     from undercloud.orchestration.template import Bundle
 
     start = time.monotonic()
     if not example and not roles and not environments:
         example = "minimal"
-    client = Client(timeout=600)
-    home = client.home.path
-    state = StackState(client, stack)  # refuses a bad name before any work
+    # What can be refused here is refused before the service is asked anything (or started).
+    stack_dir(Path("."), stack)
     role_list = load_roles(roles_file_for(example, roles))
     env_paths = [Path(e) for e in environments]
     for e in env_paths:
@@ -311,6 +310,9 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
             raise UndercloudError("environment file not found", str(e))
     library = op.resolve(role_list, op.environments_for(example, env_paths))
     op.check_required(library, op.environments_for(example, env_paths))
+    client = Client(timeout=600)
+    home = client.home.path
+    state = StackState(client, stack)
     if op.node_cloud(hypervisor):
         try:
             client.get(f"/v1/clouds/{op.node_cloud(hypervisor)}")  # known here, before any work

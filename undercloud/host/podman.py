@@ -58,6 +58,12 @@ def available() -> str | None:
     return None
 
 
+def network_backend() -> str:
+    """podman's network backend here (or, with CONTAINER_HOST, on the host it drives):
+    netavark or cni."""
+    return podman("info", "--format", "{{.Host.NetworkBackend}}", timeout=30).stdout.strip()
+
+
 def image_exists(ref: str) -> bool:
     return podman("image", "exists", ref, check=False).returncode == 0
 

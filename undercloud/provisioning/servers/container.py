@@ -94,7 +94,11 @@ class ContainerRealiser(Realiser):
     def available(self) -> str | None:
         if os.geteuid() != 0:
             return "container servers need root (a bridge with the undercloud's address)"
-        return hp.available()
+        why = hp.available()
+        if why is None and (backend := hp.network_backend()) != "netavark":
+            # the lab network's bridge is named in netavark's config (_name_bridge)
+            return f"container servers need podman's netavark network backend, not {backend} (apt-get install netavark)"
+        return why
 
     # ---- the lab network -----------------------------------------------------------
     @property

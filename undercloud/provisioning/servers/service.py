@@ -740,9 +740,19 @@ class ServersService:
         return self.realiser(row.hypervisor_type).console(self.spec(row), lines)
 
     def delete(self, ref: str) -> dict:
-        """Start removing the server (repeatable); `gone(id)` says when it is done."""
+        """Start removing the server (repeatable); `gone(id)` says when it is done. A server
+        that is a hypervisor host (a node of the UndercloudWorker service: the host is named
+        after it) is refused while servers run on it: they would be stranded there."""
         with self.store.session() as s:
             row = self._find(s, ref)
+            if row.name not in (row.host, host_name()) and s.scalar(
+                    select(func.count()).select_from(HypervisorHost).where(HypervisorHost.name == row.name)):
+                held = s.scalars(select(Server.name).where(Server.host == row.name, Server.id != row.id)
+                                 .order_by(Server.name)).all()
+                if held:
+                    raise Conflict(f"server {row.name} is the hypervisor host of {len(held)} server(s) "
+                                   f"({', '.join(held[:5])}{', ...' if len(held) > 5 else ''}): delete them first",
+                                   "server")
         if self._elsewhere(row):  # started there; `gone` asks there again until it is done
             self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0")
             return view(row)
