@@ -18,19 +18,16 @@ Needs root, podman, libvirt/qemu, debootstrap and Debian's PostgreSQL server (sk
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from tests import pg_support
-from tests.conftest import need, need_root, run_cli
+from tests import hypervisor_support
+from tests.conftest import need, run_cli
+from tests.hypervisor_support import PASSWORD, domains
 
 pytestmark = pytest.mark.timeout(2400)
-PASSWORD = "lab-store-pw-7f3a"  # the node's PostgreSQL password: must show nowhere
 HOST = "hosts-hypervisor-0"  # the node's name, %stackname%-hypervisor-%index%
 PINNED = """\
 - name: Remote
@@ -61,62 +58,17 @@ def wait_for(what: str, check, timeout: float = 120, every: float = 1.0):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def domains(instance: str) -> list[str]:
-    p = subprocess.run(["virsh", "-c", "qemu:///system", "list", "--all", "--name"], capture_output=True, text=True)
-    return [n for n in p.stdout.split() if n.startswith(f"{instance}-server-")]
-
-
 @pytest.fixture(scope="module")
 def hv(tmp_path_factory):
     """An undercloud on a PostgreSQL store the lab network reaches, and its lab network."""
-    need_root()
     need("podman")
     need("debootstrap")
-    why = pg_support.why_not()
+    why = hypervisor_support.why_not()
     if why:
         pytest.skip(why)
-    from undercloud import daemon
-    from undercloud.config import Home
-    from undercloud.host.labnet import HOST_ADDRESS, LabNetwork
-    from undercloud.lab.lab import available
-
-    why = available()
-    if why:
-        pytest.skip(f"VM nodes cannot run here: {why}")
     root = tmp_path_factory.mktemp("hv")
-    home = Home(root / "home")
-    lab = LabNetwork(home.instance)
-    lab.up()  # the host's address on it must exist before the database listens there
-    host_ip = f"{lab.subnet}.{HOST_ADDRESS}"
-    server = pg_support.Server(Path("/tmp"), listen=("127.0.0.1", host_ip),
-                               hba=(f"host undercloud undercloud {lab.subnet}.0/24 scram-sha-256",))
-    server._admin(f"CREATE ROLE undercloud LOGIN PASSWORD '{PASSWORD}'")
-    server._admin("CREATE DATABASE undercloud OWNER undercloud")
-    saved = {k: os.environ.get(k) for k in ("UNDERCLOUD_HOME", "UNDERCLOUD_DB", "UNDERCLOUD_LISTEN")}
-    os.environ.update(UNDERCLOUD_HOME=str(home.path),
-                      UNDERCLOUD_DB=f"postgresql://undercloud:{PASSWORD}@127.0.0.1:{server.port}/undercloud",
-                      # where the node's worker reaches this one (image content, forwarded calls)
-                      UNDERCLOUD_LISTEN=host_ip)
-    store_env = root / "store.yaml"
-    store_env.write_text(yaml.safe_dump({"parameter_defaults": {
-        "UndercloudStoreUrl": f"postgresql://undercloud:{PASSWORD}@{host_ip}:{server.port}/undercloud"}}))
-    try:
-        yield {"home": home, "root": root, "lab": lab, "store_env": store_env, "host_ip": host_ip}
-    finally:
-        for stack in ("remote", "hosts"):
-            if stack in run_cli("stack", "list", "-f", "json").stdout:
-                run_cli("overcloud", "delete", "--stack", stack, "--yes", timeout=900)
-        daemon.stop(home)
-        server.stop()
-        for name in domains(home.instance):
-            subprocess.run(["virsh", "-c", "qemu:///system", "destroy", name], capture_output=True)
-            subprocess.run(["virsh", "-c", "qemu:///system", "undefine", name], capture_output=True)
-        lab.remove()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with hypervisor_support.lab_store(root, stacks=("remote", "hosts")) as ls:
+        yield {"home": ls.home, "root": root, "lab": ls.lab, "store_env": ls.store_env}
 
 
 def test_a_vm_node_deployed_with_the_hypervisor_host_role_becomes_a_hypervisor_host(hv):
