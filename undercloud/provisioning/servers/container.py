@@ -76,7 +76,9 @@ class ContainerRealiser(Realiser):
     hypervisor_type = "container"
     disk_formats = ("oci",)
     can_rebuild = True
-    build_timeout = 120.0
+    # a hypervisor host under emulation fetches the image and loads it into its podman first
+    # (~45 s of a first server there on this machine's TCG VM)
+    build_timeout = 300.0
 
     def __init__(self, env):
         super().__init__(env)
