@@ -26,6 +26,7 @@ import pytest
 from tests import hypervisor_support
 from tests.conftest import need, run_cli
 from tests.hypervisor_support import PASSWORD, domains
+from tests.integration.test_workers import wait_for
 
 pytestmark = pytest.mark.timeout(2400)
 HOST = "hosts-hypervisor-0"  # the node's name, %stackname%-hypervisor-%index%
@@ -46,16 +47,6 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def cli_json(*args: str):
     return json.loads(cli(*args, "-f", "json").stdout)
-
-
-def wait_for(what: str, check, timeout: float = 120, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
