@@ -2,8 +2,12 @@
 
 import json
 import os
+import socket
+
+import pytest
 
 from tests.conftest import free_port, run_cli
+from undercloud.errors import UndercloudError
 from undercloud.store.db import driver_url
 
 
@@ -63,6 +67,28 @@ def test_a_postgresql_url_as_users_write_it_means_psycopg():
     assert driver_url("postgres://uc@db/uc").drivername == "postgresql+psycopg"
     assert driver_url("postgresql+psycopg2://uc@db/uc").drivername == "postgresql+psycopg2"  # named: kept
     assert driver_url("sqlite:////tmp/uc.db").drivername == "sqlite"
+
+
+@pytest.mark.timeout(120)  # a hang fails here, not forever
+def test_a_postgresql_that_never_answers_is_an_error_not_a_hang(tmp_path):
+    """A store on another host that stops answering (a hypervisor host's worker reaches it over
+    the network): libpq's connect timeout and TCP keepalives, yours from the URL winning."""
+    from undercloud.store import Store
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)  # connections are accepted by the kernel; nothing is ever said on them
+    port = mute.getsockname()[1]
+    try:
+        default = Store(f"postgresql://uc:pw@127.0.0.1:{port}/uc", key_file=tmp_path / "k")
+        assert default.connect_args["connect_timeout"] == 10 and default.connect_args["keepalives"] == 1
+        assert default.connect_args["tcp_user_timeout"] == 30000
+        store = Store(f"postgresql://uc:pw@127.0.0.1:{port}/uc?connect_timeout=2", key_file=tmp_path / "k")
+        assert "connect_timeout" not in store.connect_args  # the URL's own
+        with pytest.raises(UndercloudError, match=r"^cannot open store postgresql://uc:\*\*\*@127.0.0.1"):
+            store.create_schema()
+    finally:
+        mute.close()
 
 
 def test_an_unreachable_postgresql_is_one_line_without_the_password(uc_home):

@@ -34,6 +34,11 @@ class Base(DeclarativeBase):
 POOL = {"sqlite": (16, 48), "default": (8, 16)}
 POOL_TIMEOUT = 300.0
 SQLITE_BUSY_MS = 60000  # another process (or connection) writing: wait this long for it
+# libpq's: a store on another host (a hypervisor host's worker reaches it over the network) that
+# stops answering is an error within seconds, not a call that hangs, heartbeat and all, for
+# ever. A URL's own (`?connect_timeout=3`) win.
+PG_CONNECT = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+              "keepalives_count": 3, "tcp_user_timeout": 30000}
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -97,6 +102,10 @@ class Store:
             raise UndercloudError(f"cannot open store: {exc}") from None
         self.is_sqlite = backend == "sqlite"
         memory = self.is_sqlite and make_url(url).database in (None, "", ":memory:")
+        self.connect_args: dict = {}
+        if backend == "postgresql":
+            self.connect_args = {k: v for k, v in PG_CONNECT.items() if k not in parsed.query}
+            kwargs["connect_args"] = self.connect_args
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000}
             if not memory:  # SQLite would make it 0644; its -wal and -shm files take the file's mode
