@@ -116,6 +116,20 @@ def test_the_example_renders_without_haproxy_and_gets_the_store_key(tmp_path, st
     assert url not in "".join(p.read_text() for p in plan.dir.rglob("*.yaml"))  # yours stays in your file
 
 
+def test_a_hypervisor_host_on_container_nodes_is_refused_naming_the_role(tmp_path, store_key):
+    roles = oroles.load_roles(oroles.roles_file_for("hypervisor-host", None))
+    lib = op.resolve(roles, op.environments_for("hypervisor-host", []))
+    types = {"container": "container", "vm-control": "vm", "baremetal": "baremetal", "big-vm": "vm"}.get
+    (line,) = op.container_roles(lib, roles, [], "container", types)
+    assert line.startswith("role HypervisorHost (flavor container: container nodes) runs undercloud_worker: "
+                           "a hypervisor host's worker drives its node's own podman")
+    assert op.container_roles(lib, roles, [], "vm", types) == []
+    assert op.container_roles(lib, roles, [], "openstack:cloud", types) == []
+    flavor = tmp_path / "flavor.yaml"
+    flavor.write_text("parameter_defaults: {OvercloudHypervisorHostFlavor: big-vm}\n")
+    assert op.container_roles(lib, roles, [flavor], "container", types) == []  # your flavor: a VM
+
+
 def test_services_in_front_of_nobody_need_no_haproxy_but_api_services_do(tmp_path):
     roles = oroles.load_roles(oroles.roles_file_for("minimal", None))
     off = tmp_path / "no-haproxy.yaml"

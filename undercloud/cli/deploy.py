@@ -313,6 +313,10 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     client = Client(timeout=600)
     home = client.home.path
     state = StackState(client, stack)
+    wrong = op.container_roles(library, role_list, op.environments_for(example, env_paths), hypervisor,
+                               lambda name: client.get(f"/v1/flavors/{name}")["hypervisor_type"])
+    if wrong:
+        raise UndercloudError(wrong[0], "deploy")
     if op.node_cloud(hypervisor):
         try:
             client.get(f"/v1/clouds/{op.node_cloud(hypervisor)}")  # known here, before any work

@@ -87,6 +87,30 @@ class Library:
         return [s.name for s in self.per_role[role] if s.name and s.step == step]
 
 
+# Services that cannot run on a container node, and why.
+NOT_ON_CONTAINER_NODES = {
+    "undercloud_worker": "a hypervisor host's worker drives its node's own podman and bridges, which a container "
+                         "node shares with this host: deploy it on vm or baremetal nodes",
+}
+
+
+def container_roles(library: Library, roles: list[Role], environments: list[Path], hypervisor: str,
+                    flavor_type) -> list[str]:
+    """One line per role whose nodes would be containers but that runs a service that cannot
+    (NOT_ON_CONTAINER_NODES); `flavor_type(name)` says a flavor's hypervisor type."""
+    if node_cloud(hypervisor):
+        return []
+    flavors = secrets_given(environments, {f"Overcloud{r.name}Flavor" for r in roles})
+    out = []
+    for r in roles:
+        bad = [n for n in library.service_names(r.name) if n in NOT_ON_CONTAINER_NODES]
+        flavor = flavors.get(f"Overcloud{r.name}Flavor", HYPERVISOR_FLAVORS.get(hypervisor, hypervisor))
+        if bad and flavor_type(flavor) == "container":
+            out.append(f"role {r.name} (flavor {flavor}: container nodes) runs {bad[0]}: "
+                       f"{NOT_ON_CONTAINER_NODES[bad[0]]}")
+    return out
+
+
 def check_required(library: Library, environments: list[Path]) -> None:
     """Each parameter an enabled service needs from you (no default) is set in an environment:
     one line naming it, its service and what it is, before anything is built."""
