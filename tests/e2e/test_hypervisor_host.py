@@ -8,9 +8,10 @@ In order, on one deployment: the node registers as a container hypervisor host w
 own capacity (`server hypervisors`) and as a hypervisor-only worker; neither the store's
 password nor its key shows in any output or log; a stack of a role whose flavor pins that
 host gets its container server made there by the node's worker (not on this machine), with
-its agent checking in with the node's worker; deleting both stacks leaves no server, domain
-or podman container behind (the host's node is refused while it runs a server), and the
-retired host can then be forgotten.
+its agent checking in with the node's worker, and the host's node refused deletion under it;
+with the node powered off, the server's stack is deleted at once (Nova's local delete) and the
+node's worker, back, removes the container; deleting the host leaves no server or domain
+behind, and the retired host can then be forgotten.
 
 Needs root, podman, libvirt/qemu, debootstrap and Debian's PostgreSQL server (skips otherwise).
 """
@@ -58,7 +59,7 @@ def hv(tmp_path_factory):
     if why:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("hv")
-    with hypervisor_support.lab_store(root, stacks=("remote", "hosts")) as ls:
+    with hypervisor_support.lab_store(root, stacks=("probe", "remote", "hosts")) as ls:
         yield {"home": ls.home, "root": root, "lab": ls.lab, "store_env": ls.store_env}
 
 
@@ -119,10 +120,52 @@ def test_a_server_of_a_role_pinned_to_that_host_runs_there_and_its_agent_checks_
     assert cli_json("server", "show", HOST)["status"] == "ACTIVE"
 
 
-def test_deleting_the_servers_then_the_host_leaves_nothing_and_the_host_can_be_forgotten(hv):
-    gone = run_cli("overcloud", "delete", "--stack", "remote", "--yes", timeout=900)
+PROBE = """\
+heat_template_version: wallaby
+parameters:
+  server: {type: string}
+resources:
+  config:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      config: |
+        #!/bin/sh
+        podman ps -a --format '{{.Names}}'
+  look:
+    type: OS::Heat::SoftwareDeployment
+    properties: {config: {get_resource: config}, server: {get_param: server}}
+outputs:
+  containers: {value: {get_attr: [look, deploy_stdout]}}
+"""
+
+
+def host_row() -> dict:
+    return next(h for h in cli_json("server", "hypervisors") if h["name"] == HOST)
+
+
+def test_a_host_that_went_down_holds_up_no_delete_and_removes_the_machine_when_back(hv):
+    """Nova's local delete: the stack of a server on a host that is down is deleted at once;
+    the host's worker, back, removes the container (asked of the node through its agent)."""
+    cli("server", "power", "off", HOST, timeout=300)
+    wait_for(f"{HOST} to be down", lambda: host_row()["state"] == "down", timeout=120)
+    gone = run_cli("overcloud", "delete", "--stack", "remote", "--yes", timeout=300)
     assert gone.returncode == 0, gone.stderr
     assert "remote-remote-0" not in cli("server", "list", "-f", "json").stdout
+    assert host_row()["leftovers"] == 1  # its machine, to be removed there
+    cli("server", "power", "on", HOST, timeout=300)
+    wait_for(f"{HOST}'s worker to be back", lambda: host_row()["state"] == "up", timeout=600, every=2)
+    wait_for(f"{HOST}'s worker to remove the machine", lambda: host_row()["leftovers"] == 0, timeout=300, every=2)
+    template = hv["root"] / "probe.yaml"
+    template.write_text(PROBE)
+    node_id = cli_json("server", "show", HOST)["id"]
+    cli("stack", "create", "probe", "-t", str(template), "-P", f"server={node_id}", "--wait", timeout=600)
+    containers = cli_json("stack", "output", "show", "probe", "containers")["output_value"]
+    assert "undercloud-worker" in containers and "remote-remote-0" not in containers, containers
+    cli("stack", "delete", "probe", "--wait", timeout=300)
+
+
+def test_deleting_the_host_leaves_nothing_and_the_host_can_be_forgotten(hv):
     gone = run_cli("overcloud", "delete", "--stack", "hosts", "--yes", timeout=900)
     assert gone.returncode == 0, gone.stderr
     assert domains(hv["home"].instance) == []

@@ -389,10 +389,10 @@ def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(u
     # No live worker on host-b: shown as last known; what needs the machine waits, in one line.
     assert uc.servers.refresh("far")["status"] == "ACTIVE"
     for call in (lambda: uc.servers.power("far", False), lambda: uc.servers.console("far"),
-                 lambda: uc.servers.rebuild("far"), lambda: uc.servers.delete("far")):
+                 lambda: uc.servers.rebuild("far")):
         with pytest.raises(ServiceUnavailable, match="server far runs on host host-b, where no undercloud worker"):
             call()
-    assert not uc.servers.gone("s-2") and fake.machines["s-2"]["on"] is False  # nothing done here
+    assert fake.machines["s-2"]["on"] is False  # nothing done here
     # A live worker there: each request goes to it, as the API would send it.
     sent = []
     uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []
@@ -416,6 +416,37 @@ def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(u
     uc.servers.ensure_local_hosts()
     assert {(h["name"], h["hypervisor_type"]) for h in uc.servers.hosts()} >= {("host-c", "container"),
                                                                                ("host-c", "vm")}
+
+
+def test_a_server_of_a_host_that_is_down_is_deleted_here_and_its_machine_removed_when_the_host_returns(
+        uc, monkeypatch):
+    """Nova's local delete: with no live worker on its host, a delete removes the record and
+    its address at once (a stack of it is never stuck), and that host's worker removes the
+    machine at its next start or status pass."""
+    from undercloud.store.servers import Leftover
+
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-3", name="far3", flavor="container", image="overcloud-full", first_boot={})
+    assert uc.servers.wait("far3", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    uc.ctx.addresses.claim("uc-far-lab", "s-3", ["10.9.9.7"])
+    uc.servers._save("s-3", host="host-b", state={"container": "uc-far3"})
+    register_host(uc, "host-b")
+    fake = uc.servers.realiser("container")
+    uc.servers.delete("far3")
+    assert not uc.servers.exists("s-3") and uc.servers.gone("s-3")
+    assert uc.ctx.addresses.held("s-3") is None  # the address is free again
+    with uc.ctx.store.session() as s:
+        (left,) = s.scalars(select(Leftover)).all()
+        assert (left.id, left.name, left.host, left.state) == ("s-3", "far3", "host-b", {"container": "uc-far3"})
+    assert "s-3" in fake.machines  # the machine is on host-b: not this host's to remove
+    assert uc.servers.remove_leftovers() == []
+    assert {h["name"]: h["leftovers"] for h in uc.servers.hosts() if h["hypervisor_type"] == "container"}["host-b"] == 1
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-b")  # host-b's worker, back
+    assert uc.servers.sync_status()["leftovers_removed"] == 1
+    assert "s-3" not in fake.machines
+    assert all(h["leftovers"] == 0 for h in uc.servers.hosts())
+    with uc.ctx.store.session() as s:
+        assert s.scalars(select(Leftover)).all() == []
 
 
 def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, monkeypatch):

@@ -83,7 +83,8 @@ def rebuild(ref: str, image: str | None):
 @server.command("hypervisors")
 @click.option("--forget", "forget", metavar="HOST", multiple=True,
               help="Remove a host that will not come back first: down, running no server; repeatable.")
-@formatted(["name", "hypervisor_type", "state", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers"])
+@formatted(["name", "hypervisor_type", "state", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers",
+            "leftovers"])
 def hypervisors(forget: tuple[str, ...]):
     """Hypervisor hosts for container and VM servers: capacity, use and state.
 
@@ -91,7 +92,9 @@ def hypervisors(forget: tuple[str, ...]):
     is up while a worker of it heart-beats. A new server goes to the host of the worker
     that makes it when that host can take it, else to the host that is up, has room and
     has the most free memory; the flavor property or scheduler hint
-    capabilities:hypervisor_hostname=HOST pins it to one host, e.g.
+    capabilities:hypervisor_hostname=HOST pins it to one host. A server deleted while its
+    host was down is gone at once; its machine stays there (`leftovers`) until the host's
+    worker comes back and removes it. E.g.
 
     \b
       undercloud flavor create big-b --vcpus 2 --ram 4096 --disk 20 \\

@@ -67,6 +67,21 @@ class Server(Base):
     updated_at: Mapped[float] = mapped_column(Float, default=time.time, onupdate=time.time)
 
 
+class Leftover(Base):
+    """A server deleted while its host had no live worker (Nova's local delete): its machine
+    is still on that host, whose worker removes it when it comes back (ServersService)."""
+
+    __tablename__ = "server_leftovers"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # the server's
+    name: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255), index=True)
+    hypervisor_type: Mapped[str] = mapped_column(String(300))
+    volumes: Mapped[list] = mapped_column(default=list)
+    state: Mapped[dict] = mapped_column(default=dict)  # the realiser's, as the record had it
+    deleted_at: Mapped[float] = mapped_column(Float, default=time.time)
+
+
 def add_missing_columns(bind) -> list[str]:
     """Columns added to these tables before the store had migrations: added with their
     default, sizes backfilled from the flavor copy. Returns them. Only stores made before

@@ -40,7 +40,8 @@ from undercloud.provisioning.servers import base
 from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, REBUILD, Env, Realiser, Spec
 from undercloud.provisioning.servers.flavors import Flavors, hypervisor_type
 from undercloud.store import Store
-from undercloud.store.servers import HypervisorHost, Server
+from undercloud.store.addresses import Address
+from undercloud.store.servers import HypervisorHost, Leftover, Server
 
 log = logging.getLogger("undercloud.servers")
 
@@ -168,6 +169,7 @@ class ServersService:
         if made:
             log.info("created the default flavors: %s", ", ".join(made))
         self.ensure_local_hosts()
+        self.remove_leftovers()
         with self.store.session() as s:
             types = set(s.scalars(select(Server.hypervisor_type).distinct()))
         for ht in types:
@@ -210,12 +212,17 @@ class ServersService:
         with self.store.session() as s:
             used = self._used(s)
             up = self._hosts_up()
+            # machines of servers deleted while their host was down, still to be removed there
+            left = dict(((host, t), n) for host, t, n in s.execute(
+                select(Leftover.host, Leftover.hypervisor_type, func.count())
+                .group_by(Leftover.host, Leftover.hypervisor_type)))
             out = []
             for h in s.scalars(select(HypervisorHost).order_by(HypervisorHost.hypervisor_type, HypervisorHost.name)):
                 vcpus, ram, disk, n = used.get((h.name, h.hypervisor_type), (0, 0, 0, 0))
                 out.append({"name": h.name, "hypervisor_type": h.hypervisor_type, "vcpus": h.vcpus,
                             "memory_mb": h.memory_mb, "disk_gb": h.disk_gb, "vcpus_used": vcpus,
                             "memory_mb_used": ram, "disk_gb_used": disk, "servers": n,
+                            "leftovers": left.get((h.name, h.hypervisor_type), 0),
                             "state": "up" if h.name in up else "down"})
             return out
 
@@ -615,7 +622,9 @@ class ServersService:
                 changed += self.refresh(row.id)["status"] != row.status
             except NotFound:  # deleted meanwhile
                 continue
-        return {"servers": len(rows), "changed": changed, "seconds": time.perf_counter() - t0}
+        removed = self.remove_leftovers()
+        return {"servers": len(rows), "changed": changed, "leftovers_removed": len(removed),
+                "seconds": time.perf_counter() - t0}
 
     # ---- servers of another host ----------------------------------------------------
     def _other_hosts(self) -> set[str]:
@@ -754,7 +763,10 @@ class ServersService:
                                    f"({', '.join(held[:5])}{', ...' if len(held) > 5 else ''}): delete them first",
                                    "server")
         if self._elsewhere(row):  # started there; `gone` asks there again until it is done
-            self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0")
+            if self._worker_of(row) is None:
+                self._delete_locally(row)
+            else:
+                self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0")
             return view(row)
         self._save(row.id, task="deleting")
         realiser = self.realiser(row.hypervisor_type)
@@ -776,8 +788,9 @@ class ServersService:
             return True
         if self._elsewhere(row):  # only its host can tell; its worker removes the record when done
             worker = self._worker_of(row)
-            if worker is None:
-                return False
+            if worker is None:  # the host went down meanwhile
+                self._delete_locally(row)
+                return True
             try:
                 return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0", worker=worker)
                             .get("deleted"))
@@ -800,6 +813,45 @@ class ServersService:
         except Exception as exc:  # noqa: BLE001 - shared objects are removed on a later delete
             log.warning("servers: %s clean-up: %s", row.hypervisor_type, exc)
         return True
+
+    def _delete_locally(self, row: Server) -> None:
+        """Nova's local delete: the server's host has no live worker (down, or gone for good),
+        so the record and its address go now, in one transaction, and its machine is left to
+        that host (a Leftover), whose worker removes it when it comes back (`remove_leftovers`)."""
+        with self.store.session() as s:
+            r = s.get(Server, row.id)
+            if r is None:
+                return
+            s.add(Leftover(id=r.id, name=r.name, host=r.host, hypervisor_type=r.hypervisor_type,
+                           volumes=list(r.volumes or []), state=dict(r.state or {})))
+            s.execute(delete(Address).where(Address.holder == r.id))
+            s.delete(r)
+        shutil.rmtree(self.root / row.id, ignore_errors=True)
+        log.warning("server %s (%s) deleted while its host %s has no live worker: that host removes its "
+                    "machine when its worker comes back", row.name, row.id, row.host)
+
+    def remove_leftovers(self) -> list[str]:
+        """The machines on this host of servers deleted while it was down (at start, before
+        anything is made: their addresses may be another server's now; and every status pass)."""
+        with self.store.session() as s:
+            rows = s.scalars(select(Leftover).where(Leftover.host == host_name())).all()
+        removed = []
+        for lo in rows:
+            spec = Spec(id=lo.id, name=lo.name, hypervisor_type=lo.hypervisor_type, flavor={}, image={},
+                        image_path=None, first_boot={}, networks=[], volumes=list(lo.volumes or []),
+                        state=dict(lo.state or {}))
+            try:
+                realiser = self.realiser(lo.hypervisor_type)
+                realiser.delete(spec)
+                with self.store.session() as s:
+                    s.execute(delete(Leftover).where(Leftover.id == lo.id))
+                removed.append(lo.name)
+                realiser.cleanup()  # the network, when it was the last
+            except Exception as exc:  # noqa: BLE001 - the next pass tries again
+                log.warning("servers: removing the machine of deleted server %s: %s", lo.name, exc)
+        if removed:
+            log.info("removed the machines of servers deleted while this host was down: %s", ", ".join(removed))
+        return removed
 
     def wait(self, ref: str, until: set[str], timeout: float, interval: float = 0.2) -> dict:
         deadline = time.monotonic() + timeout
