@@ -1,9 +1,12 @@
 """Engine benchmark: create, no-op update, 1-resource update and delete of a stack of
 20,000 OS::Heat::Value / TestResource resources spread over 1,000 nested stacks.
 
-Runs the engine in this process on a fresh SQLite store (WAL), as the service does, or on
-PostgreSQL (`--db postgresql`: a throwaway local server; or `--db URL`).
-Prints each phase's time, the events it wrote and the process's peak memory.
+Runs the engine in this process on a fresh SQLite store (WAL), as the service does (its
+garbage-collector settings too, undercloud/gc_settings.py), or on PostgreSQL (`--db
+postgresql`: a throwaway local server; or `--db URL`). `--default-gc` keeps CPython's.
+Prints each phase's time, the events it wrote, the process's peak memory and the time spent
+in the garbage collector (with its full collections: which phase gets one depends on what
+came before it).
 Goals from the issue: create < 10 s, 1-resource update < 2 s, < 500 MB (Heat: ~10 min).
 
     python bench/engine_bench.py [--stacks 1000] [--per-stack 20] [--db sqlite|postgresql|URL]
@@ -12,6 +15,7 @@ Goals from the issue: create < 10 s, 1-resource update < 2 s, < 500 MB (Heat: ~1
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import sys
 import tempfile
@@ -23,6 +27,7 @@ from sqlalchemy import func, select
 
 sys.path.insert(0, str(bench_store.REPO))  # this checkout's code, not the venv's installed copy
 
+from undercloud import gc_settings  # noqa: E402
 from undercloud.orchestration.engine import StackService  # noqa: E402
 from undercloud.orchestration.limits import BY_NAME, LIMITS  # noqa: E402
 from undercloud.orchestration.template import Bundle  # noqa: E402
@@ -65,12 +70,35 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class GcTime:
+    """Time spent in the garbage collector, and its full collections, since the last take()."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._start = 0.0, 0, 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.full += info["generation"] == 2
+
+    def take(self) -> tuple[float, int]:
+        out = (self.seconds, self.full)
+        self.seconds, self.full = 0.0, 0
+        return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stacks", type=int, default=1000)
     ap.add_argument("--per-stack", type=int, default=20)
     ap.add_argument("--db", default="sqlite", help=bench_store.HELP)
+    ap.add_argument("--default-gc", action="store_true", help="CPython's garbage-collector settings, not the service's")
     args = ap.parse_args()
+    if not args.default_gc:
+        gc_settings.apply()  # as the service runs
     with tempfile.TemporaryDirectory(prefix="engine-bench-") as tmp, \
             bench_store.store_url(args.db, Path(tmp)) as url:
         root = Path(tmp)
@@ -78,6 +106,7 @@ def main() -> None:
         store = Store(url, root / "store.key").create_schema()
         print(f"store: {store.display_url}")
         svc = StackService(store)
+        svc.keep_last_walk = True  # its events are counted below
         bundle = Bundle.from_paths(str(top)).to_json()
         total = args.stacks * (args.per_stack + 1)
         print(f"stack: {args.stacks} nested stacks x {args.per_stack} resources "
@@ -86,14 +115,20 @@ def main() -> None:
             print(f"{BY_NAME['resources'].env}: {LIMITS.resources} -> {total} for this run")
             LIMITS.resources = total
 
+        gc_time = GcTime()
+
         def phase(label: str, fn) -> float:
+            gc_time.take()
             t = time.perf_counter()
             s = fn()
             took = time.perf_counter() - t
+            in_gc, full = gc_time.take()
             status = svc.show("bench")["stack_status"] if s is not False else "DELETED"
             # the walk's events, and the stack's start event written by the request
             written = svc.last_walk.writer.events_written + 1
-            print(f"{label:<27} {took:7.2f} s  events {written:7d}  peak RSS {peak_mb():6.0f} MB  {status}")
+            svc.last_walk = None  # as the service: a finished walk is not kept
+            print(f"{label:<27} {took:7.2f} s  events {written:7d}  peak RSS {peak_mb():6.0f} MB  "
+                  f"gc {in_gc:5.2f} s ({full} full)  {status}")
             return took
 
         phase("create", lambda: svc.create("bench", bundle, {}, wait=True))

@@ -226,6 +226,10 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
 
     import uvicorn
 
+    from undercloud import gc_settings
+
+    gc_settings.apply()  # stacks' template trees: few full collections (gc_settings.py)
+
     from undercloud.api.app import create_app, run_startup  # the service itself: only here
     from undercloud.api.context import Context
     from undercloud.provisioning.servers.service import local_types

@@ -23,6 +23,7 @@ class Eng:
         self.dir = tmp_path
         self.store = Store(own_store_url(tmp_path / "engine.db")).create_schema()
         self.svc = StackService(self.store)
+        self.svc.keep_last_walk = True  # tests look into the walk
 
     def write(self, name: str, text: str) -> str:
         path = self.dir / name

@@ -40,8 +40,10 @@ def load_local(template: str, environments: tuple[str, ...], parameters: tuple[s
     """Read and validate a template tree in this process (no service needed)."""
     import gc
 
+    from undercloud import gc_settings
     from undercloud.orchestration.template import Bundle, load
 
+    gc_settings.apply()
     params = parse_parameters(parameters)
     bundle = Bundle.from_paths(template, list(environments))
     gc.freeze()  # a command's data lives until it exits: no collection (the last one at exit included) walks it

@@ -111,7 +111,10 @@ class StackService:
         self.walks: dict[str, Walk] = {}  # root id -> the walk under way
         self.prepared: dict[str, Any] = {}  # root id -> the template validated by the request
         self.superseded: set[str] = set()  # root ids whose operation a delete stops
-        self.last_walk: Walk | None = None  # for benchmarks and tests
+        # The last walk, for benchmarks and tests that look into it; the service keeps none (a
+        # big stack's finished walk is hundreds of thousands of objects, in memory until the next).
+        self.keep_last_walk = False
+        self.last_walk: Walk | None = None
         self.stopping = threading.Event()  # set when the service stops: walks end at their next step
         # This process among the workers sharing the store, and who of them is alive (the
         # service sets both from store/workers.py; on its own the engine is the only one).
@@ -371,7 +374,9 @@ class StackService:
                  cancel=cancel, stopping=self.stopping)
         stacks = [root if s["id"] == root["id"] else s for s in stacks]
         w.load_rows(stacks, rows)
-        self.last_walk = self.walks[root["id"]] = w
+        self.walks[root["id"]] = w
+        if self.keep_last_walk:
+            self.last_walk = w
         return w
 
     def _forward(self, root: dict, bundle: dict, params: dict, cancel: threading.Event, timeout: float,

@@ -313,19 +313,22 @@ class StackTemplate:
             return out if changed else snippet
         if isinstance(snippet, list):
             items = []
+            changed = False
             for i, v in enumerate(snippet):
                 if v.__class__ in fn.SCALARS:
                     items.append(v)
                     continue
                 try:
-                    items.append(self.parse(v, path + (i,), table))
+                    pv = self.parse(v, path + (i,), table)
                 except FnError as e:
                     if not self._collecting:
                         raise
                     self.add(e.path, e.message)
                     self._collected += 1
-                    items.append(v)
-            if any(a is not b for a, b in zip(items, snippet)):
+                    pv = v
+                changed = changed or pv is not v
+                items.append(pv)
+            if changed:
                 return [x for x in items if x is not fn.REMOVED]
             return snippet
         return snippet
