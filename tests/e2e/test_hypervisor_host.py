@@ -25,7 +25,7 @@ import time
 import pytest
 
 from tests import hypervisor_support
-from tests.conftest import need, run_cli
+from tests.conftest import address_table, need, run_cli
 from tests.hypervisor_support import PASSWORD, domains
 from tests.integration.test_workers import wait_for
 
@@ -118,6 +118,26 @@ def test_a_server_of_a_role_pinned_to_that_host_runs_there_and_its_agent_checks_
     assert refused.returncode != 0
     assert f"server {HOST} is the hypervisor host of 1 server(s) (remote-remote-0): delete them first" in refused.stderr
     assert cli_json("server", "show", HOST)["status"] == "ACTIVE"
+
+
+def test_servers_here_and_on_that_host_share_the_lab_network(hv, tmp_path):
+    """The host's servers joined this host's container lab network (`deploy` gave its worker
+    UndercloudLabNetwork): a server here serves 300 kB, a server on the host fetches it over
+    the VXLAN between the two bridges; both got their addresses from the one address table."""
+    from tests.integration.test_server_container import SPANNED
+
+    template = tmp_path / "spanned.yaml"
+    template.write_text(SPANNED.replace("host-b", HOST))
+    start = time.monotonic()
+    cli("stack", "create", "spanned", "-t", str(template), "--wait", timeout=900)
+    print(f"servers here and on {HOST}, one fetching from the other: {time.monotonic() - start:.1f} s")
+    out = {o["output_key"]: o["output_value"] for o in cli_json("stack", "output", "list", "spanned")}
+    assert len(out["served"]) == 64 and out["fetched"] == out["served"], out
+    there, here = cli_json("server", "show", "span-b"), cli_json("server", "show", "span-a")
+    assert there["host"] == HOST and here["host"] != HOST and there["agent_checked_in"]
+    held = address_table(hv["home"]).on(f"{hv['home'].instance}-lab")
+    assert held[out["a"]] == here["id"] and held[out["b"]] == there["id"] and f"host:{HOST}" in held.values()
+    cli("stack", "delete", "spanned", "--wait", timeout=300)
 
 
 PROBE = """\

@@ -488,3 +488,169 @@ def test_service_killed_mid_create_resumes_without_a_second_container(uc, tmp_pa
     print(f"killed with {made_before}/8 containers made")
     assert run_cli("stack", "delete", "crash", "--wait", timeout=300).returncode == 0
     assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+
+
+SPANNED = """\
+heat_template_version: wallaby
+resources:
+  a:
+    type: OS::Nova::Server
+    properties: {name: span-a, image: overcloud-full, flavor: container}
+  b:
+    type: OS::Nova::Server
+    depends_on: a  # this host's network first: host-b joins it
+    properties:
+      name: span-b
+      image: overcloud-full
+      flavor: container
+      scheduler_hints: {"capabilities:hypervisor_hostname": host-b}
+  serve:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      outputs: [{name: sum}]
+      config: |
+        #!/bin/sh
+        set -e
+        mkdir -p /srv/span && head -c 300000 /dev/urandom > /srv/span/blob
+        cd /srv/span && setsid -f python3 -m http.server 8080 > /dev/null 2>&1 < /dev/null
+        sha256sum /srv/span/blob | cut -d' ' -f1 | tr -d '\\n' > $heat_outputs_path.sum
+  serving:
+    type: OS::Heat::SoftwareDeployment
+    properties: {config: {get_resource: serve}, server: {get_resource: a}}
+  fetch:
+    type: OS::Heat::SoftwareConfig
+    properties:
+      group: script
+      inputs: [{name: there}]
+      outputs: [{name: sum}]
+      config: |
+        #!/usr/bin/python3
+        import hashlib, os, time, urllib.request
+        for _ in range(90):
+            try:
+                data = urllib.request.urlopen(f"http://{os.environ['there']}:8080/blob", timeout=5).read()
+                break
+            except OSError as exc:
+                error = exc
+                time.sleep(1)
+        else:
+            raise SystemExit(f"{os.environ['there']}:8080 did not answer: {error}")
+        with open(os.environ["heat_outputs_path"] + ".sum", "w") as f:
+            f.write(hashlib.sha256(data).hexdigest())
+  fetched:
+    type: OS::Heat::SoftwareDeployment
+    depends_on: serving
+    properties:
+      config: {get_resource: fetch}
+      server: {get_resource: b}
+      input_values: {there: {get_attr: [a, first_address]}}
+outputs:
+  served: {value: {get_attr: [serving, sum]}}
+  fetched: {value: {get_attr: [fetched, sum]}}
+  a: {value: {get_attr: [a, first_address]}}
+  b: {value: {get_attr: [b, first_address]}}
+"""
+
+
+def test_servers_of_two_hosts_share_one_lab_network_through_a_tunnel(uc, tmp_path):
+    """A second host (host-b: a worker in a network namespace of its own, reached over a veth
+    pair, with podman network configs of its own, as another machine on a network) joins this
+    host's lab network
+    (UNDERCLOUD_LAB_NETWORK): its container server gets an address of the same subnet from the
+    same address table, its agent checks in with host-b's worker at host-b's own address there,
+    and it fetches 300 kB over plain TCP from a server on this host through the VXLAN between
+    the two bridges (frames of 1500 bytes, fragmented below them). Deleting the stack removes
+    the tunnels with the networks."""
+    import ipaddress
+    import os
+    import signal
+    import sys
+    import urllib.request
+
+    from tests.conftest import own_store_url
+    from undercloud.config import Home
+
+    ns, here, there = f"uc-span-{os.getpid()}", "172.31.251.1", "172.31.251.2"
+    veth = f"ucsp{os.getpid() % 100000}"
+    b = Home((tmp_path / "host-b-home").resolve())
+    proc = log = None
+
+    def sh(*argv: str) -> None:
+        subprocess.run(argv, check=True, capture_output=True)
+
+    def in_ns(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", f"--net=/run/netns/{ns}", *argv], capture_output=True, text=True)
+
+    try:
+        sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", f"{veth}b")
+        sh("ip", "link", "set", f"{veth}b", "netns", ns)
+        sh("ip", "addr", "add", f"{here}/24", "dev", veth)
+        sh("ip", "link", "set", veth, "up")
+        assert in_ns("ip", "addr", "add", f"{there}/24", "dev", f"{veth}b").returncode == 0
+        assert in_ns("ip", "link", "set", f"{veth}b", "up").returncode == 0
+        assert in_ns("ip", "link", "set", "lo", "up").returncode == 0
+        # this host's service, reached by host-b at `here`; host-b's worker in its namespace
+        run_cli("service", "stop")  # started by the fixture's image build, on loopback only
+        assert run_cli("service", "start", env={"UNDERCLOUD_LISTEN": here}).returncode == 0
+        mine = f"{uc.instance}-lab"
+        log = open(tmp_path / "host-b.log", "a")  # noqa: SIM115 - closed below
+        env = {**os.environ, "UNDERCLOUD_HOME": str(b.path), "UNDERCLOUD_STORE_KEY": str(uc.path / "store.key"),
+               "UNDERCLOUD_HOST": "host-b", "UNDERCLOUD_LAB_NETWORK": mine,
+               "UNDERCLOUD_HYPERVISOR_TYPES": "container"}
+        # another machine has podman network configs of its own: a private mount over the directory
+        configs = tmp_path / "host-b-networks"
+        configs.mkdir()
+        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--propagation", "private",
+                                 "sh", "-c", 'mount --bind "$0" /etc/containers/networks && exec "$@"', str(configs),
+                                 sys.executable, "-m", "undercloud", "serve", "--worker",
+                                 "--db", own_store_url(uc.path / "undercloud.db"), "--listen", there],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://{there}:{b.api_port()}/v1/health", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "host-b.log").read_text()
+                time.sleep(0.3)
+
+        r = run_cli("stack", "create", "span", "-t", write(tmp_path, "span.yaml", SPANNED), "--wait", timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:] + (tmp_path / "host-b.log").read_text()[-2000:]
+        out = {o["output_key"]: o["output_value"] for o in
+               json.loads(run_cli("stack", "output", "list", "span", "-f", "json").stdout)}
+        assert len(out["served"]) == 64 and out["fetched"] == out["served"], out
+        subnet = ipaddress.ip_network(json.loads((uc.path / "servers" / "container-network.json").read_text())["subnet"])
+        assert ipaddress.ip_address(out["a"]) in subnet and ipaddress.ip_address(out["b"]) in subnet
+        b_server = wait_checked_in("span-b")
+        assert b_server["host"] == "host-b" and b_server["instance_name"] == f"{b.instance}-span-b"
+        # one address table: host-b's worker holds an address of its own there, its server another
+        held = address_table(uc).on(mine)
+        assert held[out["b"]] == b_server["id"] and "host:host-b" in held.values()
+        b_address = next(a for a, h in held.items() if h == "host:host-b")
+        bridge = in_ns("ip", "-o", "-4", "addr", "show", "dev", f"{b.instance}-br").stdout
+        assert f"{b_address}/{subnet.prefixlen}" in bridge and f" {subnet.network_address + 1}/" not in bridge
+        # each side's tunnel floods to the other
+        from undercloud.host import tunnel
+
+        assert tunnel.peers(f"{uc.instance}-vx") == {there}
+        assert f"dst {here}" in in_ns("bridge", "fdb", "show", "dev", f"{b.instance}-vx").stdout
+
+        assert run_cli("stack", "delete", "span", "--wait", timeout=300).returncode == 0
+        assert leftovers(uc.instance) == {"containers": [], "volumes": [], "network": False, "bridge": False}
+        assert subprocess.run(["ip", "link", "show", f"{uc.instance}-vx"], capture_output=True).returncode != 0
+        assert in_ns("ip", "link", "show", f"{b.instance}-vx").returncode != 0
+    finally:
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if log is not None:
+            log.close()
+        remove_instance(b.instance)
+        subprocess.run(["ip", "link", "del", f"{uc.instance}-vx"], capture_output=True)
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

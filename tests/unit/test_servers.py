@@ -60,7 +60,7 @@ class UC:
         self.dir = tmp_path
         self.ctx = Context(Home(tmp_path / "home"))
         env = Env(home=self.ctx.home, api_port=8, nodes=self.ctx.nodes, scheduler=self.ctx.scheduler,
-                  images=self.ctx.images)
+                  images=self.ctx.images, addresses=self.ctx.addresses, lab_networks=self.ctx.lab_networks)
         self.fake = FakeRealiser(env, "container")
         self.bm = FakeRealiser(env, "baremetal", uses_nodes=True)
         self.servers = ServersService(self.ctx.store, env, realisers={"container": self.fake, "baremetal": self.bm})
@@ -540,8 +540,16 @@ def test_a_retired_host_is_forgotten_only_when_down_and_empty(uc, monkeypatch):
     with pytest.raises(Conflict, match=r"^host: host host-b holds 1 server\(s\): delete them first"):
         uc.servers.forget_host("host-b")
     uc.servers._save("s-1", host="host-a")
+    # host-b had joined host-a's lab network: it leaves it, and its address there is free again
+    env = uc.servers.env
+    env.lab_networks.define("ua-lab", "10.9.0.0/24", "10.9.0.1", "host-a")
+    env.lab_networks.join("ua-lab", "host-a", "192.168.24.254", "10.9.0.1")
+    env.lab_networks.join("ua-lab", "host-b", "192.168.24.107", env.addresses.claim("ua-lab", "host:host-b",
+                                                                                     ["10.9.0.254"]))
     assert uc.servers.forget_host("host-b") == {"name": "host-b", "hypervisor_types": ["container"]}
     assert "host-b" not in {h["name"] for h in uc.servers.hosts()}
+    assert [m["host"] for m in env.lab_networks.members("ua-lab")] == ["host-a"]
+    assert env.addresses.on("ua-lab") == {}
 
 
 def test_a_hypervisor_host_node_is_not_deleted_under_its_servers(uc, monkeypatch):

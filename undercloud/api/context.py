@@ -129,7 +129,8 @@ class Context:
 
         env = Env(home=self.home, api_port=self.home.api_port(), listen=self.listeners.listen,
                   nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds,
-                  addresses=self.addresses, hosts_up=self.workers.live_hosts, workers_on=self.workers.live_on,
+                  addresses=self.addresses, lab_networks=self.lab_networks, endpoint=self.endpoint,
+                  hosts_up=self.workers.live_hosts, workers_on=self.workers.live_on,
                   forward=lambda worker, method, path, body: forward_admin(self, worker, method, path, body))
         return ServersService(self.store, env)
 
@@ -139,6 +140,21 @@ class Context:
         from undercloud.store.addresses import AddressTable
 
         return AddressTable(self.store)
+
+    @cached_property
+    def lab_networks(self):
+        """Lab networks that span hypervisor hosts: subnets, members, tunnel ends."""
+        from undercloud.store.lab_networks import LabNetworks
+
+        return LabNetworks(self.store)
+
+    def endpoint(self) -> str | None:
+        """Where other hosts reach this one (the host of `api_url`), None when only this host
+        does (a loopback address)."""
+        from urllib.parse import urlsplit
+
+        host = urlsplit(self.api_url).hostname
+        return None if not host or host == "localhost" or host.startswith("127.") else host
 
     @cached_property
     def listeners(self):

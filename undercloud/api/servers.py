@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -21,25 +22,34 @@ router = APIRouter()
 _ctx = get_context
 
 
+TUNNEL_SYNC = 5.0  # seconds between looks at who else is on this host's lab network
+
+
 def startup(ctx: Context):
     """First start: default flavors, this host as hypervisor host; listeners for existing
     servers; then a status pass over the settled servers every UNDERCLOUD_SERVER_SYNC_INTERVAL
-    seconds (default 60; 0: never), so `server list` shows a machine that died by itself."""
+    seconds (default 60; 0: never), so `server list` shows a machine that died by itself; and
+    every 5 s the tunnels of a lab network other hosts share (a host joined or left)."""
     ctx.servers.startup()
     interval = float(os.environ.get("UNDERCLOUD_SERVER_SYNC_INTERVAL", "60"))
     stop = threading.Event()
 
     def loop() -> None:
-        while not stop.wait(interval) and not ctx.stopping.is_set():
+        next_status = time.monotonic() + interval
+        while not stop.wait(min(interval, TUNNEL_SYNC) if interval > 0 else TUNNEL_SYNC) \
+                and not ctx.stopping.is_set():
             try:
-                stats = ctx.servers.sync_status()
-                if stats["changed"]:
-                    log.info("server status sync: %(servers)d servers, %(changed)d changed, %(seconds).2f s", stats)
+                ctx.servers.sync_networks()
+                if interval > 0 and time.monotonic() >= next_status:
+                    next_status = time.monotonic() + interval
+                    stats = ctx.servers.sync_status()
+                    if stats["changed"]:
+                        log.info("server status sync: %(servers)d servers, %(changed)d changed, %(seconds).2f s",
+                                 stats)
             except Exception:  # noqa: BLE001 - the loop must survive one bad pass
                 log.exception("server status sync failed")
 
-    if interval > 0:
-        threading.Thread(target=loop, name="servers-status-sync", daemon=True).start()
+    threading.Thread(target=loop, name="servers-status-sync", daemon=True).start()
 
     def halt() -> None:
         stop.set()

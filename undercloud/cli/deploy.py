@@ -80,6 +80,19 @@ def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:
     return params
 
 
+def lab_network_parameters(client: Client, library) -> dict:
+    """UndercloudLabNetwork, for the services that take it (a hypervisor host's worker): the
+    container lab network of the host this deploy talks to, which the new host's servers join
+    (made here when missing). A host without container servers has none to join."""
+    if not any("UndercloudLabNetwork" in s.parameters for s in library.enabled):
+        return {}
+    try:
+        return {"UndercloudLabNetwork": client.get("/v1/hypervisors/container/network")["network"]}
+    except UndercloudError as exc:
+        note(f"hypervisor hosts keep their servers on networks of their own: {exc.message}")
+        return {}
+
+
 def check_hypervisor(_ctx, _param, value: str) -> str:
     from undercloud.orchestration.overcloud.plan import HYPERVISOR_FLAVORS, node_cloud
 
@@ -331,6 +344,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     if "ServiceImageSources" in images:
         images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
     images.update(network_parameters(client, stack, hypervisor))
+    images.update(lab_network_parameters(client, library))
     kinds = library.secrets()
     secrets = state.secrets(kinds, secrets_given(env_paths, set(kinds)))
     plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths, secrets)

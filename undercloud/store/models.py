@@ -9,6 +9,7 @@ from undercloud.store import (  # noqa: F401
     agent,
     clouds,
     images,
+    lab_networks,
     meta,
     networks,
     nodes,

@@ -84,6 +84,9 @@ class Env:
     images: Any = None             # images.store.ImageStore (image content by checksum)
     clouds: Any = None             # provisioning.clouds.Clouds (openstack servers)
     addresses: Any = None          # store.addresses.AddressTable: who holds which lab address
+    lab_networks: Any = None       # store.lab_networks.LabNetworks: lab networks spanning hosts
+    # Where other hosts reach this worker (its tunnels' end), None when only this host does.
+    endpoint: Callable[[], str | None] = lambda: None
     # Servers of another host (several workers on one store): the hosts with a live worker,
     # the live workers on a host, and a request run by one of them, (worker, method, path,
     # JSON body) -> its JSON answer.

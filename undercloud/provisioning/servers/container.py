@@ -14,6 +14,14 @@
   going with the containers). Address and port are derived from the home: they stay the
   same across restarts, which is what the agents hold. Containers can reach nothing else
   on the host: the address is on their own bridge only.
+- Several hosts on one network: another host's worker joins this host's lab network
+  (UNDERCLOUD_LAB_NETWORK names it: store/lab_networks.py records each network's subnet and
+  first host, and each member's tunnel end and address). Its own podman network and bridge
+  (named after its own instance) get the same subnet, its worker an address of its own
+  there (claimed in the address table as `host:<name>`, served to its servers' agents),
+  and a VXLAN port on each member's bridge (host/tunnel.py, `<instance>-vx`) floods to the
+  others: servers of every member, the overcloud's VIP and instances on the provider
+  network share one layer-2 segment.
 - A second port, `provider`, on the same bridge and without an address (the podman network
   `<instance>-provider`, IPAM none): an overcloud's Neutron bridges its flat provider
   network to it, so instances it boots are on the lab network and reach the undercloud.
@@ -37,7 +45,9 @@ import os
 import threading
 from pathlib import Path
 
+from undercloud.config import host_name
 from undercloud.host import podman as hp
+from undercloud.host import tunnel
 from undercloud.host.run import CommandFailed, run
 from undercloud.provisioning.servers.base import (
     ACTIVE,
@@ -51,6 +61,7 @@ from undercloud.provisioning.servers.base import (
     Status,
     virtual_ips,
 )
+from undercloud.store.lab_networks import vni
 
 log = logging.getLogger("undercloud.servers.container")
 
@@ -83,8 +94,14 @@ class ContainerRealiser(Realiser):
     def __init__(self, env):
         super().__init__(env)
         self.instance = env.home.instance
-        self.network = f"{self.instance}-lab"
+        self.network = f"{self.instance}-lab"  # this host's podman network
+        # The lab network it is part of: its key in the store (address table, lab networks):
+        # another host's that this host's worker joins (UNDERCLOUD_LAB_NETWORK), else its own.
+        self.joined = os.environ.get("UNDERCLOUD_LAB_NETWORK") or None
+        self.lab = self.joined or self.network
         self.bridge = f"{self.instance}-br"  # at most 15 characters (IFNAMSIZ)
+        self.tunnel = f"{self.instance}-vx"  # the VXLAN port to the network's other hosts
+        self._peers: set[str] | None = None  # the tunnel's other ends as last set
         # A second port of every node on the same bridge, without an address: what an
         # overcloud's Neutron bridges its flat provider network to (PROVIDER_INTERFACE).
         self.provider = f"{self.instance}-provider"
@@ -127,12 +144,22 @@ class ContainerRealiser(Realiser):
         if self._net_info is not None and all((NETWORKS_DIR / f"{n}.json").exists()
                                               for n in (self.network, self.provider)):
             self._bridge_address(self._net_info)
+            if self._peers:  # shared with other hosts: the tunnel on the bridge (netavark may have made it afresh)
+                self._sync_tunnel(force=True)
             return self._net_info
+        shared = self._shared()
+        own = self._own_address(shared) if shared else None
         net = self._inspect_network()
+        if net is not None and shared is not None and net["subnets"][0]["subnet"] != shared["subnet"]:
+            raise RealiserError(f"podman network {self.network} has subnet {net['subnets'][0]['subnet']}, but the lab "
+                                f"network {self.lab} it joins has {shared['subnet']}: remove it (podman network rm "
+                                f"{self.network}) with its containers")
         if net is None:
             last = ""
-            for subnet in self._subnet_choices():
-                gateway = str(next(ipaddress.ip_network(subnet).hosts()))  # reserved from podman's IPAM
+            for subnet in [shared["subnet"]] if shared else self._subnet_choices():
+                # the undercloud's address here, reserved from podman's IPAM (netavark may put
+                # it on the bridge: on a network it joins, this host's own, never the first's)
+                gateway = own or str(next(ipaddress.ip_network(subnet).hosts()))
                 proc = hp.podman("network", "create", "--internal", "--disable-dns", "--subnet", subnet,
                                  "--gateway", gateway,
                                  "--label", f"undercloud.instance={self.instance}", self.network, check=False)
@@ -157,14 +184,87 @@ class ContainerRealiser(Realiser):
         subnet = net["subnets"][0]
         # Internal networks have no gateway in their config: the undercloud takes the first address.
         gateway = subnet.get("gateway") or str(next(ipaddress.ip_network(subnet["subnet"]).hosts()))
-        info = {"subnet": subnet["subnet"], "gateway": gateway}
+        # gateway: the lab network's first host's address; address: this host's (the same on the first)
+        info = {"subnet": subnet["subnet"], "gateway": shared["gateway"] if shared else gateway,
+                "address": own or gateway}
         self._net_file.parent.mkdir(parents=True, exist_ok=True)
         if not self._net_file.exists() or json.loads(self._net_file.read_text()) != info:
             self._net_file.write_text(json.dumps(info))
         self._bridge_address(info)
-        self.env.listen(info["gateway"])
+        self.env.listen(info["address"])
+        self._record(info)
         self._net_info = info
+        self._sync_tunnel(force=True)
         return info
+
+    def _shared(self) -> dict | None:
+        """The store's record of the network this host joins (None: this host's own)."""
+        if not self.joined or self.env.lab_networks is None:
+            return None
+        row = self.env.lab_networks.get(self.joined)
+        if row is None:
+            raise RealiserError(f"lab network {self.joined} (UNDERCLOUD_LAB_NETWORK) is not in the store: its first "
+                                "host records it when it makes its network (its first container server)")
+        first = next((m for m in self.env.lab_networks.members(self.joined) if m["host"] == row["host"]), None)
+        if row["host"] != host_name() and (first is None or not first["endpoint"]):
+            raise RealiserError(f"lab network {self.joined}: its first host {row['host']} has no address other hosts "
+                                "reach (start its undercloud with --listen ADDRESS)")
+        return row
+
+    def _own_address(self, shared: dict) -> str:
+        """This host's address on a lab network it joins: claimed in the address table (as
+        `host:<name>`, kept across restarts), from the top down, never the first host's nor a VIP."""
+        from undercloud.store.addresses import NoFreeAddress
+
+        kept = {shared["gateway"], *virtual_ips(shared["subnet"])}
+        hosts = [str(h) for h in ipaddress.ip_network(shared["subnet"]).hosts() if str(h) not in kept]
+        try:
+            return self.env.addresses.claim(self.lab, f"host:{host_name()}", reversed(hosts))
+        except NoFreeAddress:
+            raise RealiserError(f"the lab network {self.lab} ({shared['subnet']}) has no free address for host "
+                                f"{host_name()}") from None
+
+    def _record(self, info: dict) -> None:
+        """This host on the network, in the store: the network itself when this host made it
+        first, and where its tunnel ends (for the other hosts)."""
+        lab = self.env.lab_networks
+        if lab is None:
+            return
+        if not self.joined:
+            lab.define(self.lab, info["subnet"], info["gateway"], host_name())
+        lab.join(self.lab, host_name(), self.env.endpoint(), info["address"])
+
+    def sync_tunnel(self) -> None:
+        """Keep the VXLAN port's flood list to the network's other hosts (the status loop)."""
+        with self._lock:
+            self._sync_tunnel(force=False)
+
+    def _sync_tunnel(self, force: bool) -> None:
+        """The VXLAN port on the bridge, flooding to every other member's tunnel end: made
+        when the network has another member, checked in the kernel when the members changed
+        (or `force`: the bridge may have been made afresh)."""
+        lab = self.env.lab_networks
+        if self._net_info is None or lab is None:
+            return
+        me = host_name()
+        peers = {m["endpoint"] for m in lab.members(self.lab) if m["host"] != me and m["endpoint"]}
+        if not force and peers == self._peers:
+            return
+        if not peers and self._peers is None:
+            self._peers = peers
+            return  # alone on it: no tunnel
+        local = self.env.endpoint()
+        if local is None:
+            if self._peers != peers:
+                log.warning("lab network %s: other hosts are on it (%s) but this one has no address they reach "
+                            "(start it with --listen ADDRESS)", self.lab, ", ".join(sorted(peers)))
+            self._peers = peers
+            return
+        tunnel.ensure(self.tunnel, vni(self.lab), local, self.bridge)
+        added, removed = tunnel.set_peers(self.tunnel, peers - {local})
+        if added or removed:
+            log.info("lab network %s: tunnel %s to %s", self.lab, self.tunnel, ", ".join(sorted(peers)) or "none")
+        self._peers = peers
 
     def _inspect_network(self) -> dict | None:
         proc = hp.podman("network", "inspect", self.network, check=False)
@@ -188,21 +288,23 @@ class ContainerRealiser(Realiser):
 
     def _bridge_address(self, info: dict) -> None:
         prefix = ipaddress.ip_network(info["subnet"]).prefixlen
-        if run(["ip", "addr", "replace", f"{info['gateway']}/{prefix}", "dev", self.bridge],
+        address = info.get("address", info["gateway"])
+        if run(["ip", "addr", "replace", f"{address}/{prefix}", "dev", self.bridge],
                check=False).returncode != 0:  # no bridge (yet, or any more): make it
             run(["ip", "link", "add", self.bridge, "type", "bridge"], check=False)
-            run(["ip", "addr", "replace", f"{info['gateway']}/{prefix}", "dev", self.bridge])
+            run(["ip", "addr", "replace", f"{address}/{prefix}", "dev", self.bridge])
+            self._peers = None  # a new bridge: the tunnel port goes on it again
         run(["ip", "link", "set", self.bridge, "up"])
 
     def agent_url(self, spec: Spec) -> str:
         with self._lock:
             info = self._network()
-        return f"http://{info['gateway']}:{self.env.api_port}"
+        return f"http://{info.get('address', info['gateway'])}:{self.env.api_port}"
 
     def network_info(self) -> dict:
         with self._lock:
             info = self._network()
-        return {"network": self.network, **info, "virtual_ips": virtual_ips(info["subnet"]),
+        return {"network": self.lab, **info, "virtual_ips": virtual_ips(info["subnet"]),
                 "provider_interface": PROVIDER_INTERFACE}
 
     def startup(self) -> None:
@@ -224,6 +326,9 @@ class ContainerRealiser(Realiser):
                 if hp.podman("network", "exists", network, check=False).returncode == 0:
                     hp.podman("network", "rm", "-f", network, check=False)
                     removed.append(network)
+            if tunnel.remove(self.tunnel):
+                removed.append(self.tunnel)
+            self._peers = None
             if run(["ip", "link", "show", self.bridge], check=False).returncode == 0:
                 run(["ip", "link", "del", self.bridge], check=False)
                 removed.append(self.bridge)
@@ -312,27 +417,30 @@ class ContainerRealiser(Realiser):
         """The server's address: requested, kept from before (rebuild), or the first free one.
 
         Every container gets a static address (podman would otherwise hand out a new one at
-        each start), held in the store's address table (`env.addresses`, keyed by the podman
-        network's name) until the server is deleted; the `undercloud.ip` label shows it."""
+        each start), held in the store's address table (`env.addresses`, keyed by the lab
+        network's name: this host's podman network's, or the one it joins) until the server is
+        deleted; the `undercloud.ip` label shows it."""
         from undercloud.store.addresses import AddressTaken, NoFreeAddress
 
         subnet = ipaddress.ip_network(info["subnet"])
+        ours = {info["gateway"], info.get("address", info["gateway"])}  # the undercloud's on this network
         want = next((n.get("fixed_ip") for n in spec.networks if n.get("fixed_ip")), None) or spec.state.get("ip")
         if want:
-            if ipaddress.ip_address(want) not in subnet or want == info["gateway"]:
+            if ipaddress.ip_address(want) not in subnet or want in ours:
                 raise RealiserError(f"fixed_ip {want} is not a free address of the lab network {subnet} "
-                                    f"({info['gateway']} is the undercloud's)")
+                                    f"({' and '.join(sorted(ours))} {'is' if len(ours) == 1 else 'are'} the "
+                                    "undercloud's)")
             if want in virtual_ips(info["subnet"]):
                 raise RealiserError(f"fixed_ip {want} is kept for virtual IPs on the lab network {subnet} "
                                     f"({', '.join(virtual_ips(info['subnet']))})")
         self._adopt_labelled()
         try:
             if want:
-                ip = self.env.addresses.claim(self.network, spec.id, exact=want)
+                ip = self.env.addresses.claim(self.lab, spec.id, exact=want)
             else:
                 # never the gateway, nor an overcloud's VIP (keepalived may hold one)
-                kept = {info["gateway"], *virtual_ips(info["subnet"])}
-                ip = self.env.addresses.claim(self.network, spec.id,
+                kept = {*ours, *virtual_ips(info["subnet"])}
+                ip = self.env.addresses.claim(self.lab, spec.id,
                                               [str(h) for h in subnet.hosts() if str(h) not in kept])
         except AddressTaken as exc:
             raise RealiserError(f"fixed_ip {want} is held by server {exc.holder} on the lab network {subnet}") \
@@ -353,7 +461,7 @@ class ContainerRealiser(Realiser):
         for r in rows:
             labels = r.get("Labels") or {}
             if labels.get("undercloud.server") and labels.get("undercloud.ip"):
-                self.env.addresses.adopt(self.network, labels["undercloud.server"], labels["undercloud.ip"])
+                self.env.addresses.adopt(self.lab, labels["undercloud.server"], labels["undercloud.ip"])
         self._adopted = True
 
     def _run(self, spec: Spec, image: str) -> None:

@@ -239,6 +239,10 @@ class ServersService:
             if n:
                 raise Conflict(f"host {name} holds {n} server(s): delete them first (`server list`)", "host")
             s.execute(delete(HypervisorHost).where(HypervisorHost.name == name))
+        if self.env.lab_networks is not None:  # off the lab networks it shared: no tunnel to it
+            self.env.lab_networks.leave(name)
+        if self.env.addresses is not None:
+            self.env.addresses.release(f"host:{name}")
         return {"name": name, "hypervisor_types": types}
 
     def _used(self, s, ht: str | None = None) -> dict[tuple[str, str], tuple[int, int, int, int]]:
@@ -484,7 +488,8 @@ class ServersService:
         d = self.first_boot_dir(spec.id)
         d.mkdir(parents=True, exist_ok=True)
         os.chmod(d.parent, 0o700)
-        spec.first_boot["url"] = realiser.agent_url(spec)
+        # where its agent reaches the undercloud (the network made if missing): a failure is its fault
+        spec.first_boot["url"] = self._call(spec.id, realiser.agent_url, spec, "spawning")
         data = dict(spec.first_boot, hostname=spec.name, server_id=spec.id, networks=spec.networks)
         tmp = d / ".config.json.tmp"
         tmp.unlink(missing_ok=True)
@@ -625,6 +630,14 @@ class ServersService:
         removed = self.remove_leftovers()
         return {"servers": len(rows), "changed": changed, "leftovers_removed": len(removed),
                 "seconds": time.perf_counter() - t0}
+
+    def sync_networks(self) -> None:
+        """The tunnels of this host's container lab network to the other hosts on it (a host
+        that joined or left): nothing before this worker made the network."""
+        with self._lock:
+            r = self._realisers.get("container")
+        if r is not None and hasattr(r, "sync_tunnel"):
+            r.sync_tunnel()
 
     # ---- servers of another host ----------------------------------------------------
     def _other_hosts(self) -> set[str]:
