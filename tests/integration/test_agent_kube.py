@@ -205,3 +205,51 @@ def test_netns_mode_uts_privileged_shared_claim_and_exec_probes_inside(container
         f"pod probe: container c: readiness probe (exec cat {host_file}) did not pass within 3 s; it said: cat: ")
     # Without hostNetwork a Pod keeps a hostname of its own.
     assert podman("exec", f"{node}-probe-c", "hostname").stdout.strip() != node
+
+
+def test_netns_mode_loads_a_missing_image_into_the_hosts_podman_through_its_api(container_node, tmp_path):
+    """A container node on a hypervisor host: the host's podman lacks the service image, so the
+    hook downloads it from the undercloud (here a local server of a `podman save` archive,
+    sha256 checked), loads it through the podman API and tags it as the Pod names it; the
+    Pod then runs. A second step finds it there and loads nothing."""
+    import hashlib
+    import http.server
+    import threading
+
+    node, env = container_node
+    ref = f"localhost/uc-agent-test-busybox:load-{uuid.uuid4().hex[:8]}"
+    archive = tmp_path / "image.tar"
+    assert podman("save", "-o", str(archive), IMAGE, timeout=120).returncode == 0
+    body = archive.read_bytes()
+
+    class Store(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.send_header("X-Image-Sha256", hashlib.sha256(body).hexdigest())
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Store)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    env = dict(env, UNDERCLOUD_URL=f"http://127.0.0.1:{srv.server_address[1]}")
+    p = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loaded"}, "spec": {
+        "hostNetwork": True, "containers": [{"name": "c", "image": ref, "command": ["sleep", "600"]}]}}
+    options = {"ready_timeout": 60, "image_sources": {ref: "/v1/images/x/file"}}
+    try:
+        r = hooks.run(deployment("kl", "loaded", "kube", {"kind": "List", "items": [p]}, options=options), None, 300, env)
+        assert r["deploy_status_code"] == 0, r
+        assert f"image {ref}: loaded from the undercloud in" in r["deploy_stdout"]
+        assert podman("image", "exists", ref).returncode == 0
+        assert podman("inspect", f"{node}-loaded-c", "--format", "{{.ImageName}}").stdout.strip() == ref
+        again = hooks.run(deployment("kl2", "loaded", "kube", {"kind": "List", "items": [p]}, options=options),
+                          None, 300, env)
+        assert again["deploy_status_code"] == 0 and "loaded from the undercloud" not in again["deploy_stdout"], again
+    finally:
+        srv.shutdown()
+        for c in podman("ps", "-a", "--filter", f"label=undercloud.node={node}", "--format", "{{.Names}}").stdout.split():
+            podman("rm", "-f", "-t", "0", c)
+        podman("rmi", ref)

@@ -631,6 +631,11 @@ def test_servers_of_two_hosts_share_one_lab_network_through_a_tunnel(uc, tmp_pat
         b_address = next(a for a, h in held.items() if h == "host:host-b")
         bridge = in_ns("ip", "-o", "-4", "addr", "show", "dev", f"{b.instance}-br").stdout
         assert f"{b_address}/{subnet.prefixlen}" in bridge and f" {subnet.network_address + 1}/" not in bridge
+        # `server network` shows the network and the hosts on it, where their tunnels end
+        shown = json.loads(run_cli("server", "network", "-f", "json").stdout)
+        assert (shown["network"], shown["subnet"]) == (mine, str(subnet))
+        assert {(h["host"], h["endpoint"], h["address"]) for h in shown["hosts"]} >= {("host-b", there, b_address)}
+        assert here in {h["endpoint"] for h in shown["hosts"]}
         # each side's tunnel floods to the other
         from undercloud.host import tunnel
 

@@ -31,8 +31,9 @@ names, unchanged Pods are left alone, and the first Pod not ready fails the depl
 naming the Pod, its probe (an exec probe's last line of output) and the last lines of its
 container's log.
 Options: `image_overrides` (image -> image this node runs instead, applied before the
-hash: only the Pods that use one change), `image_sources`/`image_prefetch` (where VM and
-bare-metal nodes download service images), `ready_timeout`, `kube_mode`.
+hash: only the Pods that use one change), `image_sources`/`image_prefetch` (where a node
+whose podman lacks a service image downloads it: VM and bare-metal nodes, container nodes
+on another host than the undercloud's), `ready_timeout`, `kube_mode`.
 
 - `netns` (container nodes; podman 4.3's `kube play` cannot join another container's
   network namespace): with CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=
@@ -203,20 +204,77 @@ def _images_dir() -> Path:
     return path
 
 
-def load_image(ref: str, source: str) -> str:
-    """Load `ref` into this node's podman from the undercloud's image store unless it is
-    there; `source` is its download path (`/v1/images/ID/file`, public by id) on the
-    undercloud (UNDERCLOUD_URL), the content checked against the X-Image-Sha256 the store
-    sends. One image at a time per reference (a lock file): a step's hook and the
-    background prefetch never load one twice. Returns what it did ("" when present)."""
+class _CliImages:
+    """podman mode: this node's own podman, through its command line."""
+
+    def exists(self, ref: str) -> bool:
+        return _run(["podman", "image", "exists", ref], timeout=60).returncode == 0
+
+    def load(self, ref: str, archive: Path) -> str:
+        p = _run(["podman", "load", "-q", "-i", str(archive)], timeout=1800)
+        if p.returncode != 0:
+            raise PodError(f"image {ref}: podman load: {(p.stderr or p.stdout).strip()[-300:]}")
+        return p.stdout.strip().rsplit(" ", 1)[-1]
+
+    def tag(self, ref: str, loaded: str) -> None:
+        t = _run(["podman", "tag", loaded, ref], timeout=60)
+        if t.returncode != 0:
+            raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: {t.stderr.strip()[-200:]}")
+
+
+class _ApiImages:
+    """netns mode (a container node): the podman of the host it runs on, through its API. On
+    the undercloud's host the images are there already; a hypervisor host's podman gets them
+    here, as a VM node's does."""
+
+    def __init__(self, api: PodmanAPI):
+        self.api = api
+
+    def exists(self, ref: str) -> bool:
+        from urllib.parse import quote
+
+        return self.api.call("GET", f"/images/{quote(ref, safe='')}/exists")[0] == 204
+
+    def load(self, ref: str, archive: Path) -> str:
+        with archive.open("rb") as f:
+            status, data = self.api.call("POST", "/images/load", raw=f, timeout=1800,
+                                         headers={"Content-Length": str(archive.stat().st_size)})
+        if status >= 300:
+            raise PodError(f"image {ref}: podman API load: HTTP {status}: {data.decode(errors='replace')[-300:]}")
+        names = json.loads(data or b"{}").get("Names") or [""]
+        return names[0]
+
+    def tag(self, ref: str, loaded: str) -> None:
+        from urllib.parse import quote
+
+        repo, _, tag = ref.rpartition(":")
+        status, data = self.api.call("POST", f"/images/{quote(loaded, safe='')}/tag?repo={quote(repo, safe='')}"
+                                             f"&tag={quote(tag, safe='')}")
+        if status >= 300:
+            raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: HTTP {status}: "
+                           f"{data.decode(errors='replace')[-200:]}")
+
+
+def _images(mode: str):
+    return _ApiImages(_node_api()) if mode == "netns" else _CliImages()
+
+
+def load_image(ref: str, source: str, mode: str = "podman") -> str:
+    """Load `ref` into the node's podman (`mode`: podman, its own; netns, its host's API)
+    from the undercloud's image store unless it is there; `source` is its download path
+    (`/v1/images/ID/file`, public by id) on the undercloud (UNDERCLOUD_URL), the content
+    checked against the X-Image-Sha256 the store sends. One image at a time per reference
+    (a lock file): a step's hook and the background prefetch never load one twice. Returns
+    what it did ("" when present)."""
     import fcntl
     import urllib.parse
 
+    images = _images(mode)
     work = _images_dir()
     key = hashlib.sha256(ref.encode()).hexdigest()[:16]
     with open(work / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _run(["podman", "image", "exists", ref], timeout=60).returncode == 0:
+        if images.exists(ref):
             return ""
         url = urllib.parse.urljoin(os.environ.get("UNDERCLOUD_URL", "").rstrip("/") + "/", str(source))
         archive = work / f"download-{key}.tar"  # ours alone while we hold the image's lock
@@ -233,27 +291,22 @@ def load_image(ref: str, source: str) -> str:
                 raise PodError(f"image {ref}: cannot fetch {url}: {exc}") from None
             if want and digest.hexdigest() != want:
                 raise PodError(f"image {ref}: content from {url} does not match its sha256 {want[:12]}")
-            p = _run(["podman", "load", "-q", "-i", str(archive)], timeout=1800)
-            if p.returncode != 0:
-                raise PodError(f"image {ref}: podman load: {(p.stderr or p.stdout).strip()[-300:]}")
-            loaded = p.stdout.strip().rsplit(" ", 1)[-1]
-            if _run(["podman", "image", "exists", ref], timeout=60).returncode != 0:
-                t = _run(["podman", "tag", loaded, ref], timeout=60)
-                if t.returncode != 0:
-                    raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: {t.stderr.strip()[-200:]}")
+            loaded = images.load(ref, archive)
+            if not images.exists(ref):
+                images.tag(ref, loaded)
         finally:
             archive.unlink(missing_ok=True)
         return f"image {ref}: loaded from the undercloud in {time.monotonic() - started:.1f} s\n"
 
 
-def ensure_images(pods: list[dict], sources: dict) -> str:
-    """podman mode: load each image the Pods name that this node's podman lacks and
-    `sources` (options.image_sources: reference -> download path) offers."""
+def ensure_images(pods: list[dict], sources: dict, mode: str = "podman") -> str:
+    """Load each image the Pods name that the node's podman lacks and `sources`
+    (options.image_sources: reference -> download path) offers."""
     refs = dict.fromkeys(c.get("image") for p in pods for c in (p.get("spec") or {}).get("containers") or [])
-    return "".join(load_image(ref, sources[ref]) for ref in refs if ref and ref in sources)
+    return "".join(load_image(ref, sources[ref], mode) for ref in refs if ref and ref in sources)
 
 
-def start_prefetch(refs: list, sources: dict) -> None:
+def start_prefetch(refs: list, sources: dict, mode: str = "podman") -> None:
     """Load the images the node's later steps need (options.image_prefetch) in a detached
     process, so they download and load while this step's services start; a step that
     needs one still loading waits for it (the per-image lock). Failures are left to the
@@ -262,7 +315,7 @@ def start_prefetch(refs: list, sources: dict) -> None:
     if not todo:
         return
     spec = _images_dir() / f"prefetch-{os.getpid()}.json"
-    spec.write_text(json.dumps({"sources": {r: sources[r] for r in todo}}))
+    spec.write_text(json.dumps({"sources": {r: sources[r] for r in todo}, "mode": mode}))
     with open(_images_dir() / "prefetch.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "undercloud.agent", "prefetch-images", str(spec)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=podman_env())
@@ -273,7 +326,8 @@ def prefetch(spec_file: Path) -> int:
     import fcntl
 
     try:
-        sources = json.loads(spec_file.read_text())["sources"]
+        spec = json.loads(spec_file.read_text())
+        sources, mode = spec["sources"], spec.get("mode", "podman")
     finally:
         spec_file.unlink(missing_ok=True)
     with open(_images_dir() / "prefetch.lock", "w") as lock:
@@ -283,7 +337,7 @@ def prefetch(spec_file: Path) -> int:
             return 0
         for ref, source in sources.items():
             try:
-                sys.stdout.write(load_image(ref, source))
+                sys.stdout.write(load_image(ref, source, mode))
             except (OSError, PodError, subprocess.SubprocessError) as exc:
                 sys.stdout.write(f"prefetch: {exc}\n")
             sys.stdout.flush()
@@ -587,8 +641,9 @@ class PodmanAPI:
     def __init__(self, socket_path: str):
         self.socket_path = socket_path
 
-    def call(self, method: str, path: str, body=None, raw: bytes | None = None,
-             timeout: float = 120) -> tuple[int, bytes]:
+    def call(self, method: str, path: str, body=None, raw=None, timeout: float = 120,
+             headers: dict | None = None) -> tuple[int, bytes]:
+        """`raw`: a tar, as bytes or an open file (streamed; give its Content-Length)."""
         import http.client
 
         class Conn(http.client.HTTPConnection):
@@ -599,9 +654,9 @@ class PodmanAPI:
 
         conn = Conn("localhost", timeout=timeout)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        headers = {"Content-Type": "application/x-tar" if raw is not None else "application/json"}
+        sent = {"Content-Type": "application/x-tar" if raw is not None else "application/json", **(headers or {})}
         try:
-            conn.request(method, "/v4.0.0/libpod" + path, body=data, headers=headers)
+            conn.request(method, "/v4.0.0/libpod" + path, body=data, headers=sent)
             r = conn.getresponse()
             return r.status, r.read()
         finally:
@@ -967,10 +1022,10 @@ def hook_kube(c: dict) -> dict:
     if not pods:
         return {"deploy_stdout": "no pods in this config\n", "deploy_stderr": "", "deploy_status_code": 0}
     outs, errs, result = [], [], {}
-    if mode == "podman" and options.get("image_sources"):
+    if mode in ("podman", "netns") and options.get("image_sources"):
         try:
-            outs.append(ensure_images(pods, options["image_sources"]))
-            start_prefetch(options.get("image_prefetch") or [], options["image_sources"])
+            outs.append(ensure_images(pods, options["image_sources"], mode))
+            start_prefetch(options.get("image_prefetch") or [], options["image_sources"], mode)
         except PodError as exc:
             return {"deploy_stdout": "".join(outs), "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1,
                     "deploy_failure_reason": str(exc)}

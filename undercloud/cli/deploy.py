@@ -55,7 +55,7 @@ def build_images(client: Client, hypervisor: str, library, current: dict | None 
                                           for t in catalog.targets(name)]
     records = {r["name"]: r for r in build_targets(client, targets)}
     records.update(have)
-    return od.image_parameters(library, records, hypervisor), records
+    return od.image_parameters(library, records), records
 
 
 def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:

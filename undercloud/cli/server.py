@@ -80,6 +80,25 @@ def rebuild(ref: str, image: str | None):
     return Client(timeout=300).post(f"/v1/servers/{ref}/action", json={"action": "rebuild", "image": image})
 
 
+@server.command("network")
+@click.option("--hypervisor-type", "ht", type=click.Choice(["container", "vm", "baremetal"]), default="container",
+              show_default=True, help="Whose servers' network.")
+@formatted()
+def network(ht: str):
+    """The lab network servers of a hypervisor type are on, made if missing: its name (the
+    address table's key), subnet, the undercloud's address on it, the addresses kept for
+    virtual IPs, and (container) the hosts on it with their tunnels' ends.
+
+    A worker on another host joins this host's container lab network with
+    UNDERCLOUD_LAB_NETWORK=NAME (`undercloud deploy` does it for hypervisor hosts); then
+    servers of both hosts share one subnet through a VXLAN tunnel between them. E.g.
+
+    \b
+      undercloud server network            # its `network`: the NAME to give another host's worker
+    """
+    return Client().get(f"/v1/hypervisors/{ht}/network")
+
+
 @server.command("hypervisors")
 @click.option("--forget", "forget", metavar="HOST", multiple=True,
               help="Remove a host that will not come back first: down, running no server; repeatable.")

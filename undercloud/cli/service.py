@@ -100,13 +100,17 @@ def serve(db: str | None, worker: bool, listen: str, hypervisor_only: bool) -> N
     nodes' power sync are shared among them, and one that stops heart-beating has its
     operations taken over by another within about ten seconds. Other workers and nodes
     reach a worker at UNDERCLOUD_AGENT_URL, else at its --listen address (for 0.0.0.0: its
-    address on the route to the store's host).
+    address on the route to the store's host). A worker on another host with
+    UNDERCLOUD_LAB_NETWORK=NAME puts its container servers on that lab network of the first
+    host (the `network` that `undercloud server network` shows there), through a VXLAN
+    tunnel between the hosts (UDP 4789): one subnet, one address table, reachable both ways.
 
     \b
     Examples:
       undercloud serve                         # what `service start` runs, in the foreground
       UNDERCLOUD_HOME=/srv/w2 UNDERCLOUD_STORE_KEY=/etc/uc-store.key \\
         undercloud serve --worker --db postgresql://undercloud@db.example:5432/undercloud --listen 0.0.0.0
+      UNDERCLOUD_LAB_NETWORK=uc1a2b3c-lab ... undercloud serve --worker --hypervisor-only ...
     """
     home = Home.current()
     if hypervisor_only and not worker:

@@ -23,10 +23,11 @@ def service_images(library: Library) -> list[str]:
     return sorted(set(library.images().values()))
 
 
-def image_parameters(library: Library, records: dict[str, dict], hypervisor: str) -> dict[str, Any]:
-    """Each declared image parameter -> the built image's podman reference; for nodes whose
-    own podman loads the images (VM, bare metal), ServiceImageSources: reference -> its
-    download path in the image store."""
+def image_parameters(library: Library, records: dict[str, dict]) -> dict[str, Any]:
+    """Each declared image parameter -> the built image's podman reference, and
+    ServiceImageSources: reference -> its download path in the image store, from which a
+    node whose podman lacks an image loads it when a Pod first needs it (VM and bare-metal
+    nodes; container nodes on a hypervisor host: this host's podman has them, one check each)."""
     params: dict[str, Any] = {}
     sources = {}
     for param, name in sorted(library.images().items()):
@@ -36,10 +37,7 @@ def image_parameters(library: Library, records: dict[str, dict], hypervisor: str
             raise UndercloudError(f"image {name} has no podman_image property after the build", "deploy")
         params[param] = ref
         sources[ref] = f"/v1/images/{record['id']}/file"
-    if hypervisor != "container":
-        # Container nodes share the host's podman, which has the images; VMs and bare metal
-        # load them from the image store when a Pod first needs one.
-        params["ServiceImageSources"] = sources
+    params["ServiceImageSources"] = sources
     return params
 
 

@@ -304,8 +304,9 @@ class ContainerRealiser(Realiser):
     def network_info(self) -> dict:
         with self._lock:
             info = self._network()
+        hosts = self.env.lab_networks.members(self.lab) if self.env.lab_networks is not None else []
         return {"network": self.lab, **info, "virtual_ips": virtual_ips(info["subnet"]),
-                "provider_interface": PROVIDER_INTERFACE}
+                "provider_interface": PROVIDER_INTERFACE, "hosts": hosts}
 
     def startup(self) -> None:
         with self._lock:
