@@ -570,6 +570,8 @@ def test_servers_of_two_hosts_share_one_lab_network_through_a_tunnel(uc, tmp_pat
 
     from tests.conftest import own_store_url
     from undercloud.config import Home
+    from undercloud.host import podman as hp
+    from undercloud.provisioning.servers.container import HOST_SOCKET
 
     ns, here, there = f"uc-span-{os.getpid()}", "172.31.251.1", "172.31.251.2"
     veth = f"ucsp{os.getpid() % 100000}"
@@ -599,11 +601,19 @@ def test_servers_of_two_hosts_share_one_lab_network_through_a_tunnel(uc, tmp_pat
         env = {**os.environ, "UNDERCLOUD_HOME": str(b.path), "UNDERCLOUD_STORE_KEY": str(uc.path / "store.key"),
                "UNDERCLOUD_HOST": "host-b", "UNDERCLOUD_LAB_NETWORK": mine,
                "UNDERCLOUD_HYPERVISOR_TYPES": "container"}
-        # another machine has podman network configs of its own: a private mount over the directory
+        # Another machine has podman network configs of its own: a mount over the directory
+        # in a mount namespace of host-b's. That namespace keeps /run/netns shared with this
+        # host's (made shared by `ip netns add`; only / is made a slave), so the network
+        # namespaces podman makes there for host-b's containers are seen here: podman on this
+        # host (which lists every container of the machine) works while they exist, and
+        # removes them if the test fails. The API service runs in this host's namespaces
+        # before host-b's worker would start one inside its own.
+        hp.api_service(HOST_SOCKET)
         configs = tmp_path / "host-b-networks"
         configs.mkdir()
-        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--propagation", "private",
-                                 "sh", "-c", 'mount --bind "$0" /etc/containers/networks && exec "$@"', str(configs),
+        proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "unshare", "--mount", "--propagation", "unchanged",
+                                 "sh", "-c", 'mount --make-slave / && mount --bind "$0" /etc/containers/networks'
+                                 ' && exec "$@"', str(configs),
                                  sys.executable, "-m", "undercloud", "serve", "--worker",
                                  "--db", own_store_url(uc.path / "undercloud.db"), "--listen", there],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -625,6 +635,9 @@ def test_servers_of_two_hosts_share_one_lab_network_through_a_tunnel(uc, tmp_pat
         assert ipaddress.ip_address(out["a"]) in subnet and ipaddress.ip_address(out["b"]) in subnet
         b_server = wait_checked_in("span-b")
         assert b_server["host"] == "host-b" and b_server["instance_name"] == f"{b.instance}-span-b"
+        # podman here sees host-b's container whole (its network namespace too)
+        assert podman("inspect", b_server["instance_name"], "--format", "{{.State.Status}}").stdout.strip() == "running"
+        assert podman("ps", "-a").returncode == 0
         # one address table: host-b's worker holds an address of its own there, its server another
         held = address_table(uc).on(mine)
         assert held[out["b"]] == b_server["id"] and "host:host-b" in held.values()
