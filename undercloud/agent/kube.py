@@ -65,6 +65,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote, urljoin
 
 from undercloud.agent.settings import state_base
 
@@ -231,8 +232,6 @@ class _ApiImages:
         self.api = api
 
     def exists(self, ref: str) -> bool:
-        from urllib.parse import quote
-
         return self.api.call("GET", f"/images/{quote(ref, safe='')}/exists")[0] == 204
 
     def load(self, ref: str, archive: Path) -> str:
@@ -245,8 +244,6 @@ class _ApiImages:
         return names[0]
 
     def tag(self, ref: str, loaded: str) -> None:
-        from urllib.parse import quote
-
         repo, _, tag = ref.rpartition(":")
         status, data = self.api.call("POST", f"/images/{quote(loaded, safe='')}/tag?repo={quote(repo, safe='')}"
                                              f"&tag={quote(tag, safe='')}")
@@ -267,7 +264,6 @@ def load_image(ref: str, source: str, mode: str = "podman") -> str:
     (a lock file): a step's hook and the background prefetch never load one twice. Returns
     what it did ("" when present)."""
     import fcntl
-    import urllib.parse
 
     images = _images(mode)
     work = _images_dir()
@@ -276,7 +272,7 @@ def load_image(ref: str, source: str, mode: str = "podman") -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if images.exists(ref):
             return ""
-        url = urllib.parse.urljoin(os.environ.get("UNDERCLOUD_URL", "").rstrip("/") + "/", str(source))
+        url = urljoin(os.environ.get("UNDERCLOUD_URL", "").rstrip("/") + "/", str(source))
         archive = work / f"download-{key}.tar"  # ours alone while we hold the image's lock
         started = time.monotonic()
         try:
@@ -673,7 +669,6 @@ class PodmanAPI:
         return data
 
     def containers(self, label: str) -> list[dict]:
-        from urllib.parse import quote
         filters = quote(json.dumps({"label": [label]}))
         return json.loads(self.ok("GET", f"/containers/json?all=true&filters={filters}") or b"[]")
 

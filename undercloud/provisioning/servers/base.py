@@ -182,6 +182,10 @@ class Realiser:
         """Remove shared host objects (networks...) no server uses any more; returns their names."""
         return []
 
+    def sync_network(self) -> None:
+        """Follow the other hosts on this type's lab network (every few seconds): nothing to
+        do unless the network spans hosts."""
+
     def network_info(self) -> dict:
         """The network servers of this type are on, made when missing: {"network" (its key in
         the address table), "subnet", "gateway", "virtual_ips"} (`virtual_ips(subnet)`:

@@ -234,7 +234,7 @@ class ContainerRealiser(Realiser):
             lab.define(self.lab, info["subnet"], info["gateway"], host_name())
         lab.join(self.lab, host_name(), self.env.endpoint(), info["address"])
 
-    def sync_tunnel(self) -> None:
+    def sync_network(self) -> None:
         """Keep the VXLAN port's flood list to the network's other hosts (the status loop)."""
         with self._lock:
             self._sync_tunnel(force=False)

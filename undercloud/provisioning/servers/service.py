@@ -636,8 +636,8 @@ class ServersService:
         that joined or left): nothing before this worker made the network."""
         with self._lock:
             r = self._realisers.get("container")
-        if r is not None and hasattr(r, "sync_tunnel"):
-            r.sync_tunnel()
+        if r is not None:
+            r.sync_network()
 
     # ---- servers of another host ----------------------------------------------------
     def _other_hosts(self) -> set[str]:
