@@ -236,17 +236,48 @@ def test_a_changed_element_rebuilds_only_what_depends_on_it(uc_home, tmp_path):
         hp.podman("rmi", f"localhost/undercloud/overcloud-full:{keys['output'][:16]}", check=False)
 
 
-def test_service_image_is_base_layer_plus_service_layer_and_applies_config(uc_home, tmp_path):
+def podman_layers(ref: str) -> list[str]:
+    return json.loads(hp.podman("image", "inspect", ref, "--format", "{{json .RootFS.Layers}}").stdout)
+
+
+def test_service_image_is_base_plus_packages_plus_files_and_applies_config(uc_home, tmp_path):
+    from undercloud.images import catalog, rootfs
+    from undercloud.images.build import Builder
+    from undercloud.images.elements import SHIPPED
+
     r, rows = build("service-memcached")
     assert r.returncode == 0, r.stderr
     ref = rows[0]["properties"]["podman_image"]
-    layers = json.loads(hp.podman("image", "inspect", ref, "--format", "{{json .RootFS.Layers}}").stdout)
+    layers = podman_layers(ref)
     base = re.search(r"base layer (\S+)", r.stderr)
     if base:  # built in this run: the first layer is exactly the shared base image's layer
-        base_layers = json.loads(hp.podman("image", "inspect", base.group(1), "--format",
-                                           "{{json .RootFS.Layers}}").stdout)
+        base_layers = podman_layers(base.group(1))
         assert layers[: len(base_layers)] == base_layers
-    assert len(layers) == 2
+    assert len(layers) == 3  # base, the service's packages, its files
+
+    # A variant of the service's files (a static file more) reuses its packages layer and that
+    # layer's podman image: only the files layer is made again, no apt-get.
+    shutil.copytree(SHIPPED / "memcached", tmp_path / "variant" / "memcached")
+    marker = uuid.uuid4().hex
+    (tmp_path / "variant" / "memcached" / "static" / "etc").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "variant" / "memcached" / "static" / "etc" / "uc-variant").write_text(marker)
+    target = catalog.targets("service-memcached", ("oci",))[0].with_elements_path((tmp_path / "variant",))
+    try:
+        r, variant = build("service-memcached", "--elements-path", str(tmp_path / "variant"))
+        assert r.returncode == 0, r.stderr
+        assert "service-packages: cached" in r.stderr and "apt-get install" not in r.stderr, r.stderr
+        assert "service: done" in r.stderr
+        vref = variant[0]["properties"]["podman_image"]
+        assert vref != ref and podman_layers(vref)[:2] == layers[:2]
+        assert hp.podman("run", "--rm", vref, "cat", "/etc/uc-variant").stdout == marker
+    finally:  # this one-off variant would only fill the shared cache
+        keys = Builder(target, lambda _m: None, tmp_path, False).keys
+        rootfs.drop_layer(keys["service"])
+        shutil.rmtree(rootfs.cache_dir() / "outputs" / keys["output"], ignore_errors=True)
+        hp.podman("rmi", f"localhost/undercloud/service-memcached:{keys['output'][:16]}", check=False)
+    r, rows = build("service-memcached")  # the shipped one again, for the rest of this test
+    assert r.returncode == 0, r.stderr
+    ref = rows[0]["properties"]["podman_image"]
     conf = tmp_path / "config"
     conf.mkdir()
     (conf / "extra.conf").write_text("secret-ish\n")

@@ -7,8 +7,14 @@ Stages, each cached by the content that made it (see rootfs.py):
   3. image           static/, extra-data.d, install.d, post-install.d, key: 2 + every element
                      finalise.d                                           file + the agent source
   4. outputs         oci / qcow2 / ramdisk / guest from the stack      key: 3 + output type
-A service image (layer_on) builds its shared base layer with stages 1-3, then its own
-layer (its packages and scripts) on top; the podman image has exactly those two layers.
+A service image (layer_on) builds its shared base layer with stages 1-3, then its own two:
+  service-packages   its root.d, pre-install.d and apt-get install      key: 3 + its package
+                                                                          lists + those scripts
+  service            its static/, extra-data.d, install.d, ...         key: the layer below +
+                                                                          its element files
+so a variant that changes a script or a static file (a start command, a marker) reuses the
+packages layer and its podman image: seconds, not the minute of apt-get. The podman image
+has exactly those three layers (base, service packages, service files).
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from undercloud.images.store import sha256_file
 BUILDER_VERSION = 1
 KEEP_OUTPUTS = 2  # cached outputs kept per image and type
 IN_USE_SECONDS = 900  # ... and any used this recently (a concurrent build may be uploading it)
-PARENT = {"packages": "debootstrap", "image": "packages", "service": "image"}
+PARENT = {"packages": "debootstrap", "image": "packages", "service-packages": "image", "service": "service-packages"}
 AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package directory
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 PAYLOAD_ELEMENT = "undercloud-worker"  # copies the whole undercloud into the image (images/payload.py)
@@ -146,9 +152,13 @@ class Builder:
         keys = {"debootstrap": d, "packages": p, "image": i}
         top = i
         if self.own_elements:
+            sp = keys["service-packages"] = rootfs.digest(
+                "service-packages", i, rootfs.build_id(i), sorted(elements.packages(self.own_elements)),
+                [(e.name, e.digest(elements.PACKAGE_PHASES)) for e in self.own_elements
+                 if any(e.scripts(ph) for ph in elements.PACKAGE_PHASES)])
             # the undercloud itself in the image (element undercloud-worker): its code and pins
             payload_key = [payload.digest()] if any(e.name == PAYLOAD_ELEMENT for e in self.own_elements) else []
-            top = keys["service"] = rootfs.digest("service", i, rootfs.build_id(i),
+            top = keys["service"] = rootfs.digest("service", sp, rootfs.build_id(sp),
                                                   [(e.name, e.digest()) for e in self.own_elements],
                                                   agent_digest() if uses_agent else None, *payload_key)
         fmt = [OUTPUT_FORMATS[self.t.type]] if self.t.type in OUTPUT_FORMATS else []
@@ -269,18 +279,19 @@ class Builder:
                                       f"{exc.message}", self.t.label) from None
             raise
 
-    def make_packages(self, els: list[elements.Element]) -> Callable[[Path], None]:
+    def make_packages(self, els: list[elements.Element], clean: bool = False) -> Callable[[Path], None]:
         def make(root: Path) -> None:
             self.run_phase(root, els, "root.d")
             with rootfs.chroot_ready(root):
                 self.run_phase(root, els, "pre-install.d")
                 self.install_packages(root, els)
+                if clean:  # a service's packages: the base's clean-up ran in the layers below
+                    self._run(["chroot", str(root), "sh", "-c", "apt-get clean; rm -rf /var/lib/apt/lists/*"],
+                              rootfs.chroot_env(), "clean-up failed")
         return make
 
-    def make_image(self, els: list[elements.Element], with_packages: bool = False) -> Callable[[Path], None]:
+    def make_image(self, els: list[elements.Element]) -> Callable[[Path], None]:
         def make(root: Path) -> None:
-            if with_packages:  # a service layer: its packages and scripts in one layer
-                self.run_phase(root, els, "root.d")
             for el in els:
                 static = el.path / "static"
                 if static.is_dir():
@@ -290,14 +301,8 @@ class Builder:
                                     ignore=shutil.ignore_patterns("__pycache__"))
             self.run_phase(root, els, "extra-data.d")
             with rootfs.chroot_ready(root):
-                if with_packages:
-                    self.run_phase(root, els, "pre-install.d")
-                    self.install_packages(root, els)
                 for phase in ("install.d", "post-install.d", "finalise.d"):
                     self.run_phase(root, els, phase)
-                if with_packages:  # the base's clean-up ran in the layer below
-                    self._run(["chroot", str(root), "sh", "-c", "apt-get clean; rm -rf /var/lib/apt/lists/*"],
-                              rootfs.chroot_env(), "clean-up failed")
         return make
 
     def stack(self) -> list[Path]:
@@ -311,9 +316,11 @@ class Builder:
         self.keys = self._plan()
         if not self.own_elements:
             return [i, p, d]
-        s = self.layer("service", [i, p, d], self.make_image(self.own_elements, with_packages=True))
+        sp = self.layer("service-packages", [i, p, d], self.make_packages(self.own_elements, clean=True))
         self.keys = self._plan()
-        return [s, i, p, d]
+        s = self.layer("service", [sp, i, p, d], self.make_image(self.own_elements))
+        self.keys = self._plan()
+        return [s, sp, i, p, d]
 
     # ---- outputs -------------------------------------------------------------------
     def cached_outputs(self) -> list[Artifact] | None:
@@ -384,10 +391,14 @@ class Builder:
             if self.own_elements:
                 base_ref = f"localhost/undercloud/{self.t.layer_on[-1]}:{self.keys['image'][:16]}"
                 self.say(f"oci: base layer {base_ref}")
-                with rootfs.overlay(layers[1:], None, out / "work-base") as base_root:
+                with rootfs.overlay(layers[2:], None, out / "work-base") as base_root:
                     disk.oci_import(base_root, base_ref, SERVICE_CMD)
+                # kept in podman under its own tag: a variant of the service's files builds on it
+                packages_ref = f"localhost/undercloud/{self.t.name}-packages:{self.keys['service-packages'][:16]}"
+                self.say(f"oci: service packages layer {packages_ref}")
+                disk.oci_layer(layers[1], base_ref, packages_ref, out, SERVICE_CMD)
                 self.say(f"oci: service layer -> {self.podman_ref}")
-                disk.oci_layer(layers[0], base_ref, self.podman_ref, out, SERVICE_CMD)
+                disk.oci_layer(layers[0], packages_ref, self.podman_ref, out, SERVICE_CMD)
             else:
                 self.say(f"oci: podman import -> {self.podman_ref}")
                 disk.oci_import(root, self.podman_ref, AGENT_CMD)

@@ -74,9 +74,13 @@ def oci_layer(layer: Path, base_ref: str, ref: str, work: Path, cmd: list[str]) 
     """A podman image = `base_ref` + exactly the files of `layer` (an overlay upper dir).
 
     Overlay marks deleted files with 0/0 character devices; those are left out of the tar
-    and removed in the image by a RUN step instead.
+    and removed in the image by a RUN step instead. A tag podman has already is kept (its
+    name carries the content key).
     """
     import json
+
+    if hp.image_exists(ref):
+        return
 
     whiteouts = []
     for dirpath, dirnames, filenames in os.walk(layer):
