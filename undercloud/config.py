@@ -2,7 +2,9 @@
 
 The home is private (0700): it holds the store, its key, the admin token, the service log
 and first-boot data. Files that carry secrets are made owner-only from the start
-(`private_file`), and `secure()` puts the modes back at every service start.
+(`private_file`), and `secure()` puts the modes back at every service start. Files are
+written whole or not at all by the one helper for it, `undercloud.agent.files.write_atomic`
+(in the agent's package, which every layer may import).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ import os
 import re
 import secrets
 import socket
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.errors import UndercloudError
 
 # Files of a home that carry secrets or point at them: owner-only (store.key is the store's).
@@ -117,22 +119,7 @@ def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
 def write_once(path: Path, data: bytes) -> None:
     """Make `path` (mode 0600) with `data` unless it exists: complete or not at all, and of two
     racing creators one wins whole (a hard link of a complete file: no reader sees it empty)."""
-    if path.exists():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = private_file(tmp, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, data, exclusive=True)
 
 
 def cache_dir() -> Path:

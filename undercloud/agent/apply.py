@@ -15,10 +15,10 @@ import json
 import os
 import pwd
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from undercloud.agent.files import write_atomic
 from undercloud.agent.mustache import MustacheError, render
 
 CONTROL_SUFFIX = ".oac"
@@ -157,14 +157,7 @@ def write_tree(tree: dict[str, tuple[str, dict]], output: Path) -> list[str]:
             uid = ctrl["owner"]
         if ctrl.get("group") is not None:
             gid = ctrl["group"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(body)
-        os.chmod(tmp, mode)
-        if uid != -1 or gid != -1:
-            os.chown(tmp, uid, gid)
-        os.replace(tmp, path)
+        write_atomic(path, body, mode, owner=(uid, gid))
         changed.append(str(path))
     return changed
 

@@ -29,7 +29,6 @@ called back as one line (never the token), and the node waits to be powered off.
 from __future__ import annotations
 
 import base64
-import hashlib
 import ipaddress
 import json
 import os
@@ -44,6 +43,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from undercloud.agent import files
 from undercloud.agent.settings import DEFAULT_STATE
 
 CONFIG_DRIVE_LABEL = "config-2"
@@ -230,13 +230,7 @@ def firstboot(root: Path = Path("/")) -> int:
         hosts.write_text("\n".join([*lines, f"127.0.1.1 {hostname} # undercloud"]) + "\n")
         subprocess.run(["hostname", hostname], capture_output=True)
     if isinstance(agent, dict) and agent.get("server_id"):
-        path = root / AGENT_CONFIG.relative_to("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(".config.json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(agent, f)
-        os.replace(tmp, path)
+        files.write_atomic(root / AGENT_CONFIG.relative_to("/"), json.dumps(agent))
     if user_data is not None:
         state = root / DEFAULT_STATE.relative_to("/")
         state.mkdir(parents=True, exist_ok=True)
@@ -318,43 +312,20 @@ def pick_root_device(hints: dict, devices: list[dict] | None = None) -> dict:
 
 # ---- the image ---------------------------------------------------------------------
 def download(url: str, dest: Path, size: int, checksum: str, attempts: int = 6) -> float:
-    """Fetch `url` into `dest`, resuming after a broken transfer; verify size and sha256."""
-    h, got, last = hashlib.sha256(), 0, None
+    """Fetch `url` into `dest`, resuming after a broken transfer; verify size and sha256
+    (files.download); returns the seconds it took."""
     t0 = time.monotonic()
-    with open(dest, "wb") as f:
-        for attempt in range(attempts):
-            req = urllib.request.Request(url)
-            if got:
-                req.add_header("Range", f"bytes={got}-")
-            try:
-                with urllib.request.urlopen(req, timeout=60) as resp:
-                    if got and resp.status != 206:  # the server ignored the range: start over
-                        f.seek(0)
-                        f.truncate()
-                        h, got = hashlib.sha256(), 0
-                    while chunk := resp.read(CHUNK):
-                        f.write(chunk)
-                        h.update(chunk)
-                        got += len(chunk)
-                if got >= size:
-                    break
-                last = f"connection closed after {got} bytes"
-            except urllib.error.HTTPError as exc:
-                if 400 <= exc.code < 500:
-                    raise DeployError(f"image download refused: HTTP {exc.code}") from None
-                last = f"HTTP {exc.code}"
-            except (urllib.error.URLError, OSError) as exc:
-                last = str(getattr(exc, "reason", exc))
-            say(f"download interrupted at {got} of {size} bytes ({last}); resuming")
-            time.sleep(min(2 ** attempt, 10))
-    if got > size:
-        raise DeployError(f"image download larger than announced: {got} bytes, expected {size}")
-    if got != size:
-        raise DeployError(f"image download incomplete: {got} of {size} bytes after {attempts} attempts ({last})")
-    digest = h.hexdigest()
-    if digest != checksum:
-        raise DeployError(f"image checksum mismatch: the {size} bytes downloaded have sha256 {digest}, "
-                          f"expected {checksum}")
+    try:
+        files.download(url, dest, checksum, size, attempts=attempts, say=say)
+    except urllib.error.HTTPError as exc:
+        raise DeployError(f"image download refused: HTTP {exc.code}") from None
+    except files.VerifyError as exc:
+        if exc.field == "sha256":
+            raise DeployError(f"image checksum mismatch: the {exc.got} bytes downloaded have sha256 {exc.digest}, "
+                              f"expected {checksum}") from None
+        raise DeployError(f"image download {exc}") from None
+    except OSError as exc:
+        raise DeployError(f"image download failed: {exc}") from None
     return time.monotonic() - t0
 
 

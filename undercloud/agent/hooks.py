@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from undercloud.agent import apply as oac
+from undercloud.agent import files
 from undercloud.agent.settings import state_base
 
 BUILTIN = ("script", "apply-config", "json-file", "kube")
@@ -150,10 +151,9 @@ def hook_json_file(c: dict) -> dict:
     written = []
     for path, content in config.items():
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(content if isinstance(content, str) else json.dumps(content, indent=2, sort_keys=True))
-        tmp.replace(p)
+        mode = p.stat().st_mode & 0o7777 if p.exists() else 0o644  # as it was, or as a plain write made it
+        files.write_atomic(p, content if isinstance(content, str) else json.dumps(content, indent=2, sort_keys=True),
+                           mode)
         written.append(str(p))
     return {"deploy_stdout": "\n".join(f"wrote {w}" for w in written), "deploy_stderr": "",
             "deploy_status_code": 0}

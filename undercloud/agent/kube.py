@@ -67,6 +67,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote, urljoin
 
+from undercloud.agent import files
 from undercloud.agent.settings import state_base
 
 # podman's settings on nodes and on the undercloud's host (undercloud/host/podman.py uses
@@ -89,7 +90,7 @@ def state_dir() -> Path:
 def podman_env() -> dict:
     conf = state_dir() / "containers.conf"
     if not conf.exists() or conf.read_text() != CONTAINERS_CONF:
-        conf.write_text(CONTAINERS_CONF)
+        files.write_atomic(conf, CONTAINERS_CONF, 0o644)
     return dict(os.environ, CONTAINERS_CONF=str(conf))
 
 
@@ -276,17 +277,12 @@ def load_image(ref: str, source: str, mode: str = "podman") -> str:
         archive = work / f"download-{key}.tar"  # ours alone while we hold the image's lock
         started = time.monotonic()
         try:
-            digest = hashlib.sha256()
-            try:
-                with urllib.request.urlopen(url, timeout=60) as r, archive.open("wb") as out:
-                    want = r.headers.get("X-Image-Sha256", "")
-                    while chunk := r.read(1 << 20):
-                        digest.update(chunk)
-                        out.write(chunk)
+            try:  # checked against the X-Image-Sha256 the store sends (none: refused)
+                files.download(url, archive, mode=0o600)
+            except files.VerifyError as exc:
+                raise PodError(f"image {ref}: content from {url} does not match its sha256 ({exc})") from None
             except OSError as exc:
                 raise PodError(f"image {ref}: cannot fetch {url}: {exc}") from None
-            if want and digest.hexdigest() != want:
-                raise PodError(f"image {ref}: content from {url} does not match its sha256 {want[:12]}")
             loaded = images.load(ref, archive)
             if not images.exists(ref):
                 images.tag(ref, loaded)
@@ -311,7 +307,7 @@ def start_prefetch(refs: list, sources: dict, mode: str = "podman") -> None:
     if not todo:
         return
     spec = _images_dir() / f"prefetch-{os.getpid()}.json"
-    spec.write_text(json.dumps({"sources": {r: sources[r] for r in todo}, "mode": mode}))
+    files.write_atomic(spec, json.dumps({"sources": {r: sources[r] for r in todo}, "mode": mode}))
     with open(_images_dir() / "prefetch.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "undercloud.agent", "prefetch-images", str(spec)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=podman_env())
@@ -400,7 +396,7 @@ def start_processes(name: str, pod: dict, spec_file: Path) -> None:
     p = subprocess.Popen([sys.executable, "-m", "undercloud.agent", "supervise", str(spec_file)],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=open(work / "supervisor.log", "ab"), start_new_session=True, env=dict(os.environ))
-    _pids_file(name).write_text(str(p.pid))
+    files.write_atomic(_pids_file(name), str(p.pid))
 
 
 def supervise(spec_file: Path) -> int:
@@ -919,7 +915,7 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
                     return dict(unchanged, deploy_stdout=f"pod {name}: {repair}\n", pod_action="started",
                                 repairs=[repair])
                 was += ", started but not ready"
-    spec_file.write_text(json.dumps(pod, indent=2))
+    files.write_atomic(spec_file, json.dumps(pod, indent=2))
     hash_file.unlink(missing_ok=True)  # written again only once this play is ready
     with _CREATING:
         played = _create(name, pod, configmaps, mode, spec_file)
@@ -935,7 +931,7 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
         return {"deploy_stdout": out, "deploy_stderr": err + f"kube: {msg}\n{tail.rstrip()}",
                 "deploy_status_code": 1, "deploy_failure_reason": reason,
                 "failed_pod": name, "failed_container": container}
-    hash_file.write_text(f"{mode}:{digest}")
+    files.write_atomic(hash_file, f"{mode}:{digest}")
     result = {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": 0, "config_hash": digest}
     if was:
         repair = f"{name}: was {was}, re-created, healthy"
@@ -968,7 +964,7 @@ def _create(name: str, pod: dict, configmaps: dict, mode: str, spec_file: Path) 
         docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
                 for n in _configmap_names(pod) if n in configmaps]
         play_file = state_dir() / f"{name}.play.yaml"
-        play_file.write_text("\n---\n".join(json.dumps(d) for d in [*docs, as_played(pod)]))
+        files.write_atomic(play_file, "\n---\n".join(json.dumps(d) for d in [*docs, as_played(pod)]))
         code, out, err = play_podman(name, pod, play_file)
         if code != 0:
             return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from undercloud.agent import apply as oac
-from undercloud.agent import hooks
+from undercloud.agent import files, hooks
 from undercloud.agent.logs import Log
 from undercloud.agent.refresh import RefreshError, refresh
 from undercloud.agent.settings import Settings
@@ -40,12 +40,7 @@ def trim(text: str, limit: int) -> str:
 
 
 def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    files.write_atomic(path, json.dumps(data))
 
 
 def boot_id() -> str:
@@ -103,7 +98,7 @@ class Agent:
         if not got.changed:
             return cached, False
         _write_json(md_file, got.metadata)
-        etag_file.write_text(got.etag or "")
+        files.write_atomic(etag_file, got.etag or "")
         return got.metadata, True
 
     # --- apply / refresh ---
@@ -126,8 +121,7 @@ class Agent:
         Returns None on success (or nothing to do), else the failure reason."""
         merged = oac.merge_sources(self.sources(metadata))
         digest = hashlib.sha256(json.dumps(merged, sort_keys=True).encode()).hexdigest()
-        _write_json(self.state / "merged.json", merged)
-        os.chmod(self.state / "merged.json", 0o600)
+        _write_json(self.state / "merged.json", merged)  # 0600 from creation: it holds secrets
         applied = self.state / "applied.sha256"
         if applied.exists() and applied.read_text() == digest:
             return None
@@ -140,7 +134,7 @@ class Agent:
         except (oac.ApplyError, RefreshError, OSError) as exc:
             self.log(f"apply: failed: {exc}")
             return str(exc)
-        applied.write_text(digest)
+        files.write_atomic(applied, digest)
         return None
 
     # --- deployments ---

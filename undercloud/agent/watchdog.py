@@ -29,11 +29,10 @@ overcloud status` shows them.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 
-from undercloud.agent import kube
+from undercloud.agent import files, kube
 
 FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
 INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
@@ -231,9 +230,7 @@ class Watchdog:
             out[name] = {"config": digest[:12], "mode": mode, "containers": containers}
         self.health = {"paused": self.paused(), "pods": out}
         text = json.dumps(self.health, sort_keys=True)
-        tmp = self.file.with_name(".health.json.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, self.file)
+        files.write_atomic(self.file, text)
         if self.report and (text != self.sent or time.monotonic() - self.sent_at > REPORT_EVERY):
             try:
                 self.report(self.health)

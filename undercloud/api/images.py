@@ -28,7 +28,7 @@ ADMIN = [Depends(require_admin)]
 @router.head("/blobs/{sha256}", dependencies=ADMIN)
 def blob_exists(sha256: str, ctx: Context = Depends(get_context)):
     path = ctx.images.blob_path(sha256)
-    if not path.exists():
+    if not ctx.images.has_blob(sha256):  # checked: corrupt content is removed, to be uploaded again
         return Response(status_code=404)
     return Response(headers={"x-image-sha256": sha256, "x-image-size": str(path.stat().st_size)})
 
@@ -100,7 +100,7 @@ def download(image_id: str, ctx: Context = Depends(get_context)):
     img = ctx.images.by_id(image_id)
     if img is None:
         raise NotFound(f"no image with id {image_id!r}", "image")
-    path = ctx.images.ensure_blob(img)
+    path = ctx.images.ensure_blob(img, refuse_corrupt=True)  # checked: never serves corrupt content
     if not path.exists():
         raise NotFound(f"content of image {image_id} is missing from the store", "image")
     return FileResponse(path, media_type="application/octet-stream", headers={

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import click
 
+from undercloud.agent.files import write_atomic
 from undercloud.cli.client import Client
 from undercloud.cli.output import formatted, note
 
@@ -47,11 +47,6 @@ def config(server: str, output: Path):
     The token never goes to the terminal.
     """
     data = Client().post(f"/v1/agent/servers/{server}/credentials")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-    tmp.replace(output)
+    write_atomic(output, json.dumps(data, indent=2, sort_keys=True))
     note(f"wrote the agent configuration of {data['name'] or data['server_id']} to {output} "
          f"(the previous token no longer works)")

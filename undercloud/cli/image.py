@@ -3,14 +3,13 @@ image builder (build from elements)."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sys
 import time
 from pathlib import Path
 
 import click
 
+from undercloud.agent.files import Verified, VerifyError, sha256_file
 from undercloud.cli.client import Client
 from undercloud.cli.output import formatted, note
 from undercloud.errors import InvalidInput, NotFound, UndercloudError
@@ -28,14 +27,6 @@ def parse_properties(values: tuple[str, ...]) -> dict:
             raise InvalidInput(f"expected KEY=VALUE, got {v!r}", "--property")
         props[k.strip()] = val
     return props
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def push_blob(client: Client, path: Path, sha256: str) -> None:
@@ -112,7 +103,7 @@ def upload(file: Path, name: str, disk_format: str | None, properties: tuple[str
     fmt = disk_format or EXT_FORMATS.get(file.suffix.lower())
     if not fmt:
         raise InvalidInput("cannot tell the disk format from the extension; give --disk-format", str(file))
-    sha = sha256_of(file)
+    sha = sha256_file(file)
     if checksum and checksum.lower() != sha:
         raise InvalidInput(f"file has sha256 {sha}, expected {checksum.lower()}: corrupt or wrong file", str(file))
     client = Client(timeout=600)
@@ -152,26 +143,30 @@ def download(image_ref: str, output: Path | None, hypervisor_type: str | None):
 
 
 def download_to(client: Client, img: dict, out: Path) -> None:
-    part = out.with_name(out.name + ".part")
-    have = part.stat().st_size if part.exists() else 0
-    if have > img["size"]:
-        part.unlink()
-        have = 0
-    headers = {"range": f"bytes={have}-"} if have else {}
-    with client.stream("GET", f"/v1/images/{img['id']}/file", headers=headers) as r:
-        if r.status not in (200, 206):
-            text = client.io(r.read).decode(errors="replace")
-            raise UndercloudError(f"download failed: HTTP {r.status} {text.strip()[:200]}", img["id"])
-        expected = r.getheader("x-image-sha256", img["checksum"])
-        mode = "ab" if r.status == 206 else "wb"
-        with open(part, mode) as f:
-            while chunk := client.io(lambda: r.read(1 << 20)):
-                f.write(chunk)
-    got = sha256_of(part)
-    if got != expected:
-        part.unlink()
-        raise UndercloudError(f"downloaded content has sha256 {got}, expected {expected}; removed it", str(out))
-    os.replace(part, out)
+    """The image's content into `out`, resuming `<out>.part` of an interrupted run;
+    verified (agent/files.Verified) before it takes the name."""
+    w = Verified(out, img["checksum"], img["size"], resume=True)
+    try:
+        if w.got < img["size"]:  # else the part is whole already: only to be checked
+            headers = {"range": f"bytes={w.got}-"} if w.got else {}
+            with client.stream("GET", f"/v1/images/{img['id']}/file", headers=headers) as r:
+                if r.status not in (200, 206):
+                    text = client.io(r.read).decode(errors="replace")
+                    raise UndercloudError(f"download failed: HTTP {r.status} {text.strip()[:200]}", img["id"])
+                if r.getheader("x-image-sha256", img["checksum"]) != img["checksum"]:
+                    raise UndercloudError("download failed: the service sent other content than the image's", img["id"])
+                if r.status == 200:
+                    w.restart()
+                while chunk := client.io(lambda: r.read(1 << 20)):
+                    w.write(chunk)
+        w.finish()
+    except VerifyError as exc:
+        if exc.field == "sha256":
+            raise UndercloudError(f"downloaded content has sha256 {exc.digest}, expected {img['checksum']}; "
+                                  f"removed it", str(out)) from None
+        raise UndercloudError(f"download {exc}", str(out)) from None
+    finally:
+        w.discard()
 
 
 @image.command()

@@ -11,10 +11,10 @@ import fcntl
 import os
 import signal
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.agent.kube import CONTAINERS_CONF
 from undercloud.host.run import require, run
 
@@ -35,11 +35,7 @@ def env() -> dict:
     path = conf_path()
     if not path.exists() or path.read_text() != CONF:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".containers.conf.")
-        with os.fdopen(fd, "w") as f:
-            f.write(CONF)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, CONF, 0o644)
     return dict(os.environ, CONTAINERS_CONF=str(path))
 
 

@@ -1,20 +1,23 @@
 """The image store (Glance-like): records in the database, content on disk once per sha256.
 
 Content is written to a temporary file, verified against the size and sha256 the sender
-announced, and only then renamed into `images/blobs/<sha256>`; records are added only for
-content already stored, so a failed or corrupt upload leaves nothing registered. Several
-workers share the records (the store) but each keeps content in its own home: content one
-lacks is fetched from another worker when needed (`ensure_blob`).
+announced, fsync'ed, and only then renamed into `images/blobs/<sha256>` (the directory
+fsync'ed after: agent/files.Verified); records are added only for content already stored,
+so a failed or corrupt upload leaves nothing registered. Content is checked again before
+it is used or served (`ensure_blob`): hashed once per process per file version (inode,
+mtime, size), so a blob damaged on disk (a crash of an older version, a bad disk, a hand)
+is refused with one line, logged and removed, to be fetched from another worker or
+uploaded again, never handed out. Several workers share the records (the store) but each
+keeps content in its own home: content one lacks is fetched from another worker when
+needed (`ensure_blob`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import logging
-import os
-import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -23,6 +26,7 @@ from urllib.parse import quote, urlsplit
 
 from sqlalchemy import select
 
+from undercloud.agent.files import Verified, VerifyError, sha256_file
 from undercloud.config import Home
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
 from undercloud.store import Store
@@ -35,19 +39,15 @@ FETCH_TIMEOUT = 60.0  # seconds without a byte from the worker serving the conte
 log = logging.getLogger("undercloud.images")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _check_sha(sha256: str) -> str:
     s = (sha256 or "").lower()
     if len(s) != 64 or any(c not in "0123456789abcdef" for c in s):
         raise InvalidInput(f"not a sha256 checksum: {sha256!r}", "sha256")
     return s
+
+
+class CorruptContent(NotFound):
+    """Stored content whose sha256 is not its name any more: removed, never served."""
 
 
 def validate(name: str, disk_format: str, properties: dict) -> None:
@@ -72,6 +72,10 @@ class ImageStore:
         self.store = store
         # the API URLs of the other live workers: content this worker lacks is fetched from them
         self.peers: Callable[[], list[str]] = lambda: []
+        # blob -> the (inode, mtime, size) whose content was found to have its sha256
+        self._intact: dict[str, tuple[int, int, int]] = {}
+        self._checking: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
         for d in (self.blobs, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
 
@@ -80,20 +84,53 @@ class ImageStore:
         return self.blobs / _check_sha(sha256)
 
     def has_blob(self, sha256: str) -> bool:
-        return self.blob_path(sha256).exists()
+        """Whether intact content with this sha256 is stored (`check_blob`)."""
+        return self.check_blob(sha256)
 
-    def ensure_blob(self, image: dict) -> Path:
-        """The image's content; when this worker lacks it (each keeps content in its own home,
-        the records are shared), fetched from another worker's public download and verified.
-        The path is returned missing when no worker has it: the caller says so."""
+    def check_blob(self, sha256: str) -> bool:
+        """True when the content is stored and still has its sha256; content that does not
+        is logged and removed (False). Hashed once per process per version of the file (its
+        inode, mtime and size): an image is hundreds of MB, and a replaced file is new."""
+        path = self.blob_path(sha256)
+        with self._lock:
+            lock = self._checking.setdefault(path.name, threading.Lock())
+        with lock:  # of several callers at once, one hashes; the others take its answer
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                return False
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._intact.get(path.name) == key:
+                return True
+            got = sha256_file(path)
+            if got == path.name:
+                self._intact[path.name] = key
+                return True
+            log.error("image content %s is corrupt on disk (its %d bytes have sha256 %s): removed; "
+                      "it is fetched from another worker or must be uploaded again", path.name, st.st_size, got)
+            self._intact.pop(path.name, None)
+            path.unlink(missing_ok=True)
+            return False
+
+    def ensure_blob(self, image: dict, refuse_corrupt: bool = False) -> Path:
+        """The image's content, checked (`check_blob`); when this worker lacks it (each
+        keeps content in its own home, the records are shared) or it was corrupt, fetched
+        from another worker's public download and verified. The path is returned missing
+        when no worker has it: the caller says so; with `refuse_corrupt`, content found
+        corrupt and not fetched again raises CorruptContent instead."""
         path = self.blob_path(image["checksum"])
-        if path.exists():
+        existed = path.exists()
+        if self.check_blob(image["checksum"]):
             return path
         for url in self.peers():
             try:
                 return self._fetch(url, image)
             except (OSError, http.client.HTTPException, UndercloudError) as exc:
                 log.info("image %s: not fetched from %s: %s", image["id"], url, exc)
+        if existed and refuse_corrupt:
+            raise CorruptContent(f"the content of image {image.get('name')} ({image['id']}) was corrupt on disk "
+                                 f"(not its sha256 {image['checksum'][:12]}) and was removed: upload or build it "
+                                 f"again", "image")
         return path
 
     def _fetch(self, url: str, image: dict) -> Path:
@@ -289,38 +326,33 @@ def _still_used(image: Image, kept: set[str], stack_texts: list[str]) -> bool:
     return bool(names & kept) or any(n in t for n in names for t in stack_texts)
 
 
-class _BlobWriter:
-    """Writes to a temporary file while hashing; `finish` verifies and moves it in place."""
+class _BlobWriter(Verified):
+    """Content for `images/blobs/<sha256>` (agent/files.Verified: temporary file, sha256,
+    fsync, rename, directory fsync), with the store's one-line errors."""
 
     def __init__(self, images: ImageStore, sha256: str, size: int):
-        self.sha256, self.size, self.final = _check_sha(sha256), size, images.blobs / _check_sha(sha256)
         if size < 0:
             raise InvalidInput("size must not be negative", "size")
-        fd, name = tempfile.mkstemp(dir=images.tmp, prefix="upload-")
-        self.tmp, self.f = Path(name), os.fdopen(fd, "wb")
-        self.h, self.got = hashlib.sha256(), 0
+        sha = _check_sha(sha256)
+        super().__init__(images.blobs / sha, sha, size, tmp_dir=images.tmp)
+        self.images = images
 
     def write(self, chunk: bytes) -> None:
-        self.got += len(chunk)
-        if self.got > self.size:
-            raise InvalidInput(f"upload is larger than the announced {self.size} bytes", "size")
-        self.h.update(chunk)
-        self.f.write(chunk)
+        try:
+            super().write(chunk)
+        except VerifyError as exc:
+            raise InvalidInput(f"upload is {exc}", exc.field) from None
 
     def finish(self) -> Path:
-        self.f.close()
-        if self.got != self.size:
-            raise InvalidInput(f"upload truncated: received {self.got} of {self.size} bytes", "size")
-        if self.h.hexdigest() != self.sha256:
-            raise InvalidInput(f"upload corrupt: content has sha256 {self.h.hexdigest()}, "
-                               f"announced {self.sha256}", "sha256")
-        os.chmod(self.tmp, 0o644)
-        os.replace(self.tmp, self.final)
-        return self.final
-
-    def discard(self) -> None:
-        self.f.close()
-        self.tmp.unlink(missing_ok=True)
+        try:
+            path = super().finish()
+        except VerifyError as exc:
+            raise InvalidInput(f"upload {exc}" if exc.field == "size" else
+                               f"upload corrupt: content has sha256 {exc.digest}, announced {self.sha256}",
+                               exc.field) from None
+        st = path.stat()  # hashed while written: no need to read it again in this process
+        self.images._intact[path.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        return path
 
 
 def startup(ctx) -> None:

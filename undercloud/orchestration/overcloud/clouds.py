@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
+from undercloud.agent.files import write_atomic
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud.secrets import stack_dir, write_private
+from undercloud.orchestration.overcloud.secrets import stack_dir
 
 
 def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionOne") -> str:
@@ -27,5 +28,5 @@ def admin_password(secrets: dict, stack: str) -> str:
 
 def write_clouds_yaml(home: Path, stack: str, auth_url: str, secrets: dict) -> Path:
     path = stack_dir(home, stack) / "clouds.yaml"
-    write_private(path, clouds_yaml(stack, auth_url, admin_password(secrets, stack)))
+    write_atomic(path, clouds_yaml(stack, auth_url, admin_password(secrets, stack)))
     return path

@@ -46,16 +46,6 @@ def _store_key() -> str:
 GENERATORS = {"password": _password, "fernet": _fernet_key, "store-key": _store_key}
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a file only root can read, atomically (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
-        f.write(text)
-    tmp.replace(path)
-
-
 def stack_dir(home: Path, stack: str) -> Path:
     if not re.match(r"^[A-Za-z][A-Za-z0-9_.-]*$", stack):
         raise InvalidInput("a stack name starts with a letter and has letters, digits, _ . - only", "--stack")

@@ -15,9 +15,9 @@ templates read it), as Heat does for servers that poll their metadata.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.services import EngineOnly
 
@@ -28,12 +28,7 @@ def agent_config_path(home_path: Path, server_id: str) -> Path:
 
 def write_agent_config(home_path: Path, server_id: str, config: dict) -> Path:
     path = agent_config_path(home_path, server_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
-        json.dump(config, f, indent=2, sort_keys=True)
-    tmp.replace(path)
+    write_atomic(path, json.dumps(config, indent=2, sort_keys=True))
     return path
 
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from undercloud.agent.files import temp_name, write_atomic
 from undercloud.host.run import require, run
 
 MEDIA_NAME = "deploy.iso"  # the name the BMC sees (sushy-tools names its copy after it)
@@ -29,22 +30,19 @@ MEDIA_NAME = "deploy.iso"  # the name the BMC sees (sushy-tools names its copy a
 def make_deploy_iso(base_iso: Path, request: dict, config_drive: Path | None, out: Path) -> Path:
     """`base_iso` + the request (and the config drive, for a deploy), written to `out` (mode 0600)."""
     require("xorriso", "xorriso")
-    work = out.parent
-    req = work / ".deploy.json"
-    fd = os.open(req, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(request, f)
-    partial = out.with_name(out.name + ".tmp")
-    partial.unlink(missing_ok=True)
+    # temporary names (files.remove_temps clears what a kill leaves: both hold tokens)
+    req, partial = temp_name(out.with_name("deploy.json")), temp_name(out)
     old = os.umask(0o077)
     try:
+        write_atomic(req, json.dumps(request))
         extra = ["-map", str(config_drive), "/undercloud/configdrive.iso"] if config_drive else []
         run(["xorriso", "-indev", str(base_iso), "-outdev", str(partial), "-boot_image", "any", "replay",
              "-map", str(req), "/undercloud/deploy.json", *extra], timeout=300)
+        os.replace(partial, out)
     finally:
         os.umask(old)
         req.unlink(missing_ok=True)
-    os.replace(partial, out)
+        partial.unlink(missing_ok=True)
     return out
 
 

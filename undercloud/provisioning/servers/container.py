@@ -45,6 +45,7 @@ import os
 import threading
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.config import host_name
 from undercloud.host import podman as hp
 from undercloud.host import tunnel
@@ -124,12 +125,21 @@ class ContainerRealiser(Realiser):
     def _net_file(self) -> Path:
         return Path(self.env.home.path) / "servers" / "container-network.json"
 
-    def _subnet_choices(self):
-        saved = None
+    def _saved_network(self) -> dict:
         try:
-            saved = json.loads(self._net_file.read_text())["subnet"]
-        except (OSError, ValueError, KeyError):
-            pass
+            saved = json.loads(self._net_file.read_text())
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
+    def _save_network(self, info: dict) -> None:
+        """Keep the network's subnet and addresses for the next start: replaced whole (a
+        crash leaves the old file or the new one, never a part: files.write_atomic)."""
+        if self._saved_network() != info:
+            write_atomic(self._net_file, json.dumps(info), 0o644)
+
+    def _subnet_choices(self):
+        saved = self._saved_network().get("subnet")
         if saved:
             yield saved
         h = hashlib.sha256(self.instance.encode()).digest()
@@ -187,9 +197,7 @@ class ContainerRealiser(Realiser):
         # gateway: the lab network's first host's address; address: this host's (the same on the first)
         info = {"subnet": subnet["subnet"], "gateway": shared["gateway"] if shared else gateway,
                 "address": own or gateway}
-        self._net_file.parent.mkdir(parents=True, exist_ok=True)
-        if not self._net_file.exists() or json.loads(self._net_file.read_text()) != info:
-            self._net_file.write_text(json.dumps(info))
+        self._save_network(info)
         self._bridge_address(info)
         self.env.listen(info["address"])
         self._record(info)
@@ -282,9 +290,7 @@ class ContainerRealiser(Realiser):
             raise RealiserError(f"cannot read the network config {path}: {exc}") from None
         if data.get("network_interface") != self.bridge:
             data["network_interface"] = self.bridge
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=5))
-            tmp.replace(path)
+            write_atomic(path, json.dumps(data, indent=5), 0o644)
 
     def _bridge_address(self, info: dict) -> None:
         prefix = ipaddress.ip_network(info["subnet"]).prefixlen

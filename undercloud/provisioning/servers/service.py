@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, update
 
+from undercloud.agent.files import remove_temps, write_atomic
 from undercloud.config import host_name
 from undercloud.errors import (
     Conflict,
@@ -170,6 +171,10 @@ class ServersService:
             log.info("created the default flavors: %s", ", ".join(made))
         self.ensure_local_hosts()
         self.remove_leftovers()
+        # what a killed run left of its temporary files (config drives and requests hold tokens)
+        gone = remove_temps(self.root) if self.root.exists() else []
+        if gone:
+            log.info("servers: removed %d temporary file(s) left by an earlier run", len(gone))
         with self.store.session() as s:
             types = set(s.scalars(select(Server.hypervisor_type).distinct()))
         for ht in types:
@@ -491,19 +496,14 @@ class ServersService:
         # where its agent reaches the undercloud (the network made if missing): a failure is its fault
         spec.first_boot["url"] = self._call(spec.id, realiser.agent_url, spec, "spawning")
         data = dict(spec.first_boot, hostname=spec.name, server_id=spec.id, networks=spec.networks)
-        tmp = d / ".config.json.tmp"
-        tmp.unlink(missing_ok=True)
-        with os.fdopen(os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600), "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-        tmp.replace(d / "config.json")
+        write_atomic(d / "config.json", json.dumps(data, indent=2, sort_keys=True))
         # user data also as a file of its own (NoCloud's name), executable when it is a script
         ud = data.get("user_data")
         path = d / "user-data"
-        path.unlink(missing_ok=True)
         if isinstance(ud, str) and ud:
-            with os.fdopen(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL,
-                                   0o700 if ud.startswith("#!") else 0o600), "w") as f:
-                f.write(ud)
+            write_atomic(path, ud, 0o700 if ud.startswith("#!") else 0o600)
+        else:
+            path.unlink(missing_ok=True)
         spec.first_boot = data
 
     def first_boot_dir(self, server_id: str) -> Path:

@@ -12,9 +12,9 @@ import ipaddress
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from undercloud.agent.files import temp_name
 from undercloud.host.run import require, run
 from undercloud.provisioning.servers.base import Spec
 from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX
@@ -51,21 +51,21 @@ def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX, gateway: 
 def make(spec: Spec, mac: str, address: str, out: Path, prefix: int = PREFIX, gateway: str | None = None) -> Path:
     """Write the config drive ISO of `spec` to `out` (replacing it); returns `out`."""
     require("xorriso", "xorriso")
-    tmp = Path(tempfile.mkdtemp(prefix="uc-configdrive-"))
+    # beside `out` (in the home, private), named as temporary: what a kill leaves of these
+    # tokens is removed at the next start (files.remove_temps)
+    tmp, partial = temp_name(out), temp_name(out)
+    old = os.umask(0o077)
     try:
-        os.chmod(tmp, 0o700)
+        tmp.mkdir(mode=0o700)
         for rel, data in contents(spec, mac, address, prefix, gateway).items():
             p = tmp / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(data)
-        partial = out.with_name(out.name + ".tmp")
-        old = os.umask(0o077)
-        try:
-            run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(partial), "-V", LABEL, "-J", "-r", str(tmp)],
-                timeout=120)
-        finally:
-            os.umask(old)
+        run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(partial), "-V", LABEL, "-J", "-r", str(tmp)],
+            timeout=120)
         os.replace(partial, out)
     finally:
+        os.umask(old)
         shutil.rmtree(tmp, ignore_errors=True)
+        partial.unlink(missing_ok=True)
     return out
