@@ -384,20 +384,23 @@ def test_a_pxe_node_is_deployed_by_network_boot_answered_only_while_armed(pxe_wo
     assert f"dhcp-boot=tag:ipxe,http://{GATEWAY}:8999/v1/deploy/boot/${{mac}}" in dhcp.config()
     # The iPXE script: kernel and initramfs under this boot's secret, the request's URL and
     # the node's address on the kernel command line.
-    script = netboot.script(mac.upper())
+    node_ip = "192.0.2.100"   # what DHCP gives the MAC: the boot routes answer that address only
+    script = netboot.script(mac.upper(), node_ip)
     entry = netboot.armed(mac)
     base = f"http://{GATEWAY}:8999/v1/deploy/boot/{mac}/{entry['secret']}"
     assert script.startswith("#!ipxe\n")
     assert f"kernel {base}/vmlinuz initrd=initrd " in script and f"initrd --name initrd {base}/initrd" in script
     assert f"undercloud.request={base}/request undercloud.ip=192.0.2.100/24 BOOTIF={mac}" in script
     assert "console=ttyS0" in script
-    assert netboot.script("52:54:00:aa:bb:99") is None and netboot.script("${mac}") is None
-    assert netboot.file(mac, entry["secret"], "vmlinuz").read_bytes() == b"kernel stand-in"
-    assert netboot.file(mac, entry["secret"], "initrd").read_bytes() == b"initramfs stand-in"
+    assert netboot.script("52:54:00:aa:bb:99", node_ip) is None and netboot.script("${mac}", node_ip) is None
+    assert netboot.script(mac, "192.0.2.101") is None
+    assert netboot.file(mac, entry["secret"], "vmlinuz", node_ip).read_bytes() == b"kernel stand-in"
+    assert netboot.file(mac, entry["secret"], "initrd", node_ip).read_bytes() == b"initramfs stand-in"
     for secret, name in (("wrong", "vmlinuz"), (entry["secret"], "../armed"), (entry["secret"], "hello")):
-        assert netboot.file(mac, secret, name) is None
-    assert netboot.request(mac, "wrong") is None
-    req = json.loads(netboot.request(mac, entry["secret"]))
+        assert netboot.file(mac, secret, name, node_ip) is None
+    assert netboot.file(mac, entry["secret"], "vmlinuz", "192.0.2.101") is None
+    assert netboot.request(mac, "wrong", node_ip) is None
+    req = json.loads(netboot.request(mac, entry["secret"], node_ip))
     assert req["network"] == {"mac": mac, "address": "192.0.2.100", "prefix": 24}
     assert req["image"]["checksum"] == spec.image["checksum"]
     assert base64.b64decode(req["config_drive"])[32769:32774] == b"CD001"  # the config drive ISO
@@ -405,7 +408,7 @@ def test_a_pxe_node_is_deployed_by_network_boot_answered_only_while_armed(pxe_wo
     realiser.callback(spec.id, req["token"], True, None)
     wait_state(nodes, {states.ACTIVE})
     assert machine["boot"] == "disk" and machine["power"] == "on"
-    assert netboot.armed(mac) is None and netboot.script(mac) is None
+    assert netboot.armed(mac) is None and netboot.script(mac, node_ip) is None
     assert not dhcp.running()
     realiser.delete(spec)
     n = wait_state(nodes, {states.AVAILABLE})
@@ -431,7 +434,7 @@ def test_a_pxe_node_is_inspected_by_network_boot(pxe_world):
     machine = fake.machine_state("fake-bm")
     assert machine["power"] == "on" and machine["boot"] == "pxe" and machine["media"] is None
     entry = realiser.netboot.armed(mac)
-    req = json.loads(realiser.netboot.request(mac, entry["secret"]))
+    req = json.loads(realiser.netboot.request(mac, entry["secret"], entry["address"]))
     assert req["mode"] == "inspect" and req["server_id"] == f"inspect-{node_id}" and "config_drive" not in req
     realiser.callback(req["server_id"], req["token"], True, None,
                       {"cpus": 4, "memory_mb": 2048, "local_gb": 7, "cpu_arch": "x86_64", "macs": [mac]})
@@ -479,10 +482,11 @@ def test_a_configured_provisioning_network_serves_the_deploy_instead_of_the_lab(
         assert dhcp.hosts_file.read_text() == "52:54:00:aa:bb:01,198.51.100.10,bm-node\n"
         assert "dhcp-option=option:router,198.51.100.254" in dhcp.config()
         entry = realiser.netboot.armed("52:54:00:aa:bb:01")
-        req = json.loads(realiser.netboot.request("52:54:00:aa:bb:01", entry["secret"]))
+        req = json.loads(realiser.netboot.request("52:54:00:aa:bb:01", entry["secret"], "198.51.100.10"))
         assert req["network"] == {"mac": "52:54:00:aa:bb:01", "address": "198.51.100.10", "prefix": 24}
         assert req["url"] == "http://198.51.100.1:8999"
-        assert "http://198.51.100.1:8999/v1/deploy/boot/" in realiser.netboot.script("52:54:00:aa:bb:01")
+        assert "http://198.51.100.1:8999/v1/deploy/boot/" in realiser.netboot.script("52:54:00:aa:bb:01",
+                                                                                     "198.51.100.10")
         realiser.callback(spec.id, req["token"], True, None)
         wait_state(nodes, {states.ACTIVE})
         assert not dhcp.running()

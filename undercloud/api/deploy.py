@@ -6,7 +6,9 @@ same answer. The work behind it is the baremetal realiser's (provisioning/server
 
 /v1/deploy/boot: what a node booting from the network loads (baremetal_netboot.py): its
 iPXE script by MAC, then the kernel, initramfs and request under a secret of that boot.
-Only a node armed for a deploy or an inspection gets anything; others get 404.
+Only a node armed for a deploy or an inspection gets anything, and only from the address
+DHCP gives its MAC; others get 404 (403 for the request from another address). The request
+(deploy token, config drive) is handed out once: a second one gets 410 and fails the deploy.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context 
 
 
 @router.get("/boot/{mac}")
-def boot_script(mac: str, ctx: Context = Depends(get_context)):
-    script = ctx.servers.realiser("baremetal").netboot.script(mac)
+def boot_script(mac: str, request: Request, ctx: Context = Depends(get_context)):
+    script = ctx.servers.realiser("baremetal").netboot.script(mac, client_address(request))
     if script is None:
         # repr: whatever the path holds (a new line, a control character) stays on one line
         return JSONResponse({"error": f"no network boot is armed for {mac[:17]!r}", "where": None}, status_code=404)
@@ -51,15 +53,31 @@ def boot_script(mac: str, ctx: Context = Depends(get_context)):
 
 
 @router.get("/boot/{mac}/{secret}/{name}")
-def boot_file(mac: str, secret: str, name: str, ctx: Context = Depends(get_context)):
-    netboot = ctx.servers.realiser("baremetal").netboot
+def boot_file(mac: str, secret: str, name: str, request: Request, ctx: Context = Depends(get_context)):
+    from undercloud.provisioning.servers.baremetal_netboot import BootRefused
+
+    realiser = ctx.servers.realiser("baremetal")
+    client = client_address(request)
     if name == "request":
-        body = netboot.request(mac, secret)
+        try:
+            body = realiser.boot_request(mac, secret, client)
+        except BootRefused as exc:
+            return JSONResponse({"error": exc.message, "where": None}, status_code=exc.status)
         if body is not None:
-            return Response(body, media_type="application/json")
-    elif (path := netboot.file(mac, secret, name)) is not None:
+            return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+    elif (path := realiser.netboot.file(mac, secret, name, client)) is not None:
         return FileResponse(path, media_type="application/octet-stream")
     return JSONResponse({"error": "not found", "where": None}, status_code=404)
+
+
+def client_address(request: Request) -> str:
+    """Where the call came from: a lab machine's own address through the lab's relay
+    (vm_net.serve_api), else the connection's peer; "" when unknown."""
+    from undercloud.provisioning.servers.vm_net import relayed_peer
+
+    if request.client is None:
+        return ""
+    return relayed_peer(request.client.host, request.client.port) or request.client.host
 
 
 def startup(ctx: Context) -> None:

@@ -15,8 +15,9 @@ machine (provisioning/states.py) drives it:
                   POST /v1/deploy/servers/<id>/callback with this deploy's token
   active          on success the undercloud ejects the media (or disarms), sets boot to disk
                   (persistent) and reboots; the node's agent then checks in
-  deploy failed   the ramdisk's error (checksum mismatch...), a BMC error, or no call-back
-                  within CALLBACK_TIMEOUT, each named in the node's last_error; `undeploy`
+  deploy failed   the ramdisk's error (checksum mismatch...), a BMC error, no call-back
+                  within CALLBACK_TIMEOUT, or (network boot) a second request for the boot
+                  credentials (`boot_request`), each named in the node's last_error; `undeploy`
                   (what server delete does) recovers the node to available
 
 Per server: <home>/baremetal/<server id>/ (deploy.json: node, token hash; the ISOs while
@@ -45,7 +46,7 @@ from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, network, states
 from undercloud.provisioning.drivers import DriverError
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
-from undercloud.provisioning.servers.baremetal_netboot import NetBoot
+from undercloud.provisioning.servers.baremetal_netboot import BootRefused, NetBoot
 from undercloud.provisioning.servers.base import (
     ACTIVE,
     BUILD,
@@ -280,7 +281,12 @@ class BaremetalRealiser(Realiser):
             return Status(ACTIVE, addresses)
         if ps == states.DEPLOY_WAIT:
             waited = time.time() - (node.get("provision_updated_at") or time.time())
-            if waited > CALLBACK_TIMEOUT:
+            refused = self._record(spec.id).get("refused")
+            if refused:  # a second boot request came before the node was waiting (boot_request)
+                self._fail_wait(node["uuid"], refused)
+                node = self.env.nodes.get(node["uuid"])
+                ps = node["provision_state"]
+            elif waited > CALLBACK_TIMEOUT:
                 self._fail_wait(node["uuid"], f"timed out after {CALLBACK_TIMEOUT:.0f} s in '{ps}': the deploy "
                                               f"ramdisk on node {label} never called back")
                 node = self.env.nodes.get(node["uuid"])
@@ -403,6 +409,34 @@ class BaremetalRealiser(Realiser):
         driver.set_power("off")
         _drop_lab_media_copy(self.env.home, node)
 
+    # ---- the network-booted ramdisk's request (api/deploy.py) --------------------------
+    def boot_request(self, mac: str, secret: str, client: str) -> bytes | None:
+        """The request of an armed MAC, handed out once (NetBoot.request). A second request
+        is refused and fails the deploy (or inspection) at once, naming it: the credentials
+        may be in a stranger's hands, or the ramdisk lost them mid-flight (Ironic, too, fails
+        a deploy whose agent token was already taken)."""
+        try:
+            return self.netboot.request(mac, secret, client)
+        except BootRefused as exc:
+            if exc.second:
+                self._refuse_deploy(exc.entry["ident"], exc.message)
+            else:
+                log.warning("%s", exc.message)
+            raise
+
+    def _refuse_deploy(self, ident: str, reason: str) -> None:
+        rec = self._record(ident)
+        if not rec or rec.get("refused"):
+            return  # failed once already
+        rec["refused"] = reason  # no call-back is taken from now on, whoever holds the token
+        self._save_record(ident, rec)
+        log.error("%s", reason)
+        if rec.get("mode") == "inspect":
+            finish, args = self._finish_inspect, (rec, ident, False, reason, None)
+        else:
+            finish, args = self._finish, (rec["node_id"], ident, False, None, reason)
+        threading.Thread(target=finish, args=args, name=f"boot-refused-{ident[:8]}", daemon=True).start()
+
     # ---- the ramdisk's call-back (api/deploy.py) ---------------------------------------
     def callback(self, server_id: str, token: str | None, ok: bool, error: str | None,
                  inventory: dict | None = None) -> dict:
@@ -410,6 +444,8 @@ class BaremetalRealiser(Realiser):
         rec = self._record(server_id)
         if not rec or not token or not hmac.compare_digest(rec.get("token_sha256", ""), _sha(token)):
             raise DeployDenied("unknown server or wrong deploy token")
+        if rec.get("refused"):
+            raise Conflict(f"this deploy was failed: {rec['refused']}")
         node = self.env.nodes.get(rec["node_id"])
         if rec.get("mode") == "inspect":
             if node["provision_state"] != states.INSPECT_WAIT:
@@ -427,8 +463,9 @@ class BaremetalRealiser(Realiser):
                          name=f"deploy-finish-{server_id[:8]}", daemon=True).start()
         return {"acknowledged": True, "node": node["name"] or node["uuid"]}
 
-    def _finish(self, node_id: str, server_id: str, ok: bool, error: str | None) -> None:
-        """Eject, boot from disk, reboot (or power off a failed node); then the node's event."""
+    def _finish(self, node_id: str, server_id: str, ok: bool, error: str | None, reason: str | None = None) -> None:
+        """Eject, boot from disk, reboot (or power off a failed node); then the node's event.
+        A failure's reason is the ramdisk's `error`, or `reason` (the undercloud's own)."""
         record = self.env.nodes.record(node_id)
         driver = drivers.get(record.driver, record.driver_info)
         by_network = self._record(server_id).get("boot") == "pxe"
@@ -444,8 +481,9 @@ class BaremetalRealiser(Realiser):
                 driver.set_power("off")
             self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
-            reason = drivers.scrub(str(exc), record.driver_info)
-            self._fail_wait(node_id, f"finishing the deploy: {reason}" + (f" (ramdisk: {error})" if error else ""))
+            drivers_reason = drivers.scrub(str(exc), record.driver_info)
+            self._fail_wait(node_id, f"finishing the deploy: {drivers_reason}" + (f" (ramdisk: {error})" if error else "")
+                            + (f" ({reason})" if reason else ""))
             return
         _drop_lab_media_copy(self.env.home, record)
         for p in ("deploy.iso",):
@@ -456,7 +494,7 @@ class BaremetalRealiser(Realiser):
             except Conflict as exc:
                 log.warning("node %s: deploy finished but %s", record.label, exc)
         else:
-            self._fail_wait(node_id, f"deploy ramdisk: {error}")
+            self._fail_wait(node_id, reason or f"deploy ramdisk: {error}")
 
 
     def _finish_inspect(self, rec: dict, ident: str, ok: bool, error: str | None, inventory: dict | None) -> None:

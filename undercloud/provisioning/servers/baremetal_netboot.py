@@ -7,8 +7,16 @@ answers its MAC (and only the armed MACs: host/dnsmasq.py), with its address and
 iPXE, the URL of its boot script on the undercloud's API (`/v1/deploy/boot/<mac>`). The
 script loads the ramdisk's kernel and initramfs (taken once from the deploy ISO) and
 passes the request's URL on the kernel command line, where the ramdisk finds it
-(agent/deploy.request_from_cmdline). The request holds the deploy token, so its URL has a
-secret of this boot; disarming (call-back, undeploy, abort) removes it all.
+(agent/deploy.request_from_cmdline); disarming (call-back, undeploy, abort) removes it all.
+
+The request holds the deploy token and the config drive (whose vendor data holds the
+server's agent token), and all of it travels over plain HTTP (firmware's iPXE speaks
+nothing else). So, as Ironic hands out its agent token: every boot route answers only the
+address DHCP gives that MAC (dnsmasq hands out exactly the armed address, never a pool
+one), and the request is handed out once, to the first caller, then dropped from disk; a
+second request is refused and fails the deploy or inspection loudly (the realiser's
+`boot_request`), never silently. The secret in the URLs only tells one arming from the
+next: it is not what protects the request.
 
 Firmware without iPXE (real PXE ROMs) gets `undionly.kpxe` (BIOS) or `snponly.efi` (UEFI)
 over TFTP, from Debian's `ipxe` package; the lab's QEMU NICs boot iPXE themselves.
@@ -20,15 +28,20 @@ sha256>/` the kernel and initramfs, `dhcp/` dnsmasq's config, hosts, leases and 
 from __future__ import annotations
 
 import base64
+import fcntl
 import hmac
 import json
+import logging
 import os
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
+from undercloud.errors import UndercloudError
 from undercloud.host import dnsmasq
 from undercloud.host.dnsmasq import BootHost, DhcpServer
 from undercloud.host.run import require, run
@@ -39,6 +52,20 @@ from undercloud.provisioning.servers.base import RealiserError
 IPXE_CHAIN = Path("/usr/lib/ipxe/undionly.kpxe")
 IPXE_CHAIN_EFI = Path("/usr/lib/ipxe/snponly.efi")
 FILES = ("vmlinuz", "initrd")
+log = logging.getLogger("undercloud.servers.netboot")
+
+
+class BootRefused(UndercloudError):
+    """A boot route asked from an address DHCP did not give the MAC (403), or a request asked
+    again after it was handed out (`second`, 410: the realiser fails the deploy)."""
+
+    def __init__(self, message: str, entry: dict, second: bool = False):
+        super().__init__(message)
+        self.entry, self.second = entry, second
+
+    @property
+    def status(self) -> int:
+        return 410 if self.second else 403
 
 
 class NetBoot:
@@ -99,9 +126,10 @@ class NetBoot:
                 self.stop()
 
     # ---- what the API serves (api/deploy.py) --------------------------------------------
-    def script(self, mac: str) -> str | None:
-        """The iPXE script of an armed MAC, None for any other."""
-        entry = self.armed(mac)
+    # `client`: the address the call came from (through the lab's relay: its peer's).
+    def script(self, mac: str, client: str) -> str | None:
+        """The iPXE script of an armed MAC, for the address DHCP gives it; None otherwise."""
+        entry = self._from(self.armed(mac), client, "boot script")
         if entry is None:
             return None
         base = f"http://{entry['gateway']}:{self.api_port}/v1/deploy/boot/{entry['mac']}/{entry['secret']}"
@@ -110,12 +138,32 @@ class NetBoot:
         return (f"#!ipxe\necho undercloud: network boot of node {entry['node']} ({entry['ident']})\n"
                 f"kernel {base}/vmlinuz {args}\ninitrd --name initrd {base}/initrd\nboot\n")
 
-    def request(self, mac: str, secret: str) -> bytes | None:
-        entry = self._entry(mac, secret)
-        return json.dumps(entry["request"]).encode() if entry else None
+    def request(self, mac: str, secret: str, client: str) -> bytes | None:
+        """The request of an armed MAC (None: not armed, or a wrong secret), handed out once,
+        only to the address DHCP gives that MAC, then dropped from disk. Raises BootRefused
+        from another address, and (`second`) when it was handed out already."""
+        with self._lock, self._file_lock():  # of two requests at once, one gets it
+            entry = self._entry(mac, secret)
+            if entry is None:
+                return None
+            if client != entry["address"]:
+                raise BootRefused(f"the boot request of node {entry['node']} is served only to the address DHCP "
+                                  f"gives it, not to {client[:45] or 'an unknown address'}", entry)
+            if "request" not in entry:
+                given = entry.get("handed_out") or {}
+                when = time.strftime("%H:%M:%S UTC", time.gmtime(given.get("at", 0)))
+                raise BootRefused(f"a second request for the boot credentials of node {entry['node']} was refused "
+                                  f"(handed out once, to {given.get('to', '?')} at {when}): its "
+                                  f"{'inspection' if entry['ident'].startswith('inspect-') else 'deploy'} "
+                                  f"is failed", entry, second=True)
+            body = json.dumps(entry.pop("request")).encode()
+            entry["handed_out"] = {"to": client, "at": time.time()}
+            self._write_private(self._armed_file(mac), json.dumps(entry))  # before it leaves: once, even after a crash
+        log.info("node %s: boot request handed out to %s", entry["node"], client)
+        return body
 
-    def file(self, mac: str, secret: str, name: str) -> Path | None:
-        entry = self._entry(mac, secret)
+    def file(self, mac: str, secret: str, name: str, client: str) -> Path | None:
+        entry = self._from(self._entry(mac, secret), client, name)
         if entry is None or name not in FILES:
             return None
         path = Path(entry["files"]) / name
@@ -123,7 +171,17 @@ class NetBoot:
 
     def _entry(self, mac: str, secret: str) -> dict | None:
         entry = self.armed(mac)
-        if entry is None or not hmac.compare_digest(entry["secret"], secret):
+        if entry is None or not hmac.compare_digest(entry["secret"].encode(), secret.encode("utf-8", "surrogateescape")):
+            return None
+        return entry
+
+    @staticmethod
+    def _from(entry: dict | None, client: str, what: str) -> dict | None:
+        """`entry` if `client` is the address DHCP gives its MAC (else None, logged: a
+        stranger on the network, or a NAT between the node and the undercloud)."""
+        if entry is not None and client != entry["address"]:
+            log.warning("node %s: %s asked from %s, not from the address DHCP gives it (%s): refused",
+                        entry["node"], what[:20], client[:45] or "an unknown address", entry["address"])
             return None
         return entry
 
@@ -175,6 +233,18 @@ class NetBoot:
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         return out
+
+    @contextmanager
+    def _file_lock(self):
+        """Held while a request is handed out: other processes serving this home wait."""
+        path = self.root / "armed" / ".lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _write_private(self, path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

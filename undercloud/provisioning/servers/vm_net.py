@@ -13,6 +13,8 @@ it). Here:
   bound inside the lab namespace (`bind_in_netns`) at the bridge address and the API port,
   and each connection is relayed to the API on 127.0.0.1. Address and port are those of the
   home (the bridge's .1, the API port file): the same after restarts (`Realiser.startup`).
+  The API sees the relay's loopback address; `relayed_peer` names the machine behind it
+  (network boot answers only a node's own address: baremetal_netboot.py).
 """
 
 from __future__ import annotations
@@ -173,6 +175,15 @@ def bind_in_netns(netns: str, host: str, port: int) -> socket.socket:
 
 _served: dict[tuple[str, str, int], socket.socket] = {}
 _served_lock = threading.Lock()
+# The relay's own end of each relayed connection (its loopback address and port, what the
+# API sees as the client) -> the address of the machine that connected in the namespace.
+_peers: dict[tuple[str, int], str] = {}
+
+
+def relayed_peer(host: str | None, port: int | None) -> str | None:
+    """The address of the lab machine whose connection the relay passes on from the
+    loopback `host`:`port` (what the API sees as its client); None for any other client."""
+    return _peers.get((host or "", port or 0))
 
 
 def serve_api(netns: str, host: str, port: int) -> None:
@@ -190,19 +201,21 @@ def serve_api(netns: str, host: str, port: int) -> None:
 def _accept(sock: socket.socket, target: tuple[str, int]) -> None:
     while True:
         try:
-            conn, _peer = sock.accept()
+            conn, peer = sock.accept()
         except OSError:
             return
-        threading.Thread(target=_relay, args=(conn, target), name="lab-api-relay", daemon=True).start()
+        threading.Thread(target=_relay, args=(conn, target, peer[0]), name="lab-api-relay", daemon=True).start()
 
 
-def _relay(conn: socket.socket, target: tuple[str, int]) -> None:
+def _relay(conn: socket.socket, target: tuple[str, int], peer: str = "") -> None:
     try:
         up = socket.create_connection(target, timeout=10)
     except OSError:
         conn.close()
         return
     up.settimeout(None)
+    mine = up.getsockname()[:2]
+    _peers[mine] = peer  # before any byte is passed on: the API asks while it reads the request
 
     def pump(src: socket.socket, dst: socket.socket) -> None:
         try:
@@ -220,5 +233,6 @@ def _relay(conn: socket.socket, target: tuple[str, int]) -> None:
     back.start()
     pump(conn, up)
     back.join()
+    _peers.pop(mine, None)
     conn.close()
     up.close()
