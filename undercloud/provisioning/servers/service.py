@@ -171,8 +171,10 @@ class ServersService:
             log.info("created the default flavors: %s", ", ".join(made))
         self.ensure_local_hosts()
         self.remove_leftovers()
-        # what a killed run left of its temporary files (config drives and requests hold tokens)
-        gone = remove_temps(self.root) if self.root.exists() else []
+        # what a killed run left of its temporary files (config drives and deploy requests
+        # hold tokens): in the servers', bare metal's and network boot's directories
+        gone = [p for d in (self.root, self.root.parent / "baremetal", self.root.parent / "netboot")
+                if d.is_dir() for p in remove_temps(d)]
         if gone:
             log.info("servers: removed %d temporary file(s) left by an earlier run", len(gone))
         with self.store.session() as s:
