@@ -29,6 +29,7 @@ called back as one line (never the token), and the node waits to be powered off.
 from __future__ import annotations
 
 import base64
+import http.client
 import ipaddress
 import json
 import os
@@ -422,7 +423,12 @@ def request_from_cmdline(cmdline: str, attempts: int = 5) -> tuple[dict, bytes |
     iPXE booted it with `undercloud.request=URL` (the request, served by the undercloud
     for this deploy only), `BOOTIF=MAC` (the NIC it booted from) and, where the request is
     reached on a static address, `undercloud.ip=ADDRESS/PREFIX`. The request carries the
-    config drive as base64 (`config_drive`): a CD holds it as a file."""
+    config drive as base64 (`config_drive`): a CD holds it as a file.
+
+    The undercloud hands the request out once, and only to this node's DHCP address (it
+    holds the deploy and agent tokens): a refusal (HTTP 403/410...) is final and named. A
+    transfer broken after the undercloud answered is retried too, and that retry is
+    refused and fails the deploy at once (rather than a timeout much later)."""
     args = cmdline_args(cmdline)
     url = args.get("undercloud.request")
     if not url:
@@ -438,8 +444,10 @@ def request_from_cmdline(cmdline: str, attempts: int = 5) -> tuple[dict, bytes |
             with urllib.request.urlopen(url, timeout=30) as resp:
                 body = resp.read()
             break
-        except (urllib.error.URLError, OSError) as exc:
-            reason = str(getattr(exc, "reason", exc))
+        except urllib.error.HTTPError as exc:
+            raise DeployError(f"the undercloud refused the deploy request (HTTP {exc.code}): {_said(exc)}") from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # also a body cut short
+            reason = str(getattr(exc, "reason", exc)) or type(exc).__name__
             if attempt == attempts - 1:
                 raise DeployError(f"the deploy request could not be fetched ({reason})") from None
             time.sleep(min(2 ** attempt, 10))  # a link that just came up may still be negotiating
@@ -449,6 +457,15 @@ def request_from_cmdline(cmdline: str, attempts: int = 5) -> tuple[dict, bytes |
         return req, (base64.b64decode(drive, validate=True) if drive else None)
     except (ValueError, AttributeError, TypeError) as exc:
         raise DeployError(f"the deploy request is not a JSON object with a base64 config drive: {exc}") from None
+
+
+def _said(exc: urllib.error.HTTPError) -> str:
+    """The one-line error of an undercloud's refusal ({"error": ...}), else its reason."""
+    try:
+        said = json.loads(exc.read(4096)).get("error")
+    except (ValueError, AttributeError, OSError):
+        said = None
+    return " ".join(str(said or exc.reason).split())[:300]
 
 
 def deploy(req: dict, config_drive: bytes | None, workdir: Path = Path("/tmp")) -> dict:
