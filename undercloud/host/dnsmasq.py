@@ -3,7 +3,9 @@ service) per provisioning network, run in that network's namespace on its interf
 
 It answers only the MACs it is given: the nodes being booted get their fixed address and
 boot file; any other machine on the wire gets no lease (`dhcp-ignore=tag:!known`, and the
-range is `static`, so even a forgotten ignore hands out nothing). The known hosts live in
+range is `static`, so even a forgotten ignore hands out nothing): a MAC's address is
+exactly its hosts-file address, never a pool one, which the network-boot routes rely on
+(they answer only that address: baremetal_netboot.py). The known hosts live in
 a file dnsmasq re-reads on SIGHUP, so adding or removing a node never restarts it. No DNS
 (`port=0`).
 
