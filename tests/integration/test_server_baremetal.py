@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -200,10 +202,32 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
 def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):
     """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE — under OVMF
     the EFI build in the NIC's option ROM —, DHCP from the undercloud's dnsmasq on the lab
-    bridge, kernel and initramfs over HTTP)."""
+    bridge, kernel and initramfs over HTTP). Once the ramdisk has its request (deploy and
+    agent tokens), another machine on the lab network asking for it again is refused."""
     t0 = time.monotonic()
-    r = stack_create(lab, "bm")
-    assert r.returncode == 0, r.stderr[-3000:] + "\n" + json.dumps(node_state(lab["node"]))
+    mac = node_state(lab["node"])["ports"][0]
+    armed = Path(lab["home"].path) / "netboot" / "armed" / f"{mac.replace(':', '-')}.json"
+    tpl = lab["tmp"] / "bm.yaml"
+    tpl.write_text(SERVER)
+    log = lab["tmp"] / "create.log"   # a file, not a pipe: nothing blocks the CLI while the test looks
+    with open(log, "w") as out:
+        create = subprocess.Popen([sys.executable, "-m", "undercloud", "stack", "create", "bm", "-t", str(tpl),
+                                   "--wait"], stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        entry = wait_handed_out(armed, create, log)
+        assert entry["handed_out"]["to"] == entry["address"]   # the node took it, from its DHCP address
+        assert "request" not in entry   # and its tokens are off the disk
+        # the second fetch, while the ramdisk writes the image (seconds to minutes)
+        status, body = from_the_lab(lab, f"/v1/deploy/boot/{mac}/{entry['secret']}/request")
+        assert status == 403 and "served only to the address DHCP gives it" in body, body
+        status, body = from_the_lab(lab, f"/v1/deploy/boot/{mac}")
+        assert status == 404, body   # nor the script
+        create.wait(timeout=DEPLOY_TIMEOUT)
+    finally:
+        if create.poll() is None:
+            create.kill()
+            create.wait()
+    assert create.returncode == 0, log.read_text()[-3000:] + "\n" + json.dumps(node_state(lab["node"]))
     deployed = time.monotonic() - t0
     srv = server()
     node = node_state(lab["node"])
@@ -229,6 +253,43 @@ def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab)
     assert not list((netboot / "armed").glob("*.json")) and not (netboot / "dhcp" / "dnsmasq.pid").exists()
     assert not (Path(lab["home"].path) / "baremetal" / srv["id"]).exists()
     assert lab_addresses(lab["home"]) == {}
+
+
+def wait_handed_out(armed: Path, create: subprocess.Popen, log: Path) -> dict:
+    """The node's armed entry once its ramdisk has taken the boot request (the request is
+    dropped then; the call-back, after the image is written, disarms it)."""
+    deadline = time.monotonic() + DEPLOY_TIMEOUT
+    while True:
+        try:
+            entry = json.loads(armed.read_text())
+        except (OSError, ValueError):
+            entry = {}
+        if entry.get("handed_out"):
+            return entry
+        if create.poll() is not None:
+            pytest.fail(f"stack create ended ({create.returncode}) before the ramdisk was seen taking its request: "
+                        + log.read_text()[-2000:])
+        assert time.monotonic() < deadline, "the ramdisk did not take its boot request"
+        time.sleep(0.2)
+
+
+def from_the_lab(lab, path: str) -> tuple[int, str]:
+    """GET `path` on the API's lab address from inside the lab network, from an address
+    there that is not the node's (the undercloud's own on the bridge)."""
+    from undercloud.provisioning.servers.vm_net import lab_network
+
+    netns, _bridge, gateway = lab_network(lab["home"])
+    code = ("import sys, urllib.request, urllib.error\n"
+            "try:\n"
+            "    r = urllib.request.urlopen(sys.argv[1], timeout=20)\n"
+            "    print(r.status); print(r.read(300).decode(errors='replace'))\n"
+            "except urllib.error.HTTPError as e:\n"
+            "    print(e.code); print(e.read(300).decode(errors='replace'))\n")
+    out = subprocess.run(["nsenter", f"--net={netns}", sys.executable, "-c", code,
+                          f"http://{gateway}:{lab['home'].api_port()}{path}"], capture_output=True, text=True, timeout=60)
+    status, _, body = out.stdout.partition("\n")
+    assert status.strip().isdigit(), out.stderr[-1000:]
+    return int(status), body
 
 
 @pytest.mark.parametrize("lab", [{"UNDERCLOUD_DEPLOY_CALLBACK_TIMEOUT": "15"}], indirect=True)
