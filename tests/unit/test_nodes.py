@@ -126,6 +126,32 @@ def test_import_bad_input_is_one_clear_line(svc, text, expected):
     assert str(info.value).startswith("bad.json:")
 
 
+def alias_bomb_inventory(levels: int) -> str:
+    """An instackenv.yaml whose one node carries `levels` of ten-fold aliases (10**levels)."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    entry = node(1)
+    entry.pop("ports")
+    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items())
+    return "\n".join(lines + [f"nodes: [{{{fields}, root_device: {{serial: *a{levels - 1}}}}}]"]) + "\n"
+
+
+def test_an_alias_bomb_inventory_is_refused_in_one_line_naming_the_limit(svc):
+    # 10**9 nodes through aliases: refused as it is read (the templates' reader and limit),
+    # not expanded by a walk over every alias
+    t = time.monotonic()
+    with pytest.raises(InvalidInput) as info:
+        svc.import_nodes(alias_bomb_inventory(9), "instackenv.yaml")
+    assert time.monotonic() - t < 5
+    assert str(info.value) == (
+        "instackenv.yaml:9: the number of nodes built through aliases and merge keys is more than the limit "
+        "of 100,000 (set UNDERCLOUD_MAX_YAML_ALIAS_NODES to change it)")
+    assert svc.list() == []
+    # aliases within the limit are plain YAML: read, lines and all
+    svc.import_nodes(alias_bomb_inventory(3), "instackenv.yaml")
+    assert svc.get("n1")["properties"]["root_device"]["serial"][0][0] == ["x"] * 10
+
+
 # --------------------------------------------------------------- lifecycle
 def test_manage_inspect_provide(svc):
     svc.import_nodes(env(node(1, fake_delay=0.05)))

@@ -4,6 +4,7 @@ service shows or logs, and the service answers GET /v1/health within 1 s afterwa
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 
@@ -70,7 +71,10 @@ REFUSED = [  # (what, template, other files, a part of the one-line error)
     ("group of 10**7", GROUP, None, "resources.g.properties.count: the count of members (10,000,000)"),
     ("big file", V + "resources: {}\n", {"big.txt": "x" * (600 * 1024)}, "big.txt: the size of the file in bytes"),
     ("backtracking pattern", V + "parameters:\n  p: {type: string, default: " + "a" * 40 + "!, constraints: "
-     "[{allowed_pattern: '(a+)+$'}]}\nresources: {}\n", None, "took more than 2 s (nested repetition"),
+     "[{allowed_pattern: '(a+)+$'}]}\nresources: {}\n", None, 'does not match pattern "(a+)+$"'),
+    ("random string of 2e9", V + "resources:\n  r: {type: OS::Heat::RandomString, properties: {length: 2000000000}}\n",
+     None, "resources.r.properties.length: the value (2,000,000,000) is more than the limit of 512 "
+     "(set UNDERCLOUD_MAX_RANDOM_LENGTH to change it)"),
 ]
 
 
@@ -84,6 +88,59 @@ def test_refused_at_create_in_one_line(api):
         assert expected in error and "\n" not in error, (what, error)
         api.healthy()
     assert api.http.get("/v1/stacks").json() == []  # nothing half-written
+
+
+POLYNOMIAL = V + "parameters:\n  p: {type: string, constraints: [{allowed_pattern: '^\\s*\\s*\\s*\\s*\\s*\\s*x$'}]}\n" \
+                 "resources: {}\n"
+LOOKAHEAD = V + "parameters:\n  p: {type: string, constraints: [{allowed_pattern: '(a+)+(?!c)b'}]}\nresources: {}\n"
+
+
+def while_healthy(api: Api, *create) -> tuple[httpx.Response, int]:
+    """api.create(*create), /v1/health answering within a second all along; its answer and
+    how many health checks were made meanwhile."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(api.create, *create)
+        checks = 0
+        while not pending.done():
+            api.healthy()
+            checks += 1
+            time.sleep(0.05)
+        api.healthy()
+        return pending.result(), checks
+
+
+def test_patterns_that_backtrack_cannot_stop_the_service(api):
+    # the issue's case (400**6/720 steps in Python's re): RE2, linear, refused at once
+    r, _ = while_healthy(api, "poly", POLYNOMIAL, {"p": " " * 400})
+    assert r.status_code == 400 and "Parameter 'p' is invalid" in r.json()["error"], r.text
+    assert "does not match pattern" in r.json()["error"]
+    # a pattern RE2 cannot run (a lookahead), exponential in Python's re: matched in a child
+    # process for at most the limit, the service answering meanwhile; refused naming the limit
+    r, checks = while_healthy(api, "exp", LOOKAHEAD, {"p": "a" * 40})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert "\n" not in error and "Parameter 'p' is invalid" in error and "UNDERCLOUD_MAX_PATTERN_MS" in error
+    assert checks >= 5  # it took about the limit (2 s), answering all along
+    assert api.create("ok", POLYNOMIAL, {"p": "   x"}).status_code == 201
+    assert [s["stack_name"] for s in api.http.get("/v1/stacks").json()] == ["ok"]
+
+
+HEAVY = V + "parameters:\n  l: {type: comma_delimited_list, default: 'a,b,c'}\nresources:\n" + "".join(
+    f"  r{i}: {{type: OS::Heat::Value, properties: {{value: {{list_join: ['-', {{get_param: l}}, "
+    f"[x{i}, {{str_replace: {{template: aXb, params: {{X: {i}}}}}}}]]}}}}}}\n" for i in range(3000))
+
+
+def test_a_heavy_template_is_validated_and_created_off_the_event_loop(api):
+    # 440 KB, 3,000 resources: seconds of validation in the request's thread and of walking
+    # in the stack's, the service answering all along
+    r, _ = while_healthy(api, "heavy", HEAVY)
+    assert r.status_code == 201, r.text
+    deadline = time.monotonic() + 120
+    while (s := api.http.get("/v1/stacks/heavy").json())["stack_status"].endswith("IN_PROGRESS"):
+        assert time.monotonic() < deadline
+        api.healthy()
+        time.sleep(0.1)
+    assert s["stack_status"] == "CREATE_COMPLETE", s
 
 
 REPEAT = V + f"""\

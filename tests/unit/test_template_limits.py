@@ -310,12 +310,57 @@ parameters:
 resources: {}
 """
     with pytest.raises(TemplateError) as exc:
-        quick(load, bundle(tmp_path, t), limit=5)  # 2**40 steps in re: days, holding every thread
+        quick(load, bundle(tmp_path, t))  # 2**40 steps in Python's re; linear on RE2
     assert one(exc).endswith('parameters.p.default: Parameter \'p\' is invalid: Invalid default '
-                             'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa! (matching the pattern "(a+)+$" took more than '
-                             '2 s (nested repetition such as (a+)+ backtracks without bound))')
-    # nested repetition that does end is matched as before (in a child process)
+                             'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa! ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!" '
+                             'does not match pattern "(a+)+$")')
     assert load(bundle(tmp_path, t.replace("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!", "aaa"))).parameters["q"]
+
+
+POLYNOMIAL = V + "parameters:\n  p: {type: string, constraints: [{allowed_pattern: '^\\s*\\s*\\s*\\s*\\s*\\s*x$'}]}\n" \
+                 "resources: {}\n"
+
+
+def test_a_pattern_that_backtracks_polynomially_is_matched_in_linear_time(tmp_path):
+    # the issue's case: \s* six times, then x, against 400 spaces (400**6/720 steps in re)
+    with pytest.raises(TemplateError) as exc:
+        quick(load, bundle(tmp_path, POLYNOMIAL), {"p": " " * 400})
+    assert "Parameter 'p' is invalid" in one(exc) and "does not match pattern" in one(exc)
+    assert quick(load, bundle(tmp_path, POLYNOMIAL), {"p": " " * 400 + "x"}).parameters["p"].value.endswith("x")
+
+
+def test_a_pattern_re2_cannot_run_is_matched_in_a_child_process_under_the_limit(tmp_path):
+    # a lookahead: Python's re in a child process; exponential there, so over the limit
+    t = V + "parameters:\n  p: {type: string, constraints: [{allowed_pattern: '(a+)+(?!c)b'}]}\nresources: {}\n"
+    with override(pattern_ms=300), pytest.raises(TemplateError) as exc:
+        quick(load, bundle(tmp_path, t), {"p": "a" * 40}, limit=5)
+    assert one(exc).endswith("Parameter 'p' is invalid: the time in milliseconds to match the pattern "
+                             "\"(a+)+(?!c)b\" (in Python's re: RE2 cannot run it) is more than the limit of 300 "
+                             "(set UNDERCLOUD_MAX_PATTERN_MS to change it)")
+    # TripleO's own lookahead (overcloud.yaml's BondInterfaceOvsOptions) keeps working
+    bond = V + "parameters:\n  b: {type: string, default: '', constraints: [{allowed_pattern: " \
+               "'^((?!balance.tcp).)*$'}]}\nresources: {}\n"
+    assert load(bundle(tmp_path, bond), {"b": "bond_mode=balance-slb lacp=active"}).parameters["b"].value
+    with pytest.raises(TemplateError) as exc:
+        load(bundle(tmp_path, bond), {"b": "bond_mode=balance-tcp"})
+    assert "does not match pattern" in one(exc)
+
+
+@pytest.mark.parametrize("pattern, text", [
+    ("a|ab", "ab"),  # re.match takes the first alternative: not the whole text, as Heat
+    ("[a-z]+$", "abc\n"), ("[a-z]+$\n", "abc\n"), ("(?m)^a$\n^b$", "a\nb"), ("[a-z]+$\\s", "ab\nc"),
+    ("\\d+", "١٢٣"), ("\\w+", "été_1"), ("(?a)\\w+", "été"), ("\\s+", "\x1c\u3000\v"), ("(?i)straße", "STRASSE"),
+    ("(?i)k", "\u212a"), ("(?i)\u0130", "i"), ("\\bé", "été"), ("\\B", ""), ("(?s).+", "a\nb"), (".+", "a\nb"),
+    ("(a|)*b", "aab"), ("(a*)+$", "aa"), ("(|a)+", "aa"), ("x{2,1000}", "x" * 999), ("x{1001}", "x" * 1001),
+    ("(a)\\1", "aa"), ("(?<=a)b|ab", "ab"), ("\\Aab\\Z", "ab"), ("[^\\W\\d]+", "ab_9"), ("\ud800?x", "x"),
+])
+def test_allowed_pattern_means_what_pythons_re_match_means(pattern, text):
+    import re
+
+    from undercloud.orchestration.template.patterns import pattern_matches
+
+    m = re.match(pattern, text)
+    assert pattern_matches(pattern, text) == (m is not None and m.end() == len(text)), (pattern, text)
 
 
 @pytest.mark.parametrize("expression, expected", [
@@ -364,3 +409,70 @@ def bundle_file(tmp_path, text: str):
     p = tmp_path / "t.yaml"
     p.write_text(text)
     return p
+
+
+# ------------------------------------------------------------------- size-like properties
+
+BOUNDED = [  # (resources with {N} where the bounded number goes, its limit, the property's path)
+    ("r: {type: OS::Heat::RandomString, properties: {length: {N}}}", "random_length", "r.properties.length"),
+    ("r: {type: OS::Heat::RandomString, properties: {length: 512, character_classes: [{class: digits, min: {N}}]}}",
+     "random_length", "r.properties: character_classes[0].min"),
+    ("r: {type: OS::Heat::RandomString, properties: {length: 512, character_sequences: [{sequence: '!?', min: {N}}]}}",
+     "random_length", "r.properties: character_sequences[0].min"),
+    ("h: {type: OS::Heat::WaitConditionHandle}\n  w: {type: OS::Heat::WaitCondition, properties: "
+     "{handle: {get_resource: h}, timeout: {N}}}", "wait_seconds", "w.properties.timeout"),
+    ("h: {type: OS::Heat::WaitConditionHandle}\n  w: {type: OS::Heat::WaitCondition, properties: "
+     "{handle: {get_resource: h}, timeout: 60, count: {N}}}", "group_count", "w.properties.count"),
+    ("r: {type: OS::Heat::TestResource, properties: {wait_secs: {N}}}", "wait_seconds", "r.properties.wait_secs"),
+    ("r: {type: OS::Heat::TestResource, properties: {action_wait_secs: {delete: {N}}}}", "wait_seconds",
+     "r.properties.action_wait_secs.delete"),
+    ("g: {type: OS::Heat::ResourceGroup, properties: {count: {N}, resource_def: {type: OS::Heat::None}}}",
+     "group_count", "g.properties.count"),
+]
+
+
+@pytest.mark.parametrize("resource, limit, where", BOUNDED)
+def test_size_like_properties_are_bounded_by_their_limit_at_validation(tmp_path, resource, limit, where):
+    with override(resources=10 * LIMITS.resources):  # a group at its limit is the group and 10,000 members
+        bounded_at_validation(tmp_path, resource, limit, where)
+
+
+def bounded_at_validation(tmp_path, resource, limit, where):
+    from undercloud.orchestration.limits import BY_NAME
+
+    n = getattr(LIMITS, limit)
+    t = V + "parameters:\n  n: {type: number}\nresources:\n  " + resource.replace("{N}", "{get_param: n}") + "\n"
+    assert quick(load, bundle(tmp_path, t), {"n": n}).resources  # at the limit: accepted
+    with pytest.raises(TemplateError) as exc:
+        quick(load, bundle(tmp_path, t), {"n": n + 1})
+    assert one(exc).endswith(f"resources.{where}: the value ({n + 1:,}) is more than the limit of {n:,} "
+                             f"(set {BY_NAME[limit].env} to change it)") or "count of members" in one(exc)
+    with override(**{limit: n + 1}):  # the limit is the table's, as its variable sets it
+        t = t.replace("length: 512", "length: 513")
+        assert load(bundle(tmp_path, t), {"n": n + 1}).resources
+
+
+def test_a_random_string_of_two_billion_characters_is_refused_at_validation(tmp_path):
+    t = V + "resources:\n  r: {type: OS::Heat::RandomString, properties: {length: 2000000000}}\n"
+    with pytest.raises(TemplateError) as exc:
+        quick(load, bundle(tmp_path, t))
+    assert one(exc).endswith("resources.r.properties.length: the value (2,000,000,000) is more than the limit "
+                             "of 512 (set UNDERCLOUD_MAX_RANDOM_LENGTH to change it)")
+    for bad, why in (("0", "0 is less than the minimum of 1"), ("8, character_classes: [{min: 5}, {min: 4}]",
+                                                               "length (8) is smaller than the combined")):
+        with pytest.raises(TemplateError) as exc:
+            load(bundle(tmp_path, t.replace("2000000000", bad)))
+        assert why in one(exc)
+
+
+def test_a_random_string_known_only_at_runtime_fails_before_it_is_made():
+    from undercloud.orchestration.resources.base import ResourceFailure, StackRef
+    from undercloud.orchestration.resources.heat import RandomString
+
+    r = RandomString(name="r", uuid="u", stack=StackRef("s", "s", "s"), properties={"length": 2_000_000_000})
+    with pytest.raises(ResourceFailure, match="length: the value .2,000,000,000. is more than the limit of 512"):
+        quick(r.create)
+    assert "value" not in r.data
+    r.properties = {"length": 512}
+    r.create()
+    assert len(r.data["value"]) == 512

@@ -33,6 +33,14 @@ TABLE: tuple[Limit, ...] = (
     Limit("value_chars", "UNDERCLOUD_MAX_VALUE_CHARS", 4 * 1024 * 1024,
           "characters of one value: a function's result, a parameter, a resource's properties, "
           "an output (maps and lists counted as their JSON text)"),
+    Limit("random_length", "UNDERCLOUD_MAX_RANDOM_LENGTH", 512,
+          "characters of an OS::Heat::RandomString (its length; Heat's own maximum)"),
+    Limit("wait_seconds", "UNDERCLOUD_MAX_WAIT_SECONDS", 43_200,
+          "seconds a resource property may ask to wait (a WaitCondition's timeout, a TestResource's "
+          "waits; Heat's WaitCondition maximum)"),
+    Limit("pattern_ms", "UNDERCLOUD_MAX_PATTERN_MS", 2000,
+          "milliseconds one match of a pattern RE2 cannot run (lookarounds, backreferences) may take, "
+          "in a child process"),
     Limit("message_chars", "UNDERCLOUD_MAX_MESSAGE_CHARS", 2000,
           "characters of one problem line, event reason or status reason (cut, ending in '…')"),
     Limit("resumes", "UNDERCLOUD_MAX_RESUMES", 3,
@@ -52,6 +60,9 @@ class Limits(LimitSet):
     resources: int
     group_count: int
     value_chars: int
+    random_length: int
+    wait_seconds: int
+    pattern_ms: int
     message_chars: int
     resumes: int
 

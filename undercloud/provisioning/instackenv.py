@@ -48,50 +48,55 @@ class NodeSpec:
 
 
 class _Lines:
-    """Line numbers of the parsed document, by path ("nodes", 0, "pm_addr")."""
+    """Line numbers of the document, by path ("nodes", 0, "pm_addr"): from the YAML reader of
+    templates (which keeps them), so an alias bomb is refused there, not walked here."""
 
-    def __init__(self, text: str):
-        self.map: dict[tuple, int] = {}
-        try:
-            self._walk(yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), ())
-        except yaml.YAMLError:
-            pass
-
-    def _walk(self, node, path: tuple) -> None:
-        if node is None:
-            return
-        self.map[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                self.map[path + (k.value,)] = k.start_mark.line + 1
-                self._walk(v, path + (k.value,))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                self._walk(v, path + (i,))
+    def __init__(self, doc: Any):
+        self.doc = doc
 
     def __call__(self, *path) -> int:
-        while path and path not in self.map:
-            path = path[:-1]
-        return self.map.get(path, 1)
+        from undercloud.orchestration.template.source import line_of
+
+        return line_of(self.doc, path) or 1
 
 
-def load(text: str, filename: str) -> Any:
+def _read(text: str) -> Any:
+    # The template's YAML reader: aliases and merge keys counted against
+    # UNDERCLOUD_MAX_YAML_ALIAS_NODES as they are read, never expanded, and nesting bounded.
+    # (A deliberate lazy import: the reader and its limits are the template layer's.)
+    from undercloud.orchestration.template.source import read_data
+
+    return read_data(text)
+
+
+def load(text: str, filename: str) -> tuple[Any, _Lines]:
+    """The inventory's data and its line numbers, or InvalidInput in one line."""
     try:
         if filename.endswith(".json") or text.lstrip().startswith("{"):
-            return json.loads(text)
-        return yaml.safe_load(text)
+            data = json.loads(text)
+            try:
+                doc = _read(text)  # JSON is YAML: only for the lines
+            except (yaml.YAMLError, RecursionError):
+                doc = None
+            return data, _Lines(doc)
+        data = _read(text)
+        return data, _Lines(data)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"not valid JSON: {exc.msg}", f"{filename}:{exc.lineno}") from None
+    except RecursionError:
+        raise InvalidInput("data nests too deeply to be read", filename) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
-        raise InvalidInput(f"not valid YAML: {getattr(exc, 'problem', exc)}", f"{filename}:{line}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        if "(set UNDERCLOUD_" not in problem:  # a limit names itself; anything else is bad YAML
+            problem = f"not valid YAML: {problem}"
+        raise InvalidInput(problem, f"{filename}:{line}") from None
 
 
 def parse(text: str, filename: str = "instackenv.json") -> list[NodeSpec]:
     """The node specs of an inventory, or InvalidInput listing every problem (one line each)."""
-    data = load(text, filename)
-    lines = _Lines(text)
+    data, lines = load(text, filename)
     problems: list[str] = []
 
     def bad(path: tuple, label: str, message: str) -> None:

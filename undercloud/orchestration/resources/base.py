@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from undercloud.orchestration.template.validation import validate_properties
+from undercloud.orchestration.template.validation import bound_problem, validate_properties
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -61,6 +61,10 @@ class Prop:
     description: str = ""
     schema: dict[str, Prop] | None = None  # keys of a map property
     allowed: tuple | None = None           # allowed values
+    # a size-like number (a length, a count, seconds): at least `min` and at most the limit
+    # of that name in orchestration/limits.py, refused at validation when known then
+    min: float | None = None
+    limit: str | None = None
 
 
 @dataclass
@@ -114,6 +118,18 @@ class Plugin:
         # a NestedView of it (see `nested_template`).
         self.action = "INIT"
         self.nested: Any = None
+
+    def bounded(self, key: str) -> float:
+        """A size-like property (Prop.limit) as a number, or ResourceFailure naming its limit:
+        a value known only at runtime is checked here, before any work is done for it."""
+        schema = type(self).properties_schema[key]
+        value = self.properties.get(key)
+        if value is None:
+            value = schema.default
+        why = bound_problem(schema.min, schema.limit, value)
+        if why:
+            raise ResourceFailure(f"{key}: {why}")
+        return float(value)
 
     def find_peer(self, reference_id: str) -> Plugin | None:
         """Another resource of the same stack by its reference id (the engine provides it)."""

@@ -6,9 +6,16 @@ from __future__ import annotations
 import secrets
 import string
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
+from undercloud.orchestration.template.functions import has_unknown
+from undercloud.orchestration.template.validation import (
+    bound_problem,
+    placeholder_properties,
+    validate_properties,
+)
 
 
 def physical_name(p: Plugin) -> str:
@@ -60,10 +67,33 @@ _CLASSES = {
 }
 
 
+def minimums_problem(classes: list, seqs: list, length: int) -> str | None:
+    """Why the classes' and sequences' minimums cannot fit in `length` (each a whole number
+    of 1 or more, at most the RandomString limit, as Heat's range 1 to 512), None if they fit."""
+    total = 0
+    for what, items in (("character_classes", classes), ("character_sequences", seqs)):
+        for i, item in enumerate(items):
+            n = item.get("min", 1) if isinstance(item, Mapping) else None
+            if isinstance(n, bool) or not isinstance(n, int | str):
+                return f"{what}[{i}].min: expected a whole number"
+            try:
+                n = int(n)
+            except ValueError:
+                return f"{what}[{i}].min: expected a whole number"
+            why = bound_problem(1, "random_length", n)
+            if why:
+                return f"{what}[{i}].min: {why}"
+            total += n
+    if total > length:
+        return (f"length ({length}) is smaller than the combined character class and sequence minimums "
+                f"({total})")
+    return None
+
+
 class RandomString(Plugin):
     type_name = "OS::Heat::RandomString"
     properties_schema = {
-        "length": Prop("integer", default=32, description="Length of the string."),
+        "length": Prop("integer", default=32, min=1, limit="random_length", description="Length of the string."),
         "sequence": Prop("string", allowed=tuple(_CLASSES), description="Deprecated: one character class."),
         "character_classes": Prop("list", description="[{class, min}] the string draws from."),
         "character_sequences": Prop("list", description="[{sequence, min}] the string draws from."),
@@ -71,6 +101,23 @@ class RandomString(Plugin):
     }
     attributes_schema = {"value": "The random string (also what get_resource returns)."}
     secret_attributes = frozenset({"value"})
+
+    @classmethod
+    def validate_definition(cls, t: Any, rd: Any) -> None:
+        """The properties, then the minimums of the classes and sequences against the length
+        (when known: nothing is written for a string that cannot be made)."""
+        if not t.check_values or not isinstance(rd.properties, Mapping) or rd.external_id is not None:
+            validate_properties(t, rd)
+            return
+        resolved = placeholder_properties(t, rd)
+        before = len(t.problems)
+        validate_properties(t, rd, resolved)
+        length = resolved.get("length", 32)
+        if len(t.problems) == before and not has_unknown(resolved) and isinstance(length, int | str):
+            why = minimums_problem(list(resolved.get("character_classes") or []),
+                                   list(resolved.get("character_sequences") or []), int(length))
+            if why:
+                t.add(("resources", rd.name, "properties"), why)
 
     def create(self) -> None:
         if "value" in self.data:  # made by an interrupted earlier call: keep it
@@ -82,12 +129,13 @@ class RandomString(Plugin):
         seqs = list(p.get("character_sequences") or [])
         if not classes and not seqs:
             classes = [{"class": "lettersdigits", "min": 1}]
-        length = int(p.get("length") or 32)
+        length = int(self.bounded("length"))
+        why = minimums_problem(classes, seqs, length)
+        if why:
+            raise ResourceFailure(why)
         pools = [(_CLASSES.get(c.get("class", "lettersdigits"), _CLASSES["lettersdigits"]), int(c.get("min", 1)))
                  for c in classes] + [(s.get("sequence", ""), int(s.get("min", 1))) for s in seqs]
         pools = [(chars, n) for chars, n in pools if chars]
-        if sum(n for _, n in pools) > length:
-            raise ResourceFailure("length is smaller than the combined character class and sequence minimums")
         chars = [secrets.choice(pool) for pool, n in pools for _ in range(n)]
         everything = "".join(pool for pool, _ in pools)
         chars += [secrets.choice(everything) for _ in range(length - len(chars))]
@@ -114,10 +162,10 @@ class TestResource(Plugin):
                      description="Fail the create/update after the wait."),
         "update_replace": Prop("boolean", default=False, update_allowed=True,
                                description="A change of `value` replaces the resource."),
-        "wait_secs": Prop("number", default=0, update_allowed=True,
+        "wait_secs": Prop("number", default=0, update_allowed=True, min=-1, limit="wait_seconds",
                           description="Seconds each action takes (-1: forever)."),
         "action_wait_secs": Prop("map", update_allowed=True, description="Seconds per action.",
-                                 schema={a: Prop("number", update_allowed=True)
+                                 schema={a: Prop("number", update_allowed=True, min=-1, limit="wait_seconds")
                                          for a in ("create", "update", "delete")}),
         "client_name": Prop("string", default="", update_allowed=True, description="Ignored here."),
         "entity_name": Prop("string", default="", update_allowed=True, description="Ignored here."),
@@ -257,8 +305,10 @@ class WaitCondition(Plugin):
     type_name = "OS::Heat::WaitCondition"
     properties_schema = {
         "handle": Prop("string", required=True, description="get_resource of a WaitConditionHandle."),
-        "timeout": Prop("number", required=True, description="Seconds to wait for the signals."),
-        "count": Prop("integer", default=1, update_allowed=True, description="Signals needed."),
+        "timeout": Prop("number", required=True, min=1, limit="wait_seconds",
+                        description="Seconds to wait for the signals."),
+        "count": Prop("integer", default=1, update_allowed=True, min=1, limit="group_count",
+                      description="Signals needed."),
     }
     attributes_schema = {"data": "JSON of {signal id: data}."}
     poll_interval = 0.2

@@ -54,7 +54,7 @@ def get(type_name: str) -> type[Plugin] | None:
 
 def properties_schema(type_name: str) -> dict[str, dict] | None:
     """The properties schema of a known type as plain dicts (None for unknown types):
-    name -> {type, required, default, update_allowed, description[, schema][, allowed]}."""
+    name -> {type, required, default, update_allowed, description[, schema][, allowed][, min, limit]}."""
     cls = get(type_name)
     if cls is None:
         return None
@@ -71,6 +71,8 @@ def _as_dict(p: Prop) -> dict:
         d["schema"] = {k: _as_dict(v) for k, v in p.schema.items()}
     if p.allowed is not None:
         d["allowed"] = list(p.allowed)
+    if p.limit is not None:
+        d["min"], d["limit"] = p.min, p.limit
     return d
 
 

@@ -445,6 +445,12 @@ def _load_with(cls: type, text: str) -> Any:
         loader.dispose()
 
 
+def read_data(text: str) -> Any:
+    """YAML data (Map/Seq, lines kept) under the same alias and depth limits as templates but
+    no file size limit: for other files (node inventories). yaml.YAMLError when it cannot."""
+    return _load(text)
+
+
 def parse_yaml(text: str, name: str) -> Any:
     """Parse YAML text; a syntax error becomes a TemplateError naming file and line.
 

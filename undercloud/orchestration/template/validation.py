@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from undercloud.orchestration.limits import LIMITS, exceeded
 from undercloud.orchestration.template import functions as fn
 from undercloud.orchestration.template.definitions import ResourceDefinition, plugin_class, registry
 from undercloud.orchestration.template.evaluation import PlaceholderResolver
@@ -63,6 +64,22 @@ def property_type_problem(ptype: str, value: Any) -> str | None:
     return None
 
 
+def bound_problem(low: float | None, limit: str | None, value: Any) -> str | None:
+    """Why a size-like property's value is below its minimum or over its limit (one line
+    naming the limit's variable), None when within them or not a number (its type says)."""
+    if limit is None or value is None or isinstance(value, bool | fn.Unknown):
+        return None
+    try:
+        n = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if low is not None and n < low:
+        return f"{fn.brief(value)} is less than the minimum of {low:g}"
+    if not n <= getattr(LIMITS, limit):  # NaN too
+        return exceeded(limit, "the value", int(n) if n.is_integer() and abs(n) < 1e18 else None)
+    return None
+
+
 def placeholder_properties(t: StackTemplate, rd: ResourceDefinition) -> dict:
     """The resource's properties with every runtime value left Unknown."""
     try:
@@ -107,6 +124,13 @@ def validate_properties(t: StackTemplate, rd: ResourceDefinition, resolved: Mapp
         allowed = schema[k].get("allowed")
         if not why and allowed is not None and isinstance(v, str | int | float) and v not in allowed:
             why = f'"{v}" is not an allowed value {json.dumps(allowed)}'
+        if not why and schema[k].get("limit"):
+            why = bound_problem(schema[k].get("min"), schema[k]["limit"], v)
+        if not why and schema[k].get("schema") and isinstance(v, Mapping):  # a map's bounded keys
+            for sk, sub in schema[k]["schema"].items():
+                found = bound_problem(sub.get("min"), sub.get("limit"), v.get(sk))
+                if found:
+                    t.add(p + (k, sk), found)
         if why:
             t.add(p + (k,), why)
 
