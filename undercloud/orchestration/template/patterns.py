@@ -30,10 +30,17 @@ try:
 except ImportError:  # another Python: every pattern goes to the child process
     _sre_parse = None  # type: ignore[assignment]
 
-try:
-    import re2
-except ImportError:  # not installed: the child process for every pattern
-    re2 = None  # type: ignore[assignment]
+
+@functools.cache
+def _re2() -> Any:
+    """google-re2, imported on first use (20 ms: the CLI's template commands pay it only for
+    a pattern); None when it is not installed (every pattern then goes to the child)."""
+    try:
+        import re2
+    except ImportError:
+        return None
+    return re2
+
 
 _MATCH = ("import json, re, sys\np, t = json.load(sys.stdin)\nm = re.match(p, t)\n"
           "print(1 if m is not None and m.end() == len(t) else 0)")
@@ -218,6 +225,7 @@ def _word(c: str, flags: int) -> bool:
 def _rewrite(pattern: str, others: str) -> tuple[Any, bool, bool] | None:
     """(RE2 regexp, whether it has a non-multiline `$`, whether it has \\B), or None when
     RE2 cannot match `pattern` as Python would for values of ASCII and `others`."""
+    re2 = _re2()
     if re2 is None or _sre_parse is None:
         return None
     try:
