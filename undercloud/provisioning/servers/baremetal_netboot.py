@@ -41,6 +41,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.errors import UndercloudError
 from undercloud.host import dnsmasq
 from undercloud.host.dnsmasq import BootHost, DhcpServer
@@ -249,11 +250,7 @@ class NetBoot:
     def _write_private(self, path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        tmp.replace(path)
+        write_atomic(path, text)
 
 
 def _hostname(label: str) -> str:
