@@ -131,7 +131,8 @@ class Context:
                   nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds,
                   addresses=self.addresses, lab_networks=self.lab_networks, endpoint=self.endpoint,
                   hosts_up=self.workers.live_hosts, workers_on=self.workers.live_on,
-                  forward=lambda worker, method, path, body: forward_admin(self, worker, method, path, body))
+                  forward=lambda worker, method, path, body: forward_admin(self, worker, method, path, body),
+                  revoke_agent=self.server_metadata.revoke)
         return ServersService(self.store, env)
 
     @cached_property

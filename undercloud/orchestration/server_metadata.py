@@ -43,6 +43,7 @@ SKEW = 10.0  # seconds: signals written this long before the last refresh are re
 # seconds: an agent's calls (long-polls, signals) mark its stored last_seen this often; the
 # marks are written together, one transaction per heartbeat (`flush_seen`), whatever the fleet
 SEEN_WRITE_EVERY = 15.0
+REVOKED = "revoked"  # the token hash of a server being deleted: no token hashes to it (not hex)
 log = logging.getLogger("undercloud.agents")
 
 
@@ -193,6 +194,24 @@ class ServerMetadata:
             else:
                 srv.token_hash, srv.name = h, name or srv.name
         return token
+
+    def revoke(self, server_id: str) -> None:
+        """The server is being deleted: its token is refused from now on, here at once, on
+        other workers at their next refresh (one heartbeat: the revision moves). Its
+        deployments stay until `forget`, when the server is gone."""
+        with self._lock:
+            servers = self._all()
+            with self.store.session() as s:
+                row = s.get(AgentServer, server_id)
+                if row is not None:
+                    row.token_hash, row.revision = REVOKED, max(time.time(), row.revision + 1.0)
+                    revision = row.revision
+            srv = servers.get(server_id)
+            if srv is not None:
+                srv.token_hash = REVOKED
+                if row is not None:
+                    srv.revision = revision
+        self._wake(server_id)
 
     def forget(self, server_id: str) -> None:
         with self._lock:

@@ -1,8 +1,10 @@
-"""The nodes' background loop (an app.STARTUP hook): power sync and wait-state timeouts.
+"""The nodes' background loop (an app.STARTUP hook): power sync, wait-state timeouts and
+orphaned claims.
 
 At start it fails work interrupted by the last stop (a BMC call cannot resume halfway);
 then every `UNDERCLOUD_POWER_SYNC_INTERVAL` seconds (default 60) it runs one power-sync
-pass, and every few seconds it fails nodes that stayed too long in a busy or wait state.
+pass, and every few seconds (`housekeeping`) it fails nodes that stayed too long in a busy
+or wait state and gives back claims whose server row never came (scheduler.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,13 @@ import threading
 log = logging.getLogger("undercloud.nodes")
 
 TIMEOUT_CHECK_INTERVAL = 5.0
+
+
+def housekeeping(nodes, scheduler) -> None:
+    """The loop's pass every TIMEOUT_CHECK_INTERVAL seconds."""
+    nodes.check_timeouts()
+    if scheduler is not None:
+        scheduler.release_orphans()
 
 
 def startup(ctx):
@@ -28,7 +37,7 @@ def startup(ctx):
         waited = interval  # first sync pass soon after start
         while not stop.wait(TIMEOUT_CHECK_INTERVAL) and not ctx.stopping.is_set():
             try:
-                nodes.check_timeouts()
+                housekeeping(nodes, ctx.scheduler)
                 waited += TIMEOUT_CHECK_INTERVAL
                 if interval > 0 and waited >= interval:
                     waited = 0

@@ -5,24 +5,37 @@ one database): the claim is a conditional UPDATE `... WHERE instance_uuid IS NUL
 provision_state = 'available'`, so of two requests racing for a node exactly one gets it
 and the other moves on to the next candidate. When nothing fits, the error says why for
 every available node ("3 available nodes; 2 lack profile:control; 1 has 2048 MB < 4096 MB").
+
+A server's create claims its node, then writes its server row. A claim whose row never came
+(the service died between the two, or a claim made through the API for nothing) is given
+back by the nodes' periodic loop after `CLAIM_GRACE` seconds (`release_orphans`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 
 from undercloud.errors import Conflict, InvalidInput
 from undercloud.provisioning import states
 from undercloud.provisioning.nodes import view
 from undercloud.store import Store
-from undercloud.store.nodes import Node
+from undercloud.store.nodes import Node, NodeEvent
+from undercloud.store.servers import Server
 
 PAGE = 128  # candidates read per query; a claim rarely needs more than the first page
 RETRIES = 20  # lost races before giving up (each loss means another request got a node)
+# Seconds a claim may stay without its server row before the periodic loop gives it back: a
+# create writes the row right after its claim, within milliseconds (or within the store's busy
+# and pool waits, a few minutes at worst), so 10 minutes never releases a create under way.
+CLAIM_GRACE = float(os.environ.get("UNDERCLOUD_CLAIM_GRACE", "600"))
+log = logging.getLogger("undercloud.nodes")
 
 
 @dataclass
@@ -123,7 +136,7 @@ class Scheduler:
             res = s.execute(update(Node).where(
                 Node.id == node_id, Node.instance_uuid.is_(None), Node.provision_state == states.AVAILABLE,
                 Node.maintenance.is_(False),
-            ).values(instance_uuid=req.instance_uuid, instance_info=req.instance_info or {}))
+            ).values(instance_uuid=req.instance_uuid, instance_info=req.instance_info or {}, claimed_at=time.time()))
             if res.rowcount != 1:
                 return None
             s.expire_all()
@@ -134,8 +147,31 @@ class Scheduler:
         with self.store.session() as s:
             res = s.execute(update(Node).where(Node.instance_uuid == instance_uuid,
                                                Node.provision_state == states.AVAILABLE)
-                            .values(instance_uuid=None, instance_info={}))
+                            .values(instance_uuid=None, instance_info={}, claimed_at=None))
             return res.rowcount == 1
+
+    def release_orphans(self, grace: float = CLAIM_GRACE, now: float | None = None) -> list[str]:
+        """Give back the claims older than `grace` seconds whose server has no row (the node
+        still available: nothing was deployed); returns the node ids. Each is one conditional
+        UPDATE, so a server row written meanwhile keeps its node."""
+        cutoff = (now or time.time()) - grace
+        orphan = (Node.instance_uuid.is_not(None), Node.provision_state == states.AVAILABLE,
+                  Node.claimed_at.is_(None) | (Node.claimed_at < cutoff),  # None: claimed before claims were timed
+                  ~exists().where(Server.id == Node.instance_uuid))
+        with self.store.session() as s:
+            found = s.execute(select(Node.id, Node.instance_uuid).where(*orphan)).all()
+        released = []
+        for node_id, instance in found:
+            with self.store.session() as s:
+                if s.execute(update(Node).where(Node.id == node_id, Node.instance_uuid == instance, *orphan)
+                             .values(instance_uuid=None, instance_info={}, claimed_at=None)).rowcount != 1:
+                    continue
+                s.add(NodeEvent(node_id=node_id, kind="claim", message=f"claim of server {instance} released: "
+                                f"no server record {grace:.0f} s after it was made"))
+            released.append(node_id)
+            log.warning("node %s: claim of server %s released (no server record after %.0f s)", node_id, instance,
+                        grace)
+        return released
 
     def explain(self, req: Request) -> str:
         """Why no node fits: every available node's first failing reason, counted."""

@@ -34,6 +34,9 @@ class Node(Base):
     # Set atomically by the scheduler's claim; a node serves one server at a time.
     instance_uuid: Mapped[str | None] = mapped_column(String(36), index=True)
     instance_info: Mapped[dict] = mapped_column(default=dict)
+    # When the claim was made: a claim whose server row never came (a crash between the two)
+    # is released by the periodic loop after a grace (provisioning/scheduler.py).
+    claimed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # The worker doing the node's busy work (store/workers.py); None when the node is settled.
     reservation: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[float] = mapped_column(Float, default=time.time)

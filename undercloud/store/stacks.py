@@ -47,6 +47,10 @@ class Stack(Base):
     updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Root stacks: the worker running the operation under way (store/workers.py).
     engine_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Root stacks: the operation's generation, bumped by every operation start and every
+    # take-over (compare-and-set). Each flush of a walk is conditional on the generation it
+    # started with, so a walk whose operation was taken over (fenced) writes nothing more.
+    generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class StackResource(Base):

@@ -26,7 +26,7 @@ from undercloud.errors import (
     internal_error,
 )
 from undercloud.orchestration.engine.walk import INTERNAL, Plan, Signal, StackNode, Walk, new_root_row
-from undercloud.orchestration.engine.writer import ResourceRow, Writer
+from undercloud.orchestration.engine.writer import Fenced, ResourceRow, Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
@@ -161,7 +161,7 @@ class StackService:
                 raise Conflict(f"stack {name!r} already exists")
         op = {"kind": "create", "rollback": rollback, "timeout": timeout or DEFAULT_TIMEOUT, "started": time.time()}
         row = new_root_row(name, bundle, parameters or {}, "", "CREATE", op)
-        row["engine_id"] = self.worker_id
+        row["engine_id"], row["generation"] = self.worker_id, 1
         tmpl = self._load(bundle, parameters or {}, name, row["id"])  # validation before any write
         row["description"] = getattr(tmpl, "description", "") or ""
         op["hidden"] = self._hidden(tmpl)
@@ -170,7 +170,7 @@ class StackService:
         w.event(row["id"], row, name, "OS::Heat::Stack", row["id"], "CREATE", "IN_PROGRESS", "Stack CREATE started")
         w.flush()
         self.prepared[row["id"]] = tmpl
-        self._start(row["id"], wait)
+        self._start(row["id"], wait, row["generation"])
         return self.show(row["id"])
 
     def update(self, name_or_id: str, bundle: dict | None, parameters: dict | None = None, *,
@@ -214,13 +214,9 @@ class StackService:
                     parameters=parameters or {}, action="UPDATE", status="IN_PROGRESS",
                     status_reason="Stack UPDATE started", operation=op, updated_at=time.time(), engine_id=self.worker_id,
                     description=getattr(tmpl, "description", "") or "")
-        w = Writer(self.store)
-        w.touch_stack(root)
-        w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "UPDATE", "IN_PROGRESS",
-                "Stack UPDATE started")
-        w.flush()
+        gen = self._begin(root, "UPDATE")
         self.prepared[root["id"]] = tmpl
-        self._start(root["id"], wait)
+        self._start(root["id"], wait, gen)
         return self.show(root["id"])
 
     def delete(self, name_or_id: str, wait: bool = False) -> dict:
@@ -228,7 +224,7 @@ class StackService:
         self._not_elsewhere(root)
         owner = root.get("engine_id")
         if root["status"] == "IN_PROGRESS" and owner not in (None, self.worker_id) \
-                and not self._claim(root["id"], owner):  # a dead worker's: taken from it first, or lost to a taker
+                and self._claim(root["id"], owner, root["generation"]) is None:  # a dead worker's: taken from it first, or lost to a taker
             raise ServiceUnavailable(f"stack {root['name']}: another worker is taking its {root['action']} over; "
                                      "try again")
         self._stop_running(root["id"])
@@ -237,12 +233,8 @@ class StackService:
               "hidden": (root.get("operation") or {}).get("hidden", [])}
         root.update(action="DELETE", status="IN_PROGRESS", status_reason="Stack DELETE started", operation=op,
                     updated_at=time.time(), engine_id=self.worker_id)
-        w = Writer(self.store)
-        w.touch_stack(root)
-        w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], "DELETE", "IN_PROGRESS",
-                "Stack DELETE started")
-        w.flush()
-        self._start(root["id"], wait)
+        gen = self._begin(root, "DELETE")
+        self._start(root["id"], wait, gen)
         try:
             return self.show(root["id"])
         except NotFound:
@@ -267,6 +259,32 @@ class StackService:
             raise Elsewhere(f"stack {root['name']}: its {root['action']} runs on worker {owner}; ask that worker "
                             "(`undercloud service workers` lists them) or wait for it", owner)
 
+    def _begin(self, root: dict, action: str) -> int:
+        """Write the start of an operation (`root` as changed for it) and its event: a
+        compare-and-set on the generation read with the row (one conditional UPDATE: every
+        start and take-over bumps it, so it still holds only while nothing started since that
+        read). Of two starts at once one wins, the other is told 409 and wrote nothing.
+        Returns the operation's generation."""
+        gen = int(root.get("generation") or 0)
+        root["generation"] = gen + 1
+        w = Writer(self.store, guard=(root["id"], gen))
+        w.touch_stack(root)
+        w.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], action, "IN_PROGRESS",
+                f"Stack {action} started")
+        try:
+            w.flush()
+        except Fenced:
+            raise Conflict(f"stack {root['name']}: another operation started meanwhile; nothing of this "
+                           f"{action.lower()} was done (look at the stack, then try again)") from None
+        return gen + 1
+
+    def _mine(self, root_id: str, gen: int) -> dict:
+        """The root row, while its operation is still this walk's (generation `gen`)."""
+        root = self._root(root_id)
+        if int(root.get("generation") or 0) != gen:
+            raise Fenced(root_id)
+        return root
+
     def _stop_running(self, root_id: str) -> None:
         """Stop the operation under way (a delete supersedes it: no rollback)."""
         with self.lock:
@@ -281,36 +299,47 @@ class StackService:
         finally:
             self.superseded.discard(root_id)
 
-    def _start(self, root_id: str, wait: bool) -> None:
+    def _start(self, root_id: str, wait: bool, gen: int) -> None:
         cancel = threading.Event()
-        t = threading.Thread(target=self._run, args=(root_id, cancel), name=f"stack-{root_id[:8]}", daemon=True)
+        t = threading.Thread(target=self._run, args=(root_id, cancel, False, gen), name=f"stack-{root_id[:8]}",
+                             daemon=True)
         with self.lock:
-            if root_id in self.ops:
-                raise Conflict("an operation is already running on this stack")
+            old, old_walk = self.ops.get(root_id), self.walks.get(root_id)
+        if old is not None:  # the last operation's thread, ending (it wrote its end) or fenced by this start
+            if old_walk is not None:
+                old_walk.stopping = _STOPPED
+            old[0].join(STOP_WAIT)
+        with self.lock:
             self.ops[root_id] = (t, cancel)
         t.start()
         if wait:
             t.join()
 
     # -- running ------------------------------------------------------------------------
-    def _run(self, root_id: str, cancel: threading.Event, resuming: bool = False) -> None:
+    def _run(self, root_id: str, cancel: threading.Event, resuming: bool, gen: int) -> None:
         try:
-            self._operate(root_id, cancel, resuming)
+            self._operate(root_id, cancel, resuming, gen)
+        except Fenced:  # taken over or superseded: the new owner carries on; this walk wrote nothing more
+            log.warning("stack %s: the operation of generation %d was taken over; this worker's walk stops",
+                        root_id, gen)
         except Exception as exc:  # an engine bug must not leave the stack IN_PROGRESS
             # logged under an id, never with its message: it may hold SQL parameters or values
             err = internal_error(exc, log, f"operation of stack {root_id}")
             try:
-                root = self._root(root_id)
+                root = self._mine(root_id, gen)
                 self._finish(root, "FAILED", f"Stack {root['action']} failed: {err}")
+            except Fenced:
+                pass
             except Exception as exc2:  # noqa: BLE001
                 internal_error(exc2, log, f"recording the failure of stack {root_id}")
         finally:
             with self.lock:
-                self.ops.pop(root_id, None)
-                self.walks.pop(root_id, None)
+                if self.ops.get(root_id, (None,))[0] is threading.current_thread():  # not a newer operation's
+                    self.ops.pop(root_id, None)
+                    self.walks.pop(root_id, None)
 
-    def _operate(self, root_id: str, cancel: threading.Event, resuming: bool) -> None:
-        root = self._root(root_id)
+    def _operate(self, root_id: str, cancel: threading.Event, resuming: bool, gen: int) -> None:
+        root = self._mine(root_id, gen)
         op = root.get("operation") or {}
         kind = op.get("kind")
         timeout = float(op.get("timeout") or DEFAULT_TIMEOUT)
@@ -323,6 +352,7 @@ class StackService:
             if w.failure:
                 self._finish(root, "FAILED", w.failure, w)
             else:
+                self._mine(root_id, gen)  # still this walk's (a taker would run the same delete)
                 self._purge(root_id)
             return
         if kind == "rollback":
@@ -411,13 +441,13 @@ class StackService:
             # A create rolls back to nothing.
             w = self._delete_all(root, cancel, timeout, resuming)
         else:
-            self._unreplace(root["id"])
-            root = self._root(root["id"])
+            self._unreplace(root)
+            root = self._mine(root["id"], root["generation"])
             root.update(bundle=root["prev_bundle"], parameters=root["prev_parameters"])
             w = self._forward(root, root["prev_bundle"], root["prev_parameters"], cancel, timeout, True)
         if w.interrupted:
             return
-        root = self._root(root["id"]) if w.failure else root
+        root = self._mine(root["id"], root["generation"]) if w.failure else root
         if w.failure:
             self._finish(root, "FAILED", f"Stack ROLLBACK failed: {w.failure}", None, action="ROLLBACK",
                          clean=w.clean)
@@ -426,17 +456,18 @@ class StackService:
                 root.update(bundle=root["prev_bundle"], parameters=root["prev_parameters"])
             self._finish(root, "COMPLETE", "Stack ROLLBACK completed successfully", w, action="ROLLBACK")
 
-    def _unreplace(self, root_id: str) -> None:
+    def _unreplace(self, walked: dict) -> None:
         """Before a rollback: old rows of replacements become current again (once: the
         operation records it, so a resumed rollback does not swap them back)."""
-        root = self._root(root_id)
+        root_id = walked["id"]
+        root = self._mine(root_id, walked["generation"])
         op = dict(root.get("operation") or {})
         if op.get("unreplaced"):
             return
         _, rows = self._tree(root_id)
         by_uuid = {r.uuid: r for r in rows}
         pairs = [(r, by_uuid[r.replaced_by]) for r in rows if r.replaced_by in by_uuid]
-        w = Writer(self.store)
+        w = Writer(self.store, guard=(root_id, root["generation"]))
         for old, new in pairs:
             new.replaced_by, old.replaced_by = old.uuid, None
             w.touch_row(new)
@@ -451,7 +482,8 @@ class StackService:
         root.update(action=action, status=status, status_reason=reason, updated_at=time.time())
         if w is not None and status == "COMPLETE" and w.stacks:
             root["outputs"] = w.stacks[0].row.get("outputs")
-        wr = w.writer if w is not None else Writer(self.store, clean=clean)
+        wr = w.writer if w is not None else Writer(self.store, clean=clean,
+                                                   guard=(root["id"], int(root.get("generation") or 0)))
         wr.touch_stack(root)
         wr.event(root["id"], root, root["name"], "OS::Heat::Stack", root["id"], action, status, reason)
         wr.flush()
@@ -490,10 +522,10 @@ class StackService:
         same stack, one wins; the walk resumes from what the dead one wrote."""
         live = self.live_workers()
         with self.store.engine.connect() as conn:
-            rows = conn.execute(select(STACKS.c.id, STACKS.c.engine_id).where(STACKS.c.parent_id.is_(None))
-                                .where(STACKS.c.status == "IN_PROGRESS")).all()
+            rows = conn.execute(select(STACKS.c.id, STACKS.c.engine_id, STACKS.c.generation)
+                                .where(STACKS.c.parent_id.is_(None)).where(STACKS.c.status == "IN_PROGRESS")).all()
         resumed = []
-        for sid, owner in rows:
+        for sid, owner, seen in rows:
             if owner == self.worker_id or owner is None:
                 if not at_start:
                     continue  # this worker's own (its thread may be starting), or taken at a start
@@ -502,7 +534,8 @@ class StackService:
             with self.lock:
                 if sid in self.ops:
                     continue
-            if not self._claim(sid, owner) or not self._count_resume(sid):
+            gen = self._claim(sid, owner, seen)
+            if gen is None or not self._count_resume(sid, gen):
                 continue
             resumed.append(sid)
             if owner in (None, self.worker_id):
@@ -510,7 +543,8 @@ class StackService:
             else:
                 log.warning("taking over the operation of stack %s from worker %s (no heartbeat)", sid, owner)
             cancel = threading.Event()
-            t = threading.Thread(target=self._run, args=(sid, cancel, True), name=f"stack-{sid[:8]}", daemon=True)
+            t = threading.Thread(target=self._run, args=(sid, cancel, True, gen), name=f"stack-{sid[:8]}",
+                                 daemon=True)
             with self.lock:
                 self.ops[sid] = (t, cancel)
             t.start()
@@ -521,25 +555,31 @@ class StackService:
         heartbeats did not reach the store in time). They end at their next step as at a
         service stop, finishing nothing; the taker carries on. Called every heartbeat."""
         with self.lock:
-            running = [sid for sid in self.walks if sid in self.ops]  # not dry runs: they run no operation
+            # not dry runs: they run no operation
+            running = {sid: w.writer.guard for sid, w in self.walks.items() if sid in self.ops}
         if not running:
             return []
         with self.store.engine.connect() as conn:
-            owners = dict(conn.execute(select(STACKS.c.id, STACKS.c.engine_id).where(STACKS.c.id.in_(running))).all())
-        lost = [sid for sid in running if owners.get(sid) not in (None, self.worker_id)]
+            owners = {sid: (owner, gen) for sid, owner, gen in conn.execute(
+                select(STACKS.c.id, STACKS.c.engine_id, STACKS.c.generation).where(STACKS.c.id.in_(list(running))))}
+        lost = [sid for sid, guard in running.items() if sid in owners and (
+            owners[sid][0] not in (None, self.worker_id) or (guard is not None and guard[1] != owners[sid][1]))]
         for sid in lost:
             with self.lock:
                 walk = self.walks.get(sid)
             if walk is not None:
                 log.warning("stack %s: worker %s took its operation over; this worker's walk stops", sid,
-                            owners[sid])
+                            owners[sid][0])
                 walk.stopping = _STOPPED
         return lost
 
-    def _claim(self, root_id: str, owner: str | None) -> bool:
-        """Take the operation of `root_id` from `owner`, unless it moved on or (for another
-        worker) beat again meanwhile: the check and the write are one statement."""
-        stmt = STACKS.update().where(STACKS.c.id == root_id).where(STACKS.c.status == "IN_PROGRESS")
+    def _claim(self, root_id: str, owner: str | None, seen: int) -> int | None:
+        """Take the operation of `root_id` from `owner` (read with generation `seen`), unless
+        it moved on or (for another worker) beat again meanwhile: the check and the write are
+        one statement, which bumps the generation (fencing the walk it takes over). Returns
+        the new generation, None when lost."""
+        stmt = STACKS.update().where(STACKS.c.id == root_id).where(STACKS.c.status == "IN_PROGRESS") \
+            .where(STACKS.c.generation == seen)
         if owner is None:
             stmt = stmt.where(STACKS.c.engine_id.is_(None))
         else:
@@ -549,24 +589,28 @@ class StackService:
                     WORKERS.c.heartbeat_at >= time.time() - self.dead_after)
                 stmt = stmt.where(~beating.exists())
         with self.store.engine.begin() as conn:
-            return conn.execute(stmt.values(engine_id=self.worker_id)).rowcount == 1
+            won = conn.execute(stmt.values(engine_id=self.worker_id, generation=seen + 1)).rowcount == 1
+        return seen + 1 if won else None
 
-    def _count_resume(self, root_id: str) -> bool:
+    def _count_resume(self, root_id: str, gen: int) -> bool:
         """Note one more resume of the operation; past the limit it ends FAILED instead (an
         operation that dies with the service each time must not take every start with it)."""
-        root = self._root(root_id)
-        op = dict(root.get("operation") or {})
-        resumes = int(op.get("resumes") or 0) + 1
-        if resumes > LIMITS.resumes:
-            self._finish(root, "FAILED", f"Stack {root['action']} failed: interrupted by {resumes - 1} restarts "
-                         f"of the undercloud service without finishing; not resumed again (set "
-                         f"{BY_NAME['resumes'].env} to allow more)")
+        try:
+            root = self._mine(root_id, gen)
+            op = dict(root.get("operation") or {})
+            resumes = int(op.get("resumes") or 0) + 1
+            if resumes > LIMITS.resumes:
+                self._finish(root, "FAILED", f"Stack {root['action']} failed: interrupted by {resumes - 1} "
+                             f"restarts of the undercloud service without finishing; not resumed again (set "
+                             f"{BY_NAME['resumes'].env} to allow more)")
+                return False
+            root["operation"] = {**op, "resumes": resumes}
+            w = Writer(self.store, guard=(root_id, gen))
+            w.touch_stack(root)
+            w.flush()
+            return True
+        except Fenced:  # taken by another worker meanwhile
             return False
-        root["operation"] = {**op, "resumes": resumes}
-        w = Writer(self.store)
-        w.touch_stack(root)
-        w.flush()
-        return True
 
     def stop(self, wait: float = 5.0) -> None:
         """At service stop: running operations end at their next step, their progress written;

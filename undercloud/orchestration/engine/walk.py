@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import UndercloudError, internal_error
-from undercloud.orchestration.engine.writer import RES, ResourceRow, Writer
+from undercloud.orchestration.engine.writer import RES, Fenced, ResourceRow, Writer
 from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import (
@@ -753,7 +753,9 @@ class Walk:
         self.deadline = time.monotonic() + timeout
         self.resuming = resuming
         self.plan = plan
-        self.writer = Writer(store)
+        # a walk's writes hold while its operation is still the stack's (store/stacks.py generation)
+        gen = root_row.get("generation")
+        self.writer = Writer(store, guard=(self.root_id, int(gen)) if gen is not None and plan is None else None)
         self.cancel = cancel or threading.Event()
         self.ready: deque = deque()
         self.polls: list = []
@@ -1075,7 +1077,15 @@ class Walk:
         heapq.heappush(self.polls, (time.monotonic() + interval, next(self.seq), task))
 
     def drive(self) -> None:
-        """Run until nothing is ready, running or polling."""
+        """Run until nothing is ready, running or polling. A write refused because another
+        worker took the operation over (`Fenced`) ends it at once, as a stop, and is raised."""
+        try:
+            self._drive()
+        except Fenced:
+            self.interrupted = True
+            raise
+
+    def _drive(self) -> None:
         while not self.stopped():
             self.take_cancel()
             if self.start_ready():

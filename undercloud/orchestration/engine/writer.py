@@ -1,8 +1,14 @@
 """Batched persistence of a walk: rows, stacks and events go to the store in one
-transaction per flush (SQLAlchemy Core executemany), never one statement per resource."""
+transaction per flush (SQLAlchemy Core executemany), never one statement per resource.
+
+A walk's writer is fenced by its root stack's operation `generation`: each flush first
+runs one UPDATE conditional on it (a row lock on PostgreSQL, the write lock on SQLite, so a
+take-over waits for the flush or the flush sees the take-over), and writes nothing when the
+operation moved on (`Fenced`): one statement per flush, not per row."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +26,12 @@ EVENTS = StackEvent.__table__
 RES_COLUMNS = [c.name for c in RES.columns if c.name != "id"]
 RES_MUTABLE = [c for c in RES_COLUMNS if c not in ("uuid", "stack_id", "root_id", "name", "created_at")]
 STACK_COLUMNS = [c.name for c in STACKS.columns]
+log = logging.getLogger("undercloud.engine")
+
+
+class Fenced(Exception):
+    """The operation this writer wrote for was taken over or superseded (its root stack's
+    generation moved on): nothing of the flush was written, nor will be."""
 
 
 @dataclass(slots=True, eq=False)
@@ -62,8 +74,13 @@ class ResourceRow:
 
 
 class Writer:
-    def __init__(self, store: Store, clean: Callable[[str], str] | None = None):
+    def __init__(self, store: Store, clean: Callable[[str], str] | None = None,
+                 guard: tuple[str, int] | None = None):
         self.store = store
+        # (root stack id, generation): every flush writes only while the root's operation
+        # still has that generation (an operation start sets the new one in the same flush)
+        self.guard = guard
+        self.fenced = False
         # every reason written is cut to the message limit, and passes through `clean` when the
         # walk has hidden values to mask: status reasons and events never carry more than a line
         self.clean: Callable[[str], str] | None = clean
@@ -119,10 +136,34 @@ class Writer:
                     or self.dirty_stacks or self.gone_stacks or self.events)
 
     def flush(self) -> None:
+        """Write what is pending in one transaction; raises `Fenced` (writing nothing, then
+        or later) when the guard's operation moved on."""
         self.last_flush = time.monotonic()
         if not self.pending:
             return
+        if self.fenced:
+            self._clear()
+            raise Fenced(self.guard[0] if self.guard else "")
+        try:
+            self._write()
+        except Fenced:
+            self.fenced = True
+            self._clear()
+            raise
+        self.events_written += len(self.events)
+        self._clear()
+
+    def _write(self) -> None:
         with self.store.engine.begin() as conn:
+            if self.guard is not None:
+                root_id, gen = self.guard
+                # generation=generation: a write that changes nothing, for its condition and lock
+                held = conn.execute(update(STACKS).where(STACKS.c.id == root_id, STACKS.c.generation == gen)
+                                    .values(generation=STACKS.c.generation)).rowcount
+                if held != 1:
+                    log.warning("stack %s: its operation moved on from generation %d (taken over or "
+                                "superseded); this walk's writes are refused", root_id, gen)
+                    raise Fenced(root_id)
             if self.new_stacks:
                 conn.execute(insert(STACKS), [self._cols(s, STACK_COLUMNS) for s in self.new_stacks.values()])
             if self.dirty_stacks:
@@ -147,7 +188,8 @@ class Writer:
                     conn.execute(delete(STACKS).where(STACKS.c.id.in_(gone[i:i + 500])))
             if self.events:
                 conn.execute(insert(EVENTS), self.events)
-        self.events_written += len(self.events)
+
+    def _clear(self) -> None:
         for d in (self.new_rows, self.dirty_rows, self.new_stacks, self.dirty_stacks):
             d.clear()
         self.gone_rows.clear()
@@ -161,7 +203,10 @@ class Writer:
         return text if len(text) <= LIMITS.message_chars else cut(text)
 
     def _cols(self, d: dict, cols: list[str]) -> dict[str, Any]:
-        return self._clean({c: d.get(c) for c in cols})
+        out = self._clean({c: d.get(c) for c in cols})
+        if "generation" in out and out["generation"] is None:  # a nested stack's row: never an operation's
+            out["generation"] = 0
+        return out
 
     def _clean(self, out: dict[str, Any]) -> dict[str, Any]:
         """`out` with its status reason as it may be stored."""

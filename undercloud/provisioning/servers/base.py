@@ -93,6 +93,9 @@ class Env:
     hosts_up: Callable[[], set[str]] = lambda: set()
     workers_on: Callable[[str], list[str]] = lambda host: []
     forward: Callable[[str, str, str, Any], Any] | None = None
+    # A server being deleted: refuse its agent's token from now on, before any teardown (the
+    # service's ServerMetadata.revoke; its records go when the server is gone).
+    revoke_agent: Callable[[str], None] = lambda server_id: None
 
 
 @dataclass

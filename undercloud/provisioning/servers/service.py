@@ -777,6 +777,8 @@ class ServersService:
                     raise Conflict(f"server {row.name} is the hypervisor host of {len(held)} server(s) "
                                    f"({', '.join(held[:5])}{', ...' if len(held) > 5 else ''}): delete them first",
                                    "server")
+        # its agent's token is refused from now on, whether or not the caller waits for the teardown
+        self.env.revoke_agent(row.id)
         if self._elsewhere(row):  # started there; `gone` asks there again until it is done
             if self._worker_of(row) is None:
                 self._delete_locally(row)
