@@ -50,14 +50,16 @@ def fsync_dir(path: Path) -> None:
 
 
 def write_atomic(path: Path, data: bytes | str, mode: int = 0o600, *, exclusive: bool = False,
-                 owner: tuple[int, int] = (-1, -1)) -> bool:
+                 owner: tuple[int, int] = (-1, -1), parents: bool = True) -> bool:
     """Replace `path` with `data` (mode `mode` from creation; owner uid, gid if given),
-    whole or not at all. With `exclusive`, make it only if missing: of two racing creators
-    one wins whole and the other gets False (a reader never sees it empty)."""
+    whole or not at all; its directory made unless `parents` is False. With `exclusive`,
+    make it only if missing: of two racing creators one wins whole and the other gets
+    False (a reader never sees it empty)."""
     path = Path(path)
     if exclusive and path.exists():
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o600)  # umask may only narrow it
     try:

@@ -15,6 +15,7 @@ from urllib.parse import quote
 import click
 
 from undercloud import daemon
+from undercloud.agent.files import write_atomic
 from undercloud.cli.output import formatted, note
 from undercloud.config import Home
 from undercloud.errors import InvalidInput
@@ -211,13 +212,9 @@ def install(home_dir: str | None, user: str | None, name: str, unit_dir: str, pr
         click.echo(text, nl=False)
         return
     path = Path(unit_dir) / unit
-    tmp = path.with_name(f".{unit}.tmp")
     try:
-        tmp.write_text(text)
-        tmp.chmod(0o644)
-        tmp.replace(path)
+        write_atomic(path, text, 0o644, parents=False)  # a missing unit directory is an error
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise InvalidInput(f"cannot write the unit: {exc.strerror}{_ROOT_HINT.get(exc.errno, '')}",
                            where=str(path)) from None
     _systemctl("daemon-reload")

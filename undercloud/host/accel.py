@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from undercloud.agent.files import write_atomic
 from undercloud.errors import UndercloudError
 
 log = logging.getLogger("undercloud.accel")
@@ -67,10 +68,9 @@ def accelerator() -> Accel:
                                       "or install one in /boot)"))
         ok, why, seconds = probe(qemu, kernel)
         result = Accel("kvm" if ok else "qemu", why)
-        tmp = cache / "accel.json.tmp"
-        tmp.write_text(json.dumps({"key": key, "type": result.type, "reason": result.reason,
-                                   "kernel": str(kernel), "seconds": round(seconds, 2), "at": time.time()}))
-        tmp.replace(cache / "accel.json")
+        write_atomic(cache / "accel.json", json.dumps({"key": key, "type": result.type, "reason": result.reason,
+                                                       "kernel": str(kernel), "seconds": round(seconds, 2),
+                                                       "at": time.time()}), 0o644)
         return _say(result)
 
 

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.host.libvirt import HostError, pid_alive
 from undercloud.host.run import require, run
 
@@ -170,10 +171,7 @@ class DhcpServer:
                     raise HostError(f"boot hosts {seen[key]} and {h.name} both have {key}")
                 seen[key] = h.name
             lines.append(f"{mac},{h.address},{h.name}")
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.hosts_file.with_suffix(".tmp")
-        tmp.write_text("".join(f"{line}\n" for line in lines))
-        tmp.replace(self.hosts_file)   # dnsmasq never reads half a file
+        write_atomic(self.hosts_file, "".join(f"{line}\n" for line in lines))  # dnsmasq never reads half a file
 
     def _reload(self) -> None:
         pid = self._pid()

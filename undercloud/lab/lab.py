@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from undercloud.agent.files import write_atomic
 from undercloud.config import Home
 from undercloud.errors import Conflict
 from undercloud.host import dnsmasq
@@ -96,10 +97,7 @@ class Lab:
             return {}
 
     def _save(self, state: dict) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
+        write_atomic(self.state_file, json.dumps(state, indent=2))
 
     def mac(self, index: int) -> str:
         h = hashlib.sha256(self.instance.encode()).digest()
@@ -178,8 +176,7 @@ class Lab:
 
         port = _free_port()
         htpasswd = self.dir / "htpasswd"
-        htpasswd.write_text(f"{USER}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}\n")
-        htpasswd.chmod(0o600)
+        write_atomic(htpasswd, f"{USER}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}\n")
         conf = self.dir / "sushy-emulator.conf"
         uuids = [d["uuid"] for d in state["domains"]]
         pool = self._ensure_media_pool(state)
@@ -227,11 +224,10 @@ class Lab:
         conf = self.dir / "ipmi-bmc.json"
         ready_file = self.dir / "ipmi-bmc.ready"
         ready_file.unlink(missing_ok=True)
-        conf.write_text(json.dumps({
+        write_atomic(conf, json.dumps({  # 0600 from creation: it holds the BMC password
             "username": USER, "password": password, "libvirt_uri": LIBVIRT_URI, "ready_file": str(ready_file),
             "bmcs": [{"domain": d["name"], "port": p} for d, p in zip(state["domains"], ports)],
         }))
-        conf.chmod(0o600)
         log = self.dir / "bmc.log"
         pid = self._spawn([sys.executable, "-m", "undercloud.lab.ipmi_bmc", str(conf)], log)
         state["bmc"] = {"type": "ipmi", "pid": pid, "ports": ports, "config": str(conf)}
