@@ -164,8 +164,10 @@ class NetBoot:
         return body
 
     def file(self, mac: str, secret: str, name: str, client: str) -> Path | None:
+        if name not in FILES:
+            return None
         entry = self._from(self._entry(mac, secret), client, name)
-        if entry is None or name not in FILES:
+        if entry is None:
             return None
         path = Path(entry["files"]) / name
         return path if path.exists() else None
@@ -182,7 +184,7 @@ class NetBoot:
         stranger on the network, or a NAT between the node and the undercloud)."""
         if entry is not None and client != entry["address"]:
             log.warning("node %s: %s asked from %s, not from the address DHCP gives it (%s): refused",
-                        entry["node"], what[:20], client[:45] or "an unknown address", entry["address"])
+                        entry["node"], what, client[:45] or "an unknown address", entry["address"])
             return None
         return entry
 
