@@ -91,7 +91,7 @@ def test_add_list_show_remove_with_secrets_masked_and_encrypted(uc_home, tmp_pat
     assert r.returncode == 0, r.stderr
     added = json.loads(r.stdout)
     assert added["endpoints"]["compute"] == keystone.removesuffix("/v3") + "/compute"
-    assert added["config"]["auth"]["password"] == "***" and added["username"] == "admin"
+    assert added["config"]["auth"]["password"] == "******" and added["username"] == "admin"
     assert added["source"].endswith("clouds.yaml (host)")
 
     listed = json.loads(run_cli("cloud", "list", "-f", "json").stdout)
@@ -184,6 +184,6 @@ def test_the_clouds_yaml_found_as_openstacksdk_finds_it_with_its_secure_yaml(uc_
 def test_masked_hides_every_secret_named_value():
     entry = {"auth": {"password": "p", "application_credential_secret": "s", "token": "t", "username": "u"},
              "key": "/etc/client.key", "region_name": "R", "list": [{"password": "q"}], "empty_password": ""}
-    assert masked(entry) == {"auth": {"password": "***", "application_credential_secret": "***", "token": "***",
+    assert masked(entry) == {"auth": {"password": "******", "application_credential_secret": "******", "token": "******",
                                       "username": "u"},
-                             "key": "***", "region_name": "R", "list": [{"password": "***"}], "empty_password": ""}
+                             "key": "******", "region_name": "R", "list": [{"password": "******"}], "empty_password": ""}

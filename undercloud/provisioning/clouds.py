@@ -15,13 +15,13 @@ import time
 from sqlalchemy import select
 
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.masking import mask_keys
 from undercloud.names import check_name
 from undercloud.store import Store
 from undercloud.store.clouds import Cloud
 
 log = logging.getLogger("undercloud.clouds")
 SECRET_KEY = re.compile(r"password|secret|token|key$", re.I)
-MASK = "***"
 API_TIMEOUT = 20  # seconds per request to the cloud (an address that never answers)
 SERVICES = ("compute", "image", "network")  # shown; compute is required
 
@@ -31,13 +31,8 @@ class CloudError(UndercloudError):
 
 
 def masked(value):
-    """`value` with every secret-named entry's value replaced by ***."""
-    if isinstance(value, dict):
-        return {k: MASK if isinstance(k, str) and SECRET_KEY.search(k) and v not in (None, "")
-                else masked(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    return value
+    """`value` with every secret-named entry's value masked."""
+    return mask_keys(value, SECRET_KEY.search)
 
 
 def reason(exc: Exception) -> str:

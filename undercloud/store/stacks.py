@@ -42,6 +42,9 @@ class Stack(Base):
     # The operation under way (kind, rollback flag, timeout, cancel request), for resume.
     operation: Mapped[Any] = mapped_column(JSON, nullable=True)
     outputs: Mapped[Any] = mapped_column(Encrypted, nullable=True)
+    # Root stacks: the texts of every hidden value of the tree (service.py masks them in each
+    # read), whatever gave it (parameters, environments, a parent's properties).
+    secrets: Mapped[Any] = mapped_column(Encrypted, nullable=True)
     description: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)

@@ -25,6 +25,7 @@ from undercloud.errors import (
     UndercloudError,
     internal_error,
 )
+from undercloud.masking import MASK, Mask
 from undercloud.orchestration.engine.walk import INTERNAL, Plan, Signal, StackNode, Walk, new_root_row
 from undercloud.orchestration.engine.writer import Fenced, ResourceRow, Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
@@ -53,26 +54,22 @@ def _template_api():
     return Bundle, load
 
 
-def _mask(value: Any, secrets: set[str]) -> Any:
-    """Hidden parameter values never leave the service, wherever they were passed on to."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, "******")
-        return value
-    if isinstance(value, list):
-        return [_mask(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {k: _mask(v, secrets) for k, v in value.items()}
-    return value
+def secrets_of(root: dict) -> Mask:
+    """The texts of every hidden value of a root stack's tree, as each read masks them: those
+    its operations recorded (`secrets`: parameters, environments, parents' properties alike),
+    and its own hidden parameters' (a stack stored before the record was kept)."""
+    from undercloud.orchestration.template.parameters import secret_texts
+
+    given = root.get("parameters") or {}
+    hidden = (root.get("operation") or {}).get("hidden") or []
+    return Mask(frozenset(root.get("secrets") or ()) | secret_texts([given[n] for n in hidden if n in given]))
 
 
-def _signal_error(resource: str, exc: Exception) -> Exception:
+def _signal_error(resource: str, exc: Exception, secrets: Mask) -> Exception:
     """A plugin refusing a signal says why; a bug in it is an internal error (no values shown)."""
     if isinstance(exc, INTERNAL) and not isinstance(exc, UndercloudError):
         return internal_error(exc, log, f"signal to {resource}")
-    return InvalidInput(f"signal to {resource}: {cut(str(exc))}")
+    return InvalidInput(f"signal to {resource}: {cut(secrets.text(str(exc)))}")
 
 
 def iso(t: float | None) -> str | None:
@@ -165,6 +162,7 @@ class StackService:
         tmpl = self._load(bundle, parameters or {}, name, row["id"])  # validation before any write
         row["description"] = getattr(tmpl, "description", "") or ""
         op["hidden"] = self._hidden(tmpl)
+        row["secrets"] = sorted(tmpl.secrets) or None  # masked in every read (secrets_of)
         w = Writer(self.store)
         w.insert_stack(row)
         w.event(row["id"], row, name, "OS::Heat::Stack", row["id"], "CREATE", "IN_PROGRESS", "Stack CREATE started")
@@ -213,7 +211,9 @@ class StackService:
         root.update(prev_bundle=root["bundle"], prev_parameters=root["parameters"], bundle=bundle,
                     parameters=parameters or {}, action="UPDATE", status="IN_PROGRESS",
                     status_reason="Stack UPDATE started", operation=op, updated_at=time.time(), engine_id=self.worker_id,
-                    description=getattr(tmpl, "description", "") or "")
+                    description=getattr(tmpl, "description", "") or "",
+                    # earlier values stay masked: resources and events may still hold them
+                    secrets=sorted(frozenset(root.get("secrets") or ()) | tmpl.secrets) or None)
         gen = self._begin(root, "UPDATE")
         self.prepared[root["id"]] = tmpl
         self._start(root["id"], wait, gen)
@@ -654,7 +654,7 @@ class StackService:
             if done.wait(30) and not errors:
                 return
             if errors and not isinstance(errors[0], LookupError):
-                raise _signal_error(resource, errors[0])
+                raise _signal_error(resource, errors[0], Mask(walk.secrets))
         else:
             root = self._root(srow["root_id"])
             owner = root.get("engine_id")
@@ -669,7 +669,7 @@ class StackService:
         try:
             p.signal(payload)
         except Exception as exc:
-            raise _signal_error(resource, exc) from None
+            raise _signal_error(resource, exc, secrets_of(self._root(srow["root_id"]))) from None
         row.data = p.data
         w = Writer(self.store)
         w.touch_row(row)
@@ -699,7 +699,8 @@ class StackService:
     def show(self, name_or_id: str) -> dict:
         r = self._root(name_or_id)
         hidden = set((r.get("operation") or {}).get("hidden", []))
-        params = {k: ("******" if k in hidden else v) for k, v in (r.get("parameters") or {}).items()}
+        secrets = secrets_of(r)
+        params = {k: (MASK if k in hidden else secrets.value(v)) for k, v in (r.get("parameters") or {}).items()}
         from sqlalchemy import func
 
         with self.store.engine.connect() as conn:
@@ -713,10 +714,13 @@ class StackService:
         total = sum(counts.values())
         complete, failed = counts.get("COMPLETE", 0), counts.get("FAILED", 0)
         in_progress = [f"{path}.{name}" if path else name for name, path in busy]
-        outputs = [{"output_key": k, "output_value": v.get("value"), "description": v.get("description", ""),
-                    **({"output_error": v["error"]} if v.get("error") else {})}
+        # outputs too (Heat shows them as they are): a value built from a hidden one is masked
+        outputs = [{"output_key": k, "output_value": secrets.value(v.get("value")),
+                    "description": v.get("description", ""),
+                    **({"output_error": secrets.text(v["error"])} if v.get("error") else {})}
                    for k, v in (r.get("outputs") or {}).items()]
-        return {**self._summary(r), "stack_status_reason": r["status_reason"], "description": r["description"],
+        return {**self._summary(r), "stack_status_reason": secrets.text(r["status_reason"] or ""),
+                "description": r["description"],
                 "parameters": params, "outputs": outputs,
                 "progress": {"total": total, "complete": complete, "failed": failed,
                              "in_progress": in_progress, "in_progress_count": busy_leaves}}
@@ -727,14 +731,14 @@ class StackService:
             stacks = {s["id"]: dict(s) for s in conn.execute(select(STACKS).where(STACKS.c.root_id == r["id"])).mappings()}
             rows = conn.execute(select(RES).where(RES.c.root_id == r["id"]).where(RES.c.replaced_by.is_(None))
                                 .order_by(RES.c.id)).mappings().all()
-        out = []
+        out, secrets = [], secrets_of(r)
         for x in rows:
             st = stacks.get(x["stack_id"]) or {}
             depth = st.get("path", "").count(".") + 1 if st.get("path") else 0
             if depth > nested_depth:
                 continue
             out.append({"resource_name": x["name"], "path": f"{st['path']}.{x['name']}" if st.get("path") else x["name"],
-                        "physical_resource_id": x["physical_id"] or "", "resource_type": x["type"],
+                        "physical_resource_id": secrets.text(x["physical_id"] or ""), "resource_type": x["type"],
                         "resource_status": f"{x['action']}_{x['status']}", "updated_time": iso(x["updated_at"]),
                         "stack_name": st.get("name", "")})
         return out
@@ -750,15 +754,16 @@ class StackService:
                                  .where(RES.c.replaced_by.is_(None))).mappings().first()
         if x is None:
             raise NotFound(f"resource {path!r} not found in stack {r['name']}")
-        hidden = {str(v) for k, v in (r.get("parameters") or {}).items()
-                  if k in set((r.get("operation") or {}).get("hidden", [])) and v not in (None, "")}
-        attrs = _mask(dict(x["attributes"] or {}), hidden)
+        secrets = secrets_of(r)
+        attrs = secrets.value(dict(x["attributes"] or {}))
         for key in (registry.get(x["type"]) or Plugin).secret_attributes & set(attrs):
-            attrs[key] = "******"
-        return {"resource_name": x["name"], "path": path, "physical_resource_id": x["physical_id"] or "",
+            attrs[key] = MASK
+        return {"resource_name": x["name"], "path": path,
+                "physical_resource_id": secrets.text(x["physical_id"] or ""),
                 "resource_type": x["type"], "resource_status": f"{x['action']}_{x['status']}",
-                "resource_status_reason": x["status_reason"], "attributes": attrs,
-                "properties": _mask(x["properties"], hidden), "requires": x["requires"], "creation_time": iso(x["created_at"]),
+                "resource_status_reason": secrets.text(x["status_reason"] or ""), "attributes": attrs,
+                "properties": secrets.value(x["properties"]), "requires": x["requires"],
+                "creation_time": iso(x["created_at"]),
                 "updated_time": iso(x["updated_at"]), "nested_stack_id": x["nested_id"], "stack_id": st["id"]}
 
     def events(self, name_or_id: str, after: int = 0, limit: int = 1000, nested_depth: int | None = None) -> list[dict]:
@@ -766,7 +771,8 @@ class StackService:
         with self.store.engine.connect() as conn:
             rows = conn.execute(select(EVENTS).where(EVENTS.c.root_id == r["id"]).where(EVENTS.c.id > after)
                                 .order_by(EVENTS.c.id).limit(limit)).mappings().all()
-        out = []
+        # reasons were masked when written; masked again here, with every hidden value known now
+        out, secrets = [], secrets_of(r)
         for e in rows:
             if nested_depth is not None and e["path"] and e["path"].count(".") + 1 > nested_depth:
                 continue
@@ -774,8 +780,10 @@ class StackService:
             own = not e["path"] or (e["resource_type"] == "OS::Heat::Stack" and e["physical_id"] == e["stack_id"])
             out.append({"id": e["id"], "resource_name": e["resource_name"] if own else f"{e['path']}.{e['resource_name']}",
                         "stack_name": e["stack_name"],
-                        "resource_type": e["resource_type"], "physical_resource_id": e["physical_id"] or "",
-                        "resource_status": f"{e['action']}_{e['status']}", "resource_status_reason": e["reason"],
+                        "resource_type": e["resource_type"],
+                        "physical_resource_id": secrets.text(e["physical_id"] or ""),
+                        "resource_status": f"{e['action']}_{e['status']}",
+                        "resource_status_reason": secrets.text(e["reason"] or ""),
                         "event_time": iso(e["time"])})
         return out
 

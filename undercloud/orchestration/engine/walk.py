@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import UndercloudError, internal_error
+from undercloud.masking import Mask
 from undercloud.orchestration.engine.writer import RES, Fenced, ResourceRow, Writer
 from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
@@ -45,7 +46,7 @@ from undercloud.orchestration.resources.base import (
 )
 from undercloud.orchestration.resources.group import ResourceGroup
 from undercloud.orchestration.resources.nested import TemplateResource
-from undercloud.orchestration.template.parameters import mask_texts, secret_texts
+from undercloud.orchestration.template.parameters import secret_texts
 
 log = logging.getLogger("undercloud.engine")
 
@@ -790,15 +791,18 @@ class Walk:
         self.restore: dict[str, list] = op.get("restore") or {} if root_row["action"] == Action.ROLLBACK else {}
         self.resource_count = 0  # resources of the new definition this walk has added
         # texts of hidden values: masked in every reason, event and log line the walk writes
+        # (those an earlier operation recorded included), and recorded for reads (`secrets`)
         given = root_row.get("parameters") or {}
-        self.secrets: frozenset[str] = secret_texts([given[n] for n in op.get("hidden") or [] if n in given])
+        self.secrets: frozenset[str] = frozenset(root_row.get("secrets") or ()) | secret_texts(
+            [given[n] for n in op.get("hidden") or [] if n in given])
+        self.mask = Mask(self.secrets)
         if self.secrets:
             self.writer.clean = self.clean
 
     def clean(self, text: str) -> str:
         """A reason as it may be stored and shown: hidden values masked, cut to the limit."""
         if self.secrets:
-            text = mask_texts(text, self.secrets)
+            text = self.mask.text(text)
         return cut(text)
 
     def admit(self, n: int) -> None:
@@ -940,7 +944,11 @@ class Walk:
         self.stacks.append(stack)
         if tmpl.secrets and not tmpl.secrets <= self.secrets:
             self.secrets = self.secrets | tmpl.secrets
+            self.mask = Mask(self.secrets)
             self.writer.clean = self.clean
+            if self.plan is None:  # a nested stack's hidden values (a parent's properties): reads mask them too
+                self.root_row["secrets"] = sorted(self.secrets)
+                self.writer.touch_stack(self.root_row)
         deps = tmpl.dependencies()
         names = list(tmpl.resources)
         for name in names:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from undercloud.masking import MASK, mask_text
 from undercloud.orchestration.limits import LIMITS, TooLarge, exceeded, value_size
 from undercloud.orchestration.template.functions import Unknown, has_unknown, json_text
 from undercloud.orchestration.template.patterns import pattern_matches
@@ -15,7 +16,6 @@ from undercloud.orchestration.template.source import FnError
 
 TYPES = ("string", "number", "comma_delimited_list", "json", "boolean")
 PSEUDO = ("OS::stack_name", "OS::stack_id", "OS::project_id", "OS::region")
-HIDDEN_TEXT = "******"
 
 _TRUE = ("1", "t", "true", "on", "y", "yes")
 _FALSE = ("0", "f", "false", "off", "n", "no")
@@ -140,7 +140,7 @@ class Parameter:
         return self.user_value is not None or self.default is not None
 
     def shown(self, value: Any) -> Any:
-        return HIDDEN_TEXT if self.hidden else value
+        return MASK if self.hidden else value
 
     def coerce(self, raw: Any) -> Any:
         """The value in the parameter's type (ValueError with Heat's message if it cannot be)."""
@@ -188,7 +188,7 @@ class Parameter:
         if not self.hidden:
             return message
         values = [v for v in (raw, self.default) if v is not None]
-        if mask_texts(message, secret_texts(values)) != message:
+        if mask_text(message, secret_texts(values)) != message:
             return "the value does not satisfy the parameter's type or constraints"
         return message
 
@@ -243,30 +243,6 @@ def secret_texts(values: list) -> frozenset[str]:
     return frozenset(out)
 
 
-CUT = "…"
-
-
-def mask_texts(message: str, texts: frozenset[str] | set[str]) -> str:
-    """`message` with every text of `texts` masked, also where a cut ('…') ended it early."""
-    for t in sorted(texts, key=len, reverse=True):
-        if t in message:
-            message = message.replace(t, HIDDEN_TEXT)
-    if CUT not in message or not texts:
-        return message
-    parts = message.split(CUT)
-    for i in range(len(parts) - 1):
-        head = parts[i]
-        for t in texts:
-            pos = head.find(t[:3], max(0, len(head) - len(t)))
-            while pos != -1:
-                if t.startswith(head[pos:]):
-                    head = head[:pos] + HIDDEN_TEXT
-                    break
-                pos = head.find(t[:3], pos + 1)
-        parts[i] = head
-    return CUT.join(parts)
-
-
 def parse_schema(name: str, schema: Any, version: Any, path: tuple) -> Parameter:
     """A parameter definition from the template; FnError for a malformed one."""
     if not isinstance(schema, Mapping):
@@ -301,7 +277,7 @@ def parse_schema(name: str, schema: Any, version: Any, path: tuple) -> Parameter
             for c in p.constraints:
                 c.check(v if p.type != "string" else str(v), p.type)
         except ValueError as exc:
-            shown = HIDDEN_TEXT if p.hidden else p.default
+            shown = MASK if p.hidden else p.default
             raise FnError(f"Parameter '{name}' is invalid: Invalid default {shown} ({p.mask(str(exc))})",
                           path + ("default",)) from None
     return p

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from undercloud.masking import mask_text
 from undercloud.orchestration.limits import BY_NAME, LIMITS, exceeded
 from undercloud.orchestration.template import functions as fn
 from undercloud.orchestration.template.bundle import Bundle, ref_key, show
@@ -41,7 +42,7 @@ from undercloud.orchestration.template.evaluation import (
     PlaceholderResolver,
     Resolver,
 )
-from undercloud.orchestration.template.parameters import PSEUDO, Parameter, mask_texts
+from undercloud.orchestration.template.parameters import PSEUDO, Parameter
 from undercloud.orchestration.template.source import (
     TOO_DEEP,
     FnError,
@@ -449,7 +450,7 @@ class StackTemplate:
     def scrub(self, message: str) -> str:
         """Mask hidden values in a message (they may reach events and logs): this template's
         hidden parameters and the hidden values its parents passed down to it."""
-        return mask_texts(message, self.secrets) if self.secrets else message
+        return mask_text(message, self.secrets) if self.secrets else message
 
 
 # ------------------------------------------------------------------------------- load

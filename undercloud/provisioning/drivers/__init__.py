@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from undercloud.errors import InvalidInput, UndercloudError
+from undercloud.masking import mask_keys, mask_text
 
 # name -> module; instackenv `pm_type` aliases map onto these names.
 DRIVERS = {
@@ -25,7 +26,6 @@ POWER_STATES = ("on", "off")
 POWER_ACTIONS = ("on", "off", "reboot")
 BOOT_DEVICES = ("pxe", "disk", "cd")
 BOOT_MODES = ("bios", "uefi")  # a node's `boot_mode` capability (Ironic's values)
-MASK = "******"
 
 
 class DriverError(UndercloudError):
@@ -121,15 +121,12 @@ def get(name: str, info: dict[str, Any]) -> Driver:
 
 def mask(info: dict[str, Any]) -> dict[str, Any]:
     """driver_info as it may be shown: every password-like value replaced."""
-    return {k: (MASK if _secret(k) and v else v) for k, v in info.items()}
+    return mask_keys(info, _secret)
 
 
 def scrub(text: str, info: dict[str, Any]) -> str:
     """`text` with any secret from `info` replaced (BMC errors may echo what they got)."""
-    for k, v in info.items():
-        if _secret(k) and isinstance(v, str) and v:
-            text = text.replace(v, MASK)
-    return text
+    return mask_text(text, [v for k, v in info.items() if _secret(k) and isinstance(v, str) and v])
 
 
 def _secret(key: str) -> bool:
