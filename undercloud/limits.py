@@ -38,6 +38,10 @@ class LimitSet:
                     raise InvalidInput(f"{x.env}={raw!r}: expected a whole number of 1 or more")
             setattr(self, x.name, value)
 
+    def variable(self, name: str) -> str:
+        """The environment variable that sets limit `name`."""
+        return self._table[name].env
+
     def exceeded(self, name: str, what: str, amount: int | None = None) -> str:
         """The one-line message for `what` going over limit `name`."""
         n = f" ({amount:,})" if amount is not None else ""

@@ -127,29 +127,34 @@ def test_import_bad_input_is_one_clear_line(svc, text, expected):
 
 
 def alias_bomb_inventory(levels: int) -> str:
-    """An instackenv.yaml whose one node carries `levels` of ten-fold aliases (10**levels)."""
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    """An instackenv.yaml whose one node's root_device hints hold `levels` of ten-fold aliases."""
     entry = node(1)
     entry.pop("ports")
-    fields = ", ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items())
-    return "\n".join(lines + [f"nodes: [{{{fields}, root_device: {{serial: *a{levels - 1}}}}}]"]) + "\n"
+    lines = ["nodes:", "- " + "\n  ".join(f"{k}: {json.dumps(v)}" for k, v in entry.items()), "  root_device:",
+             "    a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
 
 
 def test_an_alias_bomb_inventory_is_refused_in_one_line_naming_the_limit(svc):
     # 10**9 nodes through aliases: refused as it is read (the templates' reader and limit),
-    # not expanded by a walk over every alias
+    # at the line where they pass 100,000, not expanded by a walk over every alias
+    text = alias_bomb_inventory(9)
+    line = text.splitlines().index("    a3: &a3 [" + ", ".join(["*a2"] * 10) + "]") + 1
     t = time.monotonic()
     with pytest.raises(InvalidInput) as info:
-        svc.import_nodes(alias_bomb_inventory(9), "instackenv.yaml")
+        svc.import_nodes(text, "instackenv.yaml")
     assert time.monotonic() - t < 5
     assert str(info.value) == (
-        "instackenv.yaml:9: the number of nodes built through aliases and merge keys is more than the limit "
-        "of 100,000 (set UNDERCLOUD_MAX_YAML_ALIAS_NODES to change it)")
+        f"instackenv.yaml:{line}: the number of nodes built through aliases and merge keys is more than the "
+        "limit of 100,000 (set UNDERCLOUD_MAX_YAML_ALIAS_NODES to change it)")
     assert svc.list() == []
-    # aliases within the limit are plain YAML: read, lines and all
+    # aliases within the limit are plain YAML, read with their lines
     svc.import_nodes(alias_bomb_inventory(3), "instackenv.yaml")
-    assert svc.get("n1")["properties"]["root_device"]["serial"][0][0] == ["x"] * 10
+    assert svc.get("n1")["properties"]["root_device"]["a2"][0][0] == ["x"] * 10
+    with pytest.raises(InvalidInput, match=r"^instackenv.yaml:\d+: nodes\[0\] \(n1\): ports: 'zz' is not a MAC"):
+        svc.import_nodes(alias_bomb_inventory(3).replace("root_device:", "ports: [{address: zz}]\n  root_device:"),
+                         "instackenv.yaml")
 
 
 # --------------------------------------------------------------- lifecycle

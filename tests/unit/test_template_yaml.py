@@ -1,4 +1,4 @@
-"""The YAML reader: documents built from libyaml's events (source._Events) are exactly what
+"""The YAML reader: documents built from libyaml's events (yamldata._Events) are exactly what
 the node reader builds (values, types, lines, shared aliases), and whatever it leaves (tags,
 merge keys, errors, limits) is read by the node reader, so messages keep their file:line."""
 
@@ -10,8 +10,8 @@ import os
 import pytest
 import yaml
 
-from undercloud.orchestration.limits import override
-from undercloud.orchestration.template import source
+from undercloud import yamldata
+from undercloud.orchestration.limits import LIMITS, override
 from undercloud.orchestration.template.environment import Registry
 from undercloud.orchestration.template.source import TemplateError, parse_yaml
 
@@ -69,16 +69,16 @@ def same(a, b) -> bool:
 
 def node_reader(text: str, name: str = "t.yaml"):
     """parse_yaml as it was before the event reader: the node reader only."""
-    real = source._load_events
+    real = yamldata._load_events
 
-    def slow(text):
-        raise source._Slow
+    def slow(text, limits):
+        raise yamldata._Slow
 
-    source._load_events = slow
+    yamldata._load_events = slow
     try:
         return parse_yaml(text, name)
     finally:
-        source._load_events = real
+        yamldata._load_events = real
 
 
 def outcome(parse, text):
@@ -90,15 +90,15 @@ def outcome(parse, text):
 
 @pytest.mark.parametrize("text", PLAIN)
 def test_plain_data_is_built_from_events_as_the_node_reader_builds_it(text):
-    doc = source._load_events(text)  # no fallback here
+    doc = yamldata._load_events(text, LIMITS)  # no fallback here
     assert same(doc, node_reader(text))
     assert same(parse_yaml(text, "t.yaml"), doc)
 
 
 @pytest.mark.parametrize("text", NODE)
 def test_what_the_event_reader_leaves_is_the_node_readers(text):
-    with pytest.raises((source._Slow, yaml.YAMLError)):
-        source._load_events(text)
+    with pytest.raises((yamldata._Slow, yaml.YAMLError)):
+        yamldata._load_events(text, LIMITS)
     got, want = outcome(parse_yaml, text), outcome(node_reader, text)
     assert got[0] == want[0]
     assert got[1] == want[1] if got[0] == "error" else same(got[1], want[1])

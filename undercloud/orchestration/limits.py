@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from undercloud import yamldata
 from undercloud.limits import Limit, LimitSet
 
 TABLE: tuple[Limit, ...] = (
@@ -20,10 +21,7 @@ TABLE: tuple[Limit, ...] = (
           "bytes of one file of a stack: template, environment, nested template, get_file"),
     Limit("bundle_bytes", "UNDERCLOUD_MAX_BUNDLE_BYTES", 32 * 1024 * 1024,
           "bytes of all files of a stack together"),
-    Limit("yaml_alias_nodes", "UNDERCLOUD_MAX_YAML_ALIAS_NODES", 100_000,
-          "nodes a YAML document builds through aliases and merge keys (alias bombs)"),
-    Limit("data_depth", "UNDERCLOUD_MAX_DATA_DEPTH", 100,
-          "nesting levels of YAML data (maps and lists in maps and lists)"),
+    *yamldata.TABLE,  # yaml_alias_nodes, data_depth: the YAML reader's (inventories read it too)
     Limit("nested_depth", "UNDERCLOUD_MAX_NESTED_DEPTH", 10,
           "levels of nested stacks (template resources, ResourceGroups)"),
     Limit("resources", "UNDERCLOUD_MAX_RESOURCES_PER_STACK", 10_000,

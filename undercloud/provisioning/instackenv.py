@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from undercloud import yamldata
 from undercloud.errors import InvalidInput
 from undercloud.names import check_name
 from undercloud.provisioning import drivers
@@ -48,25 +49,14 @@ class NodeSpec:
 
 
 class _Lines:
-    """Line numbers of the document, by path ("nodes", 0, "pm_addr"): from the YAML reader of
-    templates (which keeps them), so an alias bomb is refused there, not walked here."""
+    """Line numbers of the document, by path ("nodes", 0, "pm_addr"), as the YAML reader kept
+    them (an alias bomb is refused there, never walked here)."""
 
     def __init__(self, doc: Any):
         self.doc = doc
 
     def __call__(self, *path) -> int:
-        from undercloud.orchestration.template.source import line_of
-
-        return line_of(self.doc, path) or 1
-
-
-def _read(text: str) -> Any:
-    # The template's YAML reader: aliases and merge keys counted against
-    # UNDERCLOUD_MAX_YAML_ALIAS_NODES as they are read, never expanded, and nesting bounded.
-    # (A deliberate lazy import: the reader and its limits are the template layer's.)
-    from undercloud.orchestration.template.source import read_data
-
-    return read_data(text)
+        return yamldata.line_of(self.doc, path) or 1
 
 
 def load(text: str, filename: str) -> tuple[Any, _Lines]:
@@ -75,11 +65,11 @@ def load(text: str, filename: str) -> tuple[Any, _Lines]:
         if filename.endswith(".json") or text.lstrip().startswith("{"):
             data = json.loads(text)
             try:
-                doc = _read(text)  # JSON is YAML: only for the lines
+                doc = yamldata.read(text)  # JSON is YAML: only for the lines
             except (yaml.YAMLError, RecursionError):
                 doc = None
             return data, _Lines(doc)
-        data = _read(text)
+        data = yamldata.read(text)  # the templates' reader: aliases counted, never expanded
         return data, _Lines(data)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"not valid JSON: {exc.msg}", f"{filename}:{exc.lineno}") from None
