@@ -41,6 +41,7 @@ import threading
 import time
 from pathlib import Path
 
+from undercloud.agent.files import temp_name, write_atomic
 from undercloud.errors import Conflict, NotFound, UndercloudError
 from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, network, states
@@ -118,9 +119,7 @@ class BaremetalRealiser(Realiser):
         d = self._dir(server_id)
         d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        tmp = d / ".deploy.json.tmp"
-        tmp.write_text(json.dumps(data))
-        tmp.replace(d / "deploy.json")
+        write_atomic(d / "deploy.json", json.dumps(data))
 
     def _node(self, spec: Spec) -> dict | None:
         node_id = spec.state.get("node_id") or (spec.node or {}).get("uuid")
@@ -242,7 +241,8 @@ class BaremetalRealiser(Realiser):
             "root_device": (node.get("properties") or {}).get("root_device") or {},
             "network": {"mac": mac, "address": address, "prefix": prefix},
         }
-        config_drive = vm_configdrive.make(spec, mac, address, d / "configdrive.iso", prefix, router)
+        # a temporary name: removed below, or at the next start after a kill (it holds the agent token)
+        config_drive = vm_configdrive.make(spec, mac, address, temp_name(d / "configdrive.iso"), prefix, router)
         try:
             if boot == "pxe":
                 self.netboot.arm(mac=mac, ident=spec.id, node=label, address=address, prefix=prefix,
