@@ -22,7 +22,8 @@ CLI_SECRET = "cli-secret-1111"
 DEFAULTS_SECRET = "defaults-secret-2121"
 ENVPARAM_SECRET = "envparam-secret-3131"
 JSON_SECRET = "json-pw-secret-4141"
-SECRETS = (CLI_SECRET, DEFAULTS_SECRET, ENVPARAM_SECRET, JSON_SECRET)
+DEFAULT_SECRET = "default-secret-6161"
+SECRETS = (CLI_SECRET, DEFAULTS_SECRET, ENVPARAM_SECRET, JSON_SECRET, DEFAULT_SECRET)
 
 TOP = """\
 heat_template_version: 2018-08-31
@@ -31,6 +32,7 @@ parameters:
   p_defaults: {type: string, hidden: true}
   p_envparams: {type: string, hidden: true}
   p_json: {type: json, hidden: true}
+  p_default: {type: string, hidden: true, default: default-secret-6161}
   plain: {type: string, default: visible-value}
 resources:
   rand: {type: OS::Heat::RandomString, properties: {length: 24}}
@@ -51,6 +53,7 @@ outputs:
   nested: {value: {get_attr: [kids, echoed]}}
   joined: {value: {get_attr: [joined, value]}}
   plain: {value: {get_param: plain}}
+  from_default: {value: {get_param: p_default}}
   failing: {value: {yaql: {expression: "$.data.x.foo()", data: {x: {get_param: p_defaults}}}}}
 """
 INNER = """\
@@ -75,7 +78,7 @@ MASKED_OUTPUTS = {
     "whole": MASK, "built": f"{MASK}:x", "listed": [MASK, {"k": MASK}],
     "json": {"user": "admin", "password": MASK},  # strings under 6 characters stay (json rule)
     "nested": f"token={MASK};", "joined": f"https://admin:{MASK}@host/", "plain": "visible-value",
-    "failing": None,
+    "from_default": MASK, "failing": None,
 }
 
 
@@ -240,6 +243,24 @@ def test_api_and_cli_reads(uc_home, tmp_path):
     assert {o["output_key"]: o["output_value"] for o in reads[1]} == MASKED_OUTPUTS
     assert len(rows) == 5 and any(e["resource_name"] == "kids.v" for e in reads[2])
     assert_masked("\n".join(cli) + json.dumps(reads))
+
+    # a failure: the CLI's one line, the stack's and the resource's reasons, the events
+    (tmp_path / "top.yaml").write_text(FAILING)
+    (tmp_path / "inner.yaml").write_text(FAILING_INNER)
+    (tmp_path / "env.yaml").write_text(f"parameter_defaults: {{p: {DEFAULTS_SECRET}}}\n")
+    r = run_cli("stack", "create", "bad", "-t", str(tmp_path / "top.yaml"), "-e", str(tmp_path / "env.yaml"),
+                "--wait", "-f", "json")
+    assert r.returncode == 1 and "CREATE_FAILED" in r.stderr and MASK in r.stderr.strip().splitlines()[-1]
+    texts = [r.stdout + r.stderr]
+    for args in (("stack", "show", "bad"), ("stack", "event", "list", "bad", "--nested-depth", "2"),
+                 ("stack", "resource", "show", "bad", "kid")):
+        r = run_cli(*args, "-f", "json")
+        assert r.returncode == 0, (args, r.stderr)
+        texts.append(r.stdout)
+    assert MASK in json.loads(texts[3])["resource_status_reason"]
+    texts += [json.dumps(api.get("/v1/stacks/bad")), json.dumps(api.get("/v1/stacks/bad/events")),
+              json.dumps(api.get("/v1/stacks/bad/resources/kid"))]
+    assert_masked("\n".join(texts))
 
 
 OVERCLOUD = """\
