@@ -22,6 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from undercloud.agent.files import write_atomic
 from undercloud.config import Home, private_file
 from undercloud.errors import InvalidInput, ServiceUnavailable, UndercloudError
 
@@ -250,8 +251,9 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
     ctx = Context(home, db_url, listen=host, hypervisor_only=hypervisor_only)
     _ = ctx.admin_token  # created before any client needs it
     port = home.api_port()
-    home.file("service.pid").write_text(str(os.getpid()))
-    Path(home.file("service.json")).write_text(json.dumps({"pid": os.getpid(), "port": port}))
+    # whole or not at all: the CLI reads them to find this service
+    write_atomic(home.file("service.pid"), str(os.getpid()))
+    write_atomic(home.file("service.json"), json.dumps({"pid": os.getpid(), "port": port}))
     stops = run_startup(ctx)
     # The CLI of this home talks to 127.0.0.1: an address of its own is served besides it.
     bind = host if host in ("0.0.0.0", "127.0.0.1") else "127.0.0.1"
