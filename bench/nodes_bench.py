@@ -6,8 +6,10 @@ concurrently, and time one power-sync pass. Prints figures; never pass/fail.
 Goal (issue 4): 10,000 nodes on one undercloud process with a power-sync pass under 5 s
 (Ironic guides 300 nodes per conductor). Uses the real service code and SQLite store
 in-process; only the BMCs are fake. The verbs come from --threads client threads at once
-(as API requests would) and the work runs on the nodes service's own pool, sized from the
-store (issue 17: busy is never a failure): every node must reach the state, none may fail.
+(as API requests would), each request naming 64 nodes as one `undercloud node manage ...`
+does (issue 42: they share transactions; `--per-node`: one request per node, as before),
+and the work runs on the nodes service's own pool, sized from the store (issue 17: busy is
+never a failure): every node must reach the state, none may fail.
 """
 
 from __future__ import annotations
@@ -51,10 +53,17 @@ def failed(store: Store) -> int:
             Node.provision_state.in_(states.FAILED) | Node.last_error.is_not(None)))
 
 
-def drive(svc: NodeService, ids: list[str], verb: str, want: str, threads: int) -> float:
+CHUNK = 64  # nodes per request (one `undercloud node manage n1 n2 ...` is one request)
+
+
+def drive(svc: NodeService, ids: list[str], verb: str, want: str, threads: int, per_node: bool = False) -> float:
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda i: svc.act(i, verb), ids, chunksize=64))
+    chunks = [ids[k:k + CHUNK] for k in range(0, len(ids), CHUNK)]
+    with ThreadPoolExecutor(threads) as pool:  # as many `undercloud node VERB` commands at once
+        if per_node:
+            list(pool.map(lambda i: svc.act(i, verb), ids, chunksize=CHUNK))
+        else:
+            list(pool.map(lambda chunk: svc.act_many(chunk, verb), chunks))
     deadline = time.monotonic() + 1800
     while count(svc.store, want) < len(ids):
         bad = failed(svc.store)
@@ -70,6 +79,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=32)
     ap.add_argument("--db", default="sqlite", help=bench_store.HELP)
+    ap.add_argument("--per-node", action="store_true", help="one request per node (not 64 per request)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="nodes-bench-"))
     with bench_store.store_url(args.db, tmp) as url:
@@ -87,6 +97,7 @@ def run(args, store: Store) -> None:
         print(f"{what:<44} {seconds:8.2f} s  {per_txt}   peak {peak_mb():6.0f} MB", flush=True)
 
     print(f"nodes={n} requests={m} threads={args.threads} store={store.display_url} "
+          f"{'one request per node' if args.per_node else f'{CHUNK} nodes per request'} "
           f"(connections {store.capacity}, node workers {svc.workers})")
     inventory = {"nodes": [
         {"name": f"bench-{i:05d}", "pm_type": "fake", "pm_addr": f"bench-{i}", "pm_user": "admin",
@@ -102,8 +113,9 @@ def run(args, store: Store) -> None:
 
     with store.session() as s:
         ids = list(s.scalars(select(Node.id)))
-    row("manage (enroll -> manageable)", drive(svc, ids, "manage", states.MANAGEABLE, args.threads), n)
-    row("provide (manageable -> available)", drive(svc, ids, "provide", states.AVAILABLE, args.threads), n)
+    per = args.per_node
+    row("manage (enroll -> manageable)", drive(svc, ids, "manage", states.MANAGEABLE, args.threads, per), n)
+    row("provide (manageable -> available)", drive(svc, ids, "provide", states.AVAILABLE, args.threads, per), n)
 
     sched = Scheduler(store)
 

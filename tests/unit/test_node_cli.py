@@ -83,6 +83,13 @@ def test_import_provide_takes_nodes_to_available(uc_home, tmp_path):
     r = run_cli("node", "import", path, "--provide", "-f", "json")
     assert r.returncode == 0, r.stderr
     assert {n["provision_state"] for n in json.loads(r.stdout)} == {"available"}
+    # several nodes are one request; a refusal stops it there, as one request per node did
+    r = run_cli("node", "manage", "ctl-5", "nosuch", "ctl-6")
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == "error: no node named or with UUID 'nosuch'"
+    shown = {n["name"]: n["provision_state"] for n in json.loads(run_cli("node", "list", "-f", "json").stdout)}
+    assert shown == {"ctl-5": "manageable", "ctl-6": "available"}
+    r = run_cli("node", "manage", "ctl-6", "-f", "json")
+    assert r.returncode == 0 and [n["provision_state"] for n in json.loads(r.stdout)] == ["manageable"]
 
 
 def test_help_on_every_node_and_lab_command():

@@ -62,16 +62,16 @@ def test_patient_waits_out_a_busy_store_and_nothing_else(monkeypatch):
 def test_a_busy_store_during_node_work_does_not_fail_the_node(tmp_path, monkeypatch):
     svc = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema())
     svc.import_nodes(inventory(3))
-    real = svc.record
+    real = svc._outcomes_txn  # the transaction writing what the nodes' work came to
     failures = {"n": 0}
 
-    def record(ident):
+    def outcomes_txn(outs):
         if failures["n"] < 5:
             failures["n"] += 1
             raise locked()
-        return real(ident)
+        return real(outs)
 
-    monkeypatch.setattr(svc, "record", record)
+    monkeypatch.setattr(svc, "_outcomes_txn", outcomes_txn)
     for i in range(3):
         svc.act(f"c-{i}", "manage")
     wait_for(svc, states.MANAGEABLE, 3)
@@ -104,3 +104,73 @@ def test_workers_follow_the_store():
 
     assert default_workers(S(64)) == 16 and default_workers(S(24)) == 6 and default_workers(S(3)) == 2
     assert default_workers(S(1000)) == 16
+
+
+def test_batches_racing_each_other_and_other_node_operations(tmp_path):
+    """Batched verbs from several requests at once, on the same nodes and beside power, maintenance,
+    power sync, timeouts and deletion of other nodes: every node moves once per verb, with one
+    event for each move, and nothing fails."""
+    import time
+
+    from undercloud.errors import Conflict
+    from undercloud.store.nodes import NodeEvent
+
+    svc = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema(), workers=4)
+    n, others = 60, 12
+    svc.import_nodes(inventory(n + others))
+    batch = [f"c-{i}" for i in range(n)]
+    side = [f"c-{i}" for i in range(n, n + others)]
+    for name in side[:8]:
+        svc.act(name, "manage")
+    wait_for(svc, states.MANAGEABLE, 8)
+    errors: list[BaseException] = []
+
+    def race(verb: str, order: list[str]) -> None:
+        try:
+            svc.act_many(order, verb)
+        except Conflict:
+            pass  # another request moved a node of this one first: the refusal stops it there
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def meanwhile(k: int, delete: bool) -> None:
+        try:
+            name = side[k % 8]
+            svc.set_power(name, "on" if k % 2 else "off")
+            svc.set_maintenance(name, True, "racing")
+            svc.set_maintenance(name, False)
+            svc.sync_power()
+            svc.check_timeouts()
+            if delete and k < 4:
+                svc.delete(side[8 + k])  # enrolled, untouched: may go while others move
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    for verb, want in (("manage", states.MANAGEABLE), ("provide", states.AVAILABLE)):
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(race, verb, batch if k % 2 else batch[::-1]) for k in range(6)]
+            futures += [pool.submit(meanwhile, k, verb == "manage") for k in range(6)]
+            for f in futures:
+                f.result()
+        assert not errors, errors
+        deadline = time.monotonic() + 120
+        while True:
+            with svc.store.session() as s:
+                done = s.scalar(select(func.count()).select_from(Node).where(
+                    Node.name.in_(batch), Node.provision_state == want))
+            if done == n:
+                break
+            assert time.monotonic() < deadline, f"{done} of {n} reached {want}"
+            time.sleep(0.05)
+    with svc.store.session() as s:
+        rows = s.execute(select(Node.name, NodeEvent.message).join(Node, Node.id == NodeEvent.node_id)
+                         .where(NodeEvent.kind == "state", Node.name.in_(batch)).order_by(NodeEvent.id)).all()
+        assert s.scalar(select(func.count()).select_from(Node).where(Node.last_error.is_not(None))) == 0
+        assert s.scalar(select(func.count()).select_from(Node)) == n + others - 4
+    per_node: dict[str, list[str]] = {}
+    for name, message in rows:
+        per_node.setdefault(name, []).append(message)
+    want_history = ["enrolled from instackenv.json with driver fake", "enroll -> verifying (manage)",
+                    "verifying -> manageable (done)", "manageable -> cleaning (provide)", "cleaning -> available (done)"]
+    assert all(per_node[name] == want_history for name in batch), per_node
+    svc.close()

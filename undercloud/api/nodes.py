@@ -22,6 +22,7 @@ Short = Annotated[str, StringConstraints(max_length=255)]
 # "no node fits server X: ..." stays one line.
 Word = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x20\x7f]{1,255}$")]
 Count = Annotated[int, Field(ge=0, le=2**31)]  # CPUs, MB, GB: far beyond any machine, within SQL integers
+MANY = 1000  # nodes per batch verb request (the CLI sends more in several)
 Mac = Annotated[str, StringConstraints(pattern=r"^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$")]
 
 
@@ -32,6 +33,13 @@ class ImportBody(BaseModel):
 
 class VerbBody(BaseModel):
     verb: Short
+
+
+class VerbManyBody(BaseModel):
+    """A verb for several nodes (names or UUIDs), applied in order, sharing transactions."""
+
+    verb: Short
+    nodes: Annotated[list[Short], Field(min_length=1, max_length=MANY)]
 
 
 class PowerBody(BaseModel):
@@ -107,6 +115,13 @@ def node_events(ident: str, limit: int = Query(50, ge=1, le=10_000), ctx: Contex
 @router.delete("/v1/nodes/{ident}", status_code=204)
 def delete_node(ident: str, ctx: Context = Depends(_ctx)):
     ctx.nodes.delete(ident)
+
+
+@router.post("/v1/nodes/provision")
+def provision_many(body: VerbManyBody, ctx: Context = Depends(_ctx)):
+    """The nodes after the verb, in order; the first refusal is the answer (the nodes before
+    it moved, it and those after did not), as one request per node would have it."""
+    return ctx.nodes.act_many(body.nodes, body.verb)
 
 
 @router.post("/v1/nodes/{ident}/provision")

@@ -69,6 +69,17 @@ def _wait(client: Client, idents: list[str], verb: str, timeout: float) -> list[
     return [done[i] for i in idents]
 
 
+BATCH = 1000  # nodes per request (the service's limit): the service moves them in shared transactions
+
+
+def _act(client: Client, idents: list[str], verb: str) -> list[dict]:
+    """The verb for every node, in order; the first refusal stops there (an error)."""
+    out: list[dict] = []
+    for k in range(0, len(idents), BATCH):
+        out += client.post("/v1/nodes/provision", json={"verb": verb, "nodes": idents[k:k + BATCH]})
+    return out
+
+
 def _verb_command(verb: str, help_text: str):
     @node.command(name=verb, help=help_text)
     @click.argument("nodes", nargs=-1, required=True)
@@ -77,7 +88,7 @@ def _verb_command(verb: str, help_text: str):
     @formatted(COLUMNS)
     def cmd(nodes: tuple[str, ...], wait: bool, timeout: float):
         client = Client()
-        out = [client.post(f"/v1/nodes/{n}/provision", json={"verb": verb}) for n in nodes]
+        out = _act(client, list(nodes), verb)
         if wait:
             out = _wait(client, list(nodes), verb, timeout)
         return out
@@ -119,8 +130,7 @@ def import_(file: Path, provide: bool, timeout: float):
     if provide and nodes:
         ids = [n["uuid"] for n in nodes]
         for verb in ("manage", "provide"):
-            for i in ids:
-                client.post(f"/v1/nodes/{i}/provision", json={"verb": verb})
+            _act(client, ids, verb)
             nodes = _wait(client, ids, verb, timeout)
     return nodes
 

@@ -6,6 +6,14 @@ node: the loser sees it moved and stops. Work that talks to a BMC runs on a smal
 pool; the API returns at once with the node in its busy state (`verifying`, ...), and
 `--wait` follows it.
 
+Many nodes move in batches, as Ironic's conductors do: one writer thread (`_Writer`) writes
+every verb and every finished work's transition; what is queued when it looks (up to BATCH
+nodes) shares one transaction: one conditional UPDATE per (from, to) group, RETURNING the
+nodes that moved, and their events in one INSERT (each node's events in the same order as
+one at a time). The nodes a transaction moved into busy states run their work grouped by
+BMC (`drivers.endpoint`): a group runs in turn with one BMC session. One node's failure
+is its own: it fails with its reason, the others of its batch go on.
+
 Node work runs on a pool sized from the store's connections (`Store.capacity`): work beyond
 it waits in the pool's queue. A store too busy to answer (SQLite locked, no free
 connection) makes the work wait and try again, never fails a node: only the state's own
@@ -21,15 +29,17 @@ Steps are pluggable so later layers can fill them in without touching this file:
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid as uuidlib
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy import exc as sa_exc
 
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError, internal_error
@@ -64,6 +74,92 @@ class NodeRecord:
     @property
     def label(self) -> str:
         return self.name or self.id
+
+
+BATCH = 500  # nodes whose transitions share one transaction
+
+
+@dataclass
+class Outcome:
+    """What a node's busy work came to; written with other nodes' in one transaction."""
+
+    node_id: str
+    state: str                   # the busy state the work ran in
+    info: dict                   # the node's driver_info, to scrub its secrets from `error`
+    event: str = "done"          # done, wait or fail
+    error: str | None = None
+    power: str | None = None     # what the BMC reported after the work
+    inventory: dict | None = None
+    release: bool = False        # undeploy: the node serves no instance any more
+
+
+@dataclass
+class _Acts:
+    """One request's verb for its nodes, in order; the first refusal stops the rest."""
+
+    idents: list[str]
+    verb: str
+    views: list[dict] = field(default_factory=list)
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class _Writer:
+    """The one thread writing nodes' transitions, so node writes never wait on each other's
+    locks and a rack of nodes costs a few commits, not three per node."""
+
+    def __init__(self, svc: NodeService):
+        self.svc = svc
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    def put(self, item) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="node-writer", daemon=True)
+                self.thread.start()
+        self.queue.put(item)
+
+    def stop(self) -> None:
+        with self.lock:
+            if self.thread is not None:
+                self.queue.put(None)
+                self.thread = None
+
+    def _loop(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            items, size = [item], _size(item)
+            while size < BATCH:
+                try:
+                    more = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.queue.put(None)  # stop after this batch
+                    break
+                items.append(more)
+                size += _size(more)
+            try:
+                acts = [i for i in items if isinstance(i, _Acts)]
+                if acts:
+                    self.svc._write_acts(acts)
+                outs = [i for i in items if isinstance(i, Outcome)]
+                if outs:
+                    self.svc._write_outcomes(outs)
+            except Exception:  # noqa: BLE001 - the writer must outlive a bug in one batch
+                log.exception("node writer: a batch failed")
+            finally:
+                for i in items:
+                    if isinstance(i, _Acts):
+                        i.done.set()
+
+
+def _size(item) -> int:
+    return len(item.idents) if isinstance(item, _Acts) else 1
 
 
 def inspect_bmc_inventory(node: NodeRecord, driver: Driver) -> dict | None:
@@ -138,6 +234,7 @@ class NodeService:
         self.store = store
         self.workers = workers or default_workers(store)
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="node-work")
+        self.writer = _Writer(self)
         self.sync_pool = ThreadPoolExecutor(sync_workers, thread_name_prefix="power-sync")
         self.timeouts = {**states.TIMEOUTS, **(timeouts or {})}
         self.enforce_power = enforce_power
@@ -154,6 +251,7 @@ class NodeService:
         self.ring_workers: Callable[[], set[str]] = lambda: self.live_workers()
 
     def close(self) -> None:
+        self.writer.stop()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.sync_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -304,112 +402,324 @@ class NodeService:
 
     def act(self, ident: str, verb: str) -> dict:
         """Apply a user verb; work that needs the BMC continues in the background."""
+        return self.act_many([ident], verb)[0]
+
+    def act_many(self, idents: list[str], verb: str) -> list[dict]:
+        """`act` for several nodes in order, sharing transactions (with other requests' too) and,
+        for their work, BMC sessions. The first refusal stops there, as one request per node
+        would: the nodes before it moved, it and those after did not."""
         if verb not in states.VERBS:
             raise InvalidInput(f"unknown verb {verb!r} (verbs: {', '.join(states.VERBS)})")
-        with self.store.session() as s:
-            n = self._find(s, ident)
-            if verb in ("deploy", "rebuild") and not n.instance_uuid:
-                raise Conflict(f"node {n.name or n.id} is not claimed by a server; deploy through the "
-                               f"scheduler (servers) so that one node serves one server")
-            src = n.provision_state
-            target = {"provide": states.AVAILABLE, "clean": states.MANAGEABLE, "undeploy": states.AVAILABLE,
-                      "manage": states.MANAGEABLE, "inspect": states.MANAGEABLE,
-                      "deploy": states.ACTIVE, "rebuild": states.ACTIVE}.get(verb)
-            states.next_state(src, verb, n.name or n.id)  # refuse before touching anything
-            error = "aborted by request" if verb == "abort" else None
-            dst = self._fire(n.id, verb, expect=src, target=target, error=error, s=s)
-            if dst is None:
-                raise Conflict(f"node {n.name or n.id} changed state while {verb} was asked; try again")
-            node_id = n.id
-        work = WORK.get(dst)
-        if work is not None:
-            self.pool.submit(self._run, node_id, dst, work)
-        return self.get(node_id)
+        views: list[dict] = []
+        for k in range(0, len(idents), BATCH):
+            op = _Acts(list(idents[k:k + BATCH]), verb)
+            self.writer.put(op)
+            op.done.wait()
+            views += op.views
+            if op.error is not None:
+                raise op.error
+            if len(op.views) != len(op.idents):  # the writer failed it without a reason: a bug
+                raise internal_error(RuntimeError("node writer returned no view"), log, f"node {verb}")
+        return views
 
-    def _run(self, node_id: str, state: str, work: Callable) -> None:
-        """Run the work of busy `state`, then fire done/wait/fail from that state."""
+    # (writer thread) verbs
+    def _write_acts(self, ops: list[_Acts]) -> None:
         try:
-            record = patient(self.record, node_id)
-            driver = drivers.get(record.driver, record.driver_info)
-            outcome = work(self, record, driver)
-            event = WAIT if outcome == WAIT else "done"
-            if event == "done" and state == states.CLEANING:
-                event = patient(self._clean_done_event, node_id)
-            new = patient(self._fire, node_id, event, expect=state)
-        except UndercloudError as exc:
-            patient(self._fire, node_id, "fail", expect=state, error=str(exc))
+            work = self._acts_txn(ops)
+        except Exception as exc:  # noqa: BLE001 - handed to each request
+            if len(ops) > 1 and not store_busy(exc):  # one request's bug must not fail the others
+                for op in ops:
+                    self._write_acts([op])
+                return
+            for op in ops:
+                op.views, op.error = [], exc
             return
+        self._start_work(work)
+
+    def _acts_txn(self, ops: list[_Acts]) -> list[tuple[str, NodeRecord]]:
+        now = time.time()
+        with self.store.session() as s:
+            idents = list({i for op in ops for i in op.idents})
+            found = s.execute(select(*Node.__table__.c).where(or_(Node.id.in_(idents), Node.name.in_(idents)))).all()
+            by_id = {n.id: n for n in found}
+            by_name = {n.name: n for n in found if n.name}
+            now_in: dict[str, str] = {}           # node -> its state as this transaction leaves it
+            groups: dict[tuple, tuple[dict, list[str]]] = {}
+            plan: list[tuple[_Acts, Node, str, str, dict, tuple]] = []
+            moved: set[str] = set()
+
+            def flush() -> None:
+                for (src, *_), (vals, ids) in groups.items():
+                    moved.update(self._move(s, src, ids, vals))
+                groups.clear()
+
+            for op in ops:
+                for ident in op.idents:
+                    n = by_id.get(ident) or by_name.get(ident)
+                    try:
+                        if n is None:
+                            raise NotFound(f"no node named or with UUID {ident!r}")
+                        if op.verb in ("deploy", "rebuild") and not n.instance_uuid:
+                            raise Conflict(f"node {n.name or n.id} is not claimed by a server; deploy through "
+                                           f"the scheduler (servers) so that one node serves one server")
+                        src = now_in.get(n.id, n.provision_state)
+                        dst = states.next_state(src, op.verb, n.name or n.id)
+                    except UndercloudError as exc:
+                        op.error = exc
+                        break
+                    if n.id in now_in:  # asked twice in this batch: the first move goes first
+                        flush()
+                    now_in[n.id] = dst
+                    error = "aborted by request" if op.verb == "abort" else None
+                    vals = self._values(dst, op.verb, now, error, n.driver_info, target=VERB_TARGET.get(op.verb))
+                    key = (src, dst, op.verb, error)
+                    groups.setdefault(key, (vals, []))[1].append(n.id)
+                    plan.append((op, n, src, dst, vals, error))
+            flush()
+            events, work = [], []
+            macs = self._macs(s, sorted(moved)) if moved else {}
+            for op, n, src, dst, vals, error in plan:
+                if n.id not in moved:  # another worker or process moved it first
+                    if op.error is None:
+                        op.error = Conflict(f"node {n.name or n.id} changed state while {op.verb} was asked; "
+                                            f"try again")
+                    continue
+                events.append(self._event(n.id, src, dst, op.verb, vals, now, error))
+                shown = view(n, macs.get(n.id, []))
+                shown.update({k: v for k, v in vals.items() if k in shown},
+                             allowed_verbs=states.allowed_verbs(dst))
+                op.views.append(shown)
+                if dst in WORK and now_in[n.id] == dst:
+                    work.append((dst, NodeRecord(n.id, n.name, n.driver, dict(n.driver_info or {}),
+                                                 dict(n.properties or {}), n.instance_uuid,
+                                                 dict(n.instance_info or {}), macs.get(n.id, []))))
+            if events:
+                s.execute(insert(NodeEvent.__table__), events)
+        return work
+
+    def _values(self, dst: str, event: str, now: float, error: str | None, info: dict | None,
+                target: str | None = None) -> dict:
+        """The columns a move to `dst` by `event` sets (as `_fire` sets them)."""
+        vals: dict = {"provision_state": dst, "provision_updated_at": now, "updated_at": now,
+                      "reservation": self.worker_id if dst in states.BUSY else None}
+        if target is not None:
+            vals["target_state"] = target
+        elif states.is_stable(dst):
+            vals["target_state"] = None
+        if error is not None:
+            vals["last_error"] = drivers.scrub(error, info or {})
+        elif event in states.VERBS:
+            vals["last_error"] = None
+        return vals
+
+    @staticmethod
+    def _move(s, src: str, ids: list[str], vals: dict) -> set[str]:
+        """One conditional UPDATE for nodes still in `src`; the ids it moved."""
+        stmt = (update(Node).where(Node.id.in_(ids), Node.provision_state == src).values(**vals)
+                .returning(Node.id).execution_options(synchronize_session=False))
+        return set(s.scalars(stmt))
+
+    @staticmethod
+    def _event(node_id: str, src: str, dst: str, event: str, vals: dict, now: float, error: str | None) -> dict:
+        """The transition's event row, as `_fire` words it."""
+        msg = f"{src} -> {dst} ({event})"
+        if error:
+            msg += f": {vals['last_error']}"
+        return {"node_id": node_id, "at": now, "kind": "state", "message": msg}
+
+    # (writer thread) work finished
+    def _write_outcomes(self, outs: list[Outcome]) -> None:
+        try:
+            chained = patient(self._outcomes_txn, outs)
+        except Exception as exc:  # noqa: BLE001
+            if len(outs) > 1 and not store_busy(exc):  # isolate the node whose write fails
+                for o in outs:
+                    self._write_outcomes([o])
+                return
+            o = outs[0]
+            if store_busy(exc):  # not the nodes' fault: their states' timeouts decide, if it comes to that
+                log.error("nodes %s: the store stayed busy for %.0f s while %s; left to the state's timeout",
+                          ", ".join(x.node_id for x in outs), STORE_PATIENCE, o.state)
+                return
+            err = internal_error(exc, log, f"node {o.node_id} {o.state}")
+            try:
+                patient(self._fire, o.node_id, "fail", expect=o.state, error=f"{err.message} while {o.state}")
+            except Exception:  # noqa: BLE001 - left to the state's timeout
+                log.exception("node %s: could not record the failure", o.node_id)
+            return
+        if chained:  # deleting -> cleaning: the next work
+            records = patient(self._records, [node_id for node_id, _ in chained])
+            self._start_work([(st, records[i]) for i, st in chained if i in records])
+
+    def _outcomes_txn(self, outs: list[Outcome]) -> list[tuple[str, str]]:
+        now = time.time()
+        with self.store.session() as s:
+            rows = {r.id: r for r in s.execute(
+                select(Node.id, Node.name, Node.provision_state, Node.target_state)
+                .where(Node.id.in_([o.node_id for o in outs])))}
+            groups: dict[tuple, tuple[dict, list[str]]] = {}
+            plan = []
+            for o in outs:
+                r = rows.get(o.node_id)
+                if r is None or r.provision_state != o.state:  # it moved meanwhile (timed out, deleted)
+                    continue
+                rows.pop(o.node_id)  # once per batch
+                event, error, before = o.event, o.error, None
+                if event == "done" and o.state == states.CLEANING:
+                    event = "done-manual" if r.target_state == states.MANAGEABLE else "done"
+                if event == "done" and o.inventory:
+                    try:
+                        before = self._apply_inventory(s, o.node_id, o.inventory)
+                    except UndercloudError as exc:
+                        event, error = "fail", str(exc)
+                dst = states.next_state(o.state, event, r.name or r.id)
+                vals = self._values(dst, event, now, error, o.info)
+                if o.power is not None and event != "fail":
+                    vals.update(power_state=o.power, power_sync_failures=0)
+                if o.release and event != "fail":
+                    vals.update(instance_uuid=None, instance_info={})
+                key = (o.state, dst, event, vals.get("last_error"), vals.get("power_state"), "instance_info" in vals)
+                groups.setdefault(key, (vals, []))[1].append(o.node_id)
+                plan.append((o, dst, event, vals, before, error))
+            s.flush()  # inventories first
+            moved: set[str] = set()
+            for (src, *_), (vals, ids) in groups.items():
+                moved.update(self._move(s, src, ids, vals))
+            events, chained = [], []
+            for o, dst, event, vals, before, error in plan:
+                if o.node_id not in moved:
+                    continue
+                if before:
+                    events.append({**before, "at": now})
+                events.append(self._event(o.node_id, o.state, dst, event, vals, now, error))
+                if dst in WORK:
+                    chained.append((o.node_id, dst))
+            if events:
+                s.execute(insert(NodeEvent.__table__), events)
+        return chained
+
+    def _records(self, ids: list[str]) -> dict[str, NodeRecord]:
+        with self.store.session() as s:
+            macs = self._macs(s, ids)
+            return {n.id: NodeRecord(n.id, n.name, n.driver, dict(n.driver_info or {}), dict(n.properties or {}),
+                                     n.instance_uuid, dict(n.instance_info or {}), macs.get(n.id, []))
+                    for n in s.execute(select(*Node.__table__.c).where(Node.id.in_(ids)))}
+
+    # (pool) the work of busy states
+    def _start_work(self, work: list[tuple[str, NodeRecord]]) -> None:
+        """Run the nodes' work, those behind one BMC in turn with one session, the rest in parallel."""
+        groups: dict[Any, list[tuple[str, NodeRecord]]] = {}
+        for state, record in work:
+            try:
+                key = drivers.endpoint(record.driver, record.driver_info)
+            except UndercloudError:
+                key = None
+            groups.setdefault(key if key is not None else ("node", record.id), []).append((state, record))
+        todo = deque(groups.values())
+        for _ in range(min(self.workers, len(todo))):  # each takes the next group until none is left
+            self.pool.submit(self._run_groups, todo)
+
+    def _run_groups(self, todo: deque) -> None:
+        while True:
+            try:
+                group = todo.popleft()
+            except IndexError:
+                return
+            with drivers.Sessions() as sessions:
+                for state, record in group:
+                    out = self._run(record, state, sessions)
+                    if out is not None:
+                        self.writer.put(out)
+
+    def _run(self, record: NodeRecord, state: str, sessions: drivers.Sessions) -> Outcome | None:
+        """Run the work of busy `state` for one node; what it came to (None: left to the timeout)."""
+        out = Outcome(record.id, state, record.driver_info)
+        try:
+            driver = drivers.get(record.driver, record.driver_info, sessions)
+            if WORK[state](self, record, driver, out) == WAIT:
+                out.event = WAIT
+        except UndercloudError as exc:
+            out.event, out.error = "fail", str(exc)
         except Exception as exc:  # noqa: BLE001 - a bug must still end the busy state
             if store_busy(exc):  # not the node's fault: its state's timeout decides, if it comes to that
                 log.error("node %s: the store stayed busy for %.0f s while %s; left to the state's timeout",
-                          node_id, STORE_PATIENCE, state)
-                return
-            err = internal_error(exc, log, f"node {node_id} {state}")
-            patient(self._fire, node_id, "fail", expect=state, error=f"{err.message} while {state}")
-            return
-        if new is not None and new in WORK:  # deleting -> cleaning: chain the next work
-            self.pool.submit(self._run, node_id, new, WORK[new])
+                          record.id, STORE_PATIENCE, state)
+                return None
+            err = internal_error(exc, log, f"node {record.id} {state}")
+            out.event, out.error = "fail", f"{err.message} while {state}"
+        if out.event == "fail":
+            out.power = out.inventory = None
+            out.release = False
+        return out
+
+    # The work of each busy state: (service, record, driver, outcome) -> None | WAIT; what it
+    # finds (power, inventory) goes in the outcome, written with the transition.
+    def _verify(self, node: NodeRecord, driver: Driver, out: Outcome) -> None:
+        driver.validate()
+        out.power = driver.get_power()
+
+    def _inspect(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
+        for step in self.inspect_steps:
+            found = step(node, driver)
+            if found == WAIT:
+                return WAIT
+            if found:
+                out.inventory = found
+                return None
+        raise UndercloudError(f"no inspection method for driver {node.driver}: its BMC reports no inventory "
+                              f"and no inspection ramdisk is configured")
+
+    def _clean(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
+        for step in self.clean_steps:
+            if step(node, driver) == WAIT:
+                return WAIT
+        out.power = driver.get_power()
+        return None
+
+    def _deploy(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
+        outcome = self.deploy_hook(node, driver)
+        out.power = driver.get_power()
+        return outcome
+
+    def _undeploy(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
+        outcome = self.undeploy_hook(node, driver)
+        out.power = driver.get_power()
+        out.release = True
+        return outcome
 
     def _clean_done_event(self, node_id: str) -> str:
         with self.store.session() as s:
             n = s.get(Node, node_id)
             return "done-manual" if n is not None and n.target_state == states.MANAGEABLE else "done"
 
-    # The work of each busy state: (service, record, driver) -> None | WAIT
-    def _verify(self, node: NodeRecord, driver: Driver) -> None:
-        driver.validate()
-        self._store_power(node.id, driver.get_power())
-
-    def _inspect(self, node: NodeRecord, driver: Driver) -> str | None:
-        for step in self.inspect_steps:
-            found = step(node, driver)
-            if found == WAIT:
-                return WAIT
-            if found:
-                patient(self.apply_inventory, node.id, found)
-                return None
-        raise UndercloudError(f"no inspection method for driver {node.driver}: its BMC reports no inventory "
-                              f"and no inspection ramdisk is configured")
-
-    def _clean(self, node: NodeRecord, driver: Driver) -> str | None:
-        for step in self.clean_steps:
-            if step(node, driver) == WAIT:
-                return WAIT
-        self._store_power(node.id, driver.get_power())
-        return None
-
-    def _deploy(self, node: NodeRecord, driver: Driver) -> str | None:
-        outcome = self.deploy_hook(node, driver)
-        self._store_power(node.id, driver.get_power())
-        return outcome
-
-    def _undeploy(self, node: NodeRecord, driver: Driver) -> str | None:
-        outcome = self.undeploy_hook(node, driver)
-        self._store_power(node.id, driver.get_power())
-        with self.store.session() as s:
-            s.execute(update(Node).where(Node.id == node.id).values(instance_uuid=None, instance_info={}))
-        return outcome
-
     def apply_inventory(self, node_id: str, inv: dict) -> None:
         """Merge what inspection found: properties, and ports for new MACs."""
         with self.store.session() as s:
-            n = s.get(Node, node_id)
-            props = dict(n.properties or {})
-            for key in ("cpus", "memory_mb", "local_gb", "cpu_arch"):
-                if inv.get(key) is not None:
-                    props[key] = inv[key]
-            n.properties = props
-            have = {m for m in self._macs(s, [node_id]).get(node_id, [])}
-            for mac in inv.get("macs", []):
-                mac = mac.lower()
-                if mac in have:
-                    continue
-                owner = s.get(Port, mac)
-                if owner is not None:
-                    raise UndercloudError(f"inspection found MAC {mac}, which belongs to node {owner.node_id}")
-                s.add(Port(address=mac, node_id=node_id))
-            found = ", ".join(f"{k}={inv[k]}" for k in ("cpus", "memory_mb", "local_gb", "cpu_arch") if inv.get(k))
-            s.add(NodeEvent(node_id=node_id, kind="inspect", message=f"found {found}; MACs {inv.get('macs', [])}"))
+            s.add(NodeEvent(**self._apply_inventory(s, node_id, inv)))
+
+    def _apply_inventory(self, s, node_id: str, inv: dict) -> dict:
+        """Within `s`: every MAC checked before anything is written (a refusal leaves nothing);
+        returns the inspection's event row."""
+        n = s.get(Node, node_id)
+        have = {m for m in self._macs(s, [node_id]).get(node_id, [])}
+        new = []
+        for mac in inv.get("macs", []):
+            mac = mac.lower()
+            if mac in have or mac in new:
+                continue
+            owner = s.get(Port, mac)
+            if owner is not None:
+                raise UndercloudError(f"inspection found MAC {mac}, which belongs to node {owner.node_id}")
+            new.append(mac)
+        props = dict(n.properties or {})
+        for key in ("cpus", "memory_mb", "local_gb", "cpu_arch"):
+            if inv.get(key) is not None:
+                props[key] = inv[key]
+        n.properties = props
+        s.add_all(Port(address=mac, node_id=node_id) for mac in new)
+        found = ", ".join(f"{k}={inv[k]}" for k in ("cpus", "memory_mb", "local_gb", "cpu_arch") if inv.get(k))
+        return {"node_id": node_id, "at": time.time(), "kind": "inspect",
+                "message": f"found {found}; MACs {inv.get('macs', [])}"}
 
     def callback(self, ident: str, ok: bool = True, error: str | None = None,
                  inventory: dict | None = None) -> dict:
@@ -598,8 +908,13 @@ class NodeService:
 
 MAX_SYNC_FAILURES = 3
 
+# where each verb leaves a node when its work succeeds (its target_state meanwhile)
+VERB_TARGET = {"provide": states.AVAILABLE, "clean": states.MANAGEABLE, "undeploy": states.AVAILABLE,
+               "manage": states.MANAGEABLE, "inspect": states.MANAGEABLE, "deploy": states.ACTIVE,
+               "rebuild": states.ACTIVE}
+
 # busy state -> its work
-WORK: dict[str, Callable[[NodeService, NodeRecord, Driver], str | None]] = {
+WORK: dict[str, Callable[[NodeService, NodeRecord, Driver, Outcome], str | None]] = {
     states.VERIFYING: NodeService._verify,
     states.INSPECTING: NodeService._inspect,
     states.CLEANING: NodeService._clean,

@@ -41,7 +41,13 @@ class BMCAuthFailed(DriverError):
 
 
 class Driver:
-    """One node's BMC. Instances are short-lived: made for an operation, then dropped."""
+    """One node's BMC. Instances are short-lived: made for an operation, then dropped.
+
+    `sessions` is where a driver keeps its BMC session (a logged-in client), keyed by the
+    module's `endpoint(info)`: a driver alone gets its own, so one operation logs in once; the
+    drivers of one batch of node work share one (`Sessions`), so nodes behind the same BMC
+    (a Redfish BMC serving several systems) log in once for the batch.
+    """
 
     name = "base"
     # True where inventory() is the whole truth (a cloud's flavor): inspection then boots no ramdisk
@@ -50,8 +56,9 @@ class Driver:
     # default first: "virtual-media" (the BMC inserts the ISO) or "pxe" (network boot).
     boot_interfaces: tuple[str, ...] = ("pxe",)
 
-    def __init__(self, info: dict[str, Any]):
+    def __init__(self, info: dict[str, Any], sessions: Sessions | None = None):
         self.info = info
+        self.sessions = sessions if sessions is not None else Sessions()
 
     @property
     def where(self) -> str:
@@ -104,6 +111,24 @@ class Driver:
         raise DriverError(f"{self.name} does not support virtual media")
 
 
+class Sessions(dict):
+    """BMC sessions shared by the drivers of one batch, by endpoint; `close()` ends them."""
+
+    def close(self) -> None:
+        for session in self.values():
+            try:
+                getattr(session, "close", lambda: None)()
+            except Exception:  # noqa: BLE001 - a session that cannot close is dropped all the same
+                pass
+        self.clear()
+
+    def __enter__(self) -> Sessions:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
@@ -115,8 +140,15 @@ def module(name: str):
     return importlib.import_module(DRIVERS[name])
 
 
-def get(name: str, info: dict[str, Any]) -> Driver:
-    return module(name).DRIVER(info)
+def get(name: str, info: dict[str, Any], sessions: Sessions | None = None) -> Driver:
+    return module(name).DRIVER(info, sessions)
+
+
+def endpoint(name: str, info: dict[str, Any]) -> tuple | None:
+    """The BMC session a node's driver uses (address and credentials), for grouping node
+    work by BMC; None where a driver shares nothing between nodes (each node on its own)."""
+    fn = getattr(module(name), "endpoint", None)
+    return (canonical(name), *fn(info)) if fn else None
 
 
 def mask(info: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,13 @@
 """`fake`: no machine behind it. For unit tests and scale benchmarks, never as proof.
 
 driver_info: `address` (any unique string), optional `delay` (seconds for every BMC
-call, or a dict per operation: validate, power, boot, inventory), `fail` (operations
-that raise, e.g. ["validate"] behaves like a wrong password) and `inventory`.
-The "machines" live in this process's memory, keyed by address.
+call, or a dict per operation: login, validate, power, boot, inventory), `fail`
+(operations that raise, e.g. ["validate"] behaves like a wrong password, ["login"] like a BMC
+that does not answer) and `inventory`.
+The "machines" live in this process's memory, keyed by address. An address `bmc/system`
+is one system of a BMC serving several (as a Redfish chassis manager does): the nodes behind
+one BMC share its session within a batch of node work; `logins` counts the sessions opened
+per BMC (what batching saves).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from undercloud.provisioning.drivers import BMCAuthFailed, Driver, DriverError
 
 _machines: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
+logins: dict[str, int] = {}  # BMC -> sessions opened with it
 
 DEFAULT_INVENTORY = {"cpus": 2, "memory_mb": 4096, "local_gb": 40, "cpu_arch": "x86_64", "macs": []}
 
@@ -29,14 +34,25 @@ class FakeDriver(Driver):
             return _machines.setdefault(self.info["address"], {"power": "off", "boot": "disk", "media": None})
 
     def _step(self, op: str) -> None:
-        delay = self.info.get("delay", 0)
-        delay = delay.get(op, 0) if isinstance(delay, dict) else delay
-        if delay:
-            time.sleep(float(delay))
+        key = ("fake", *endpoint(self.info))
+        if key not in self.sessions:  # the first call on this BMC in this batch (or operation)
+            self._delay("login")
+            with _lock:
+                logins[key[1]] = logins.get(key[1], 0) + 1
+            if "login" in self.info.get("fail", ()):
+                raise DriverError(f"{self.where}: no answer to the login (fake)")
+            self.sessions[key] = "session"
+        self._delay(op)
         if op in self.info.get("fail", ()):
             if op == "validate":
                 raise BMCAuthFailed(f"{self.where} refused the credentials of user {self.info.get('username')!r}")
             raise DriverError(f"{self.where}: {op} failed (fake)")
+
+    def _delay(self, op: str) -> None:
+        delay = self.info.get("delay", 0)
+        delay = delay.get(op, 0) if isinstance(delay, dict) else delay
+        if delay:
+            time.sleep(float(delay))
 
     def validate(self) -> None:
         self._step("validate")
@@ -80,6 +96,11 @@ def from_instackenv(entry: dict) -> dict:
     return {k: v for k, v in info.items() if v is not None}
 
 
+def endpoint(info: dict) -> tuple:
+    """The BMC behind `address` (`bmc/system`: bmc) and the credentials its session uses."""
+    return str(info.get("address", "")).split("/", 1)[0], info.get("username"), info.get("password")
+
+
 def bmc_key(info: dict) -> str:
     return f"fake|{info.get('address')}"
 
@@ -97,3 +118,4 @@ def machine_state(address: str) -> dict[str, Any]:
 def reset() -> None:
     with _lock:
         _machines.clear()
+        logins.clear()

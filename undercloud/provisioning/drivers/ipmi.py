@@ -133,6 +133,11 @@ def from_instackenv(entry: dict) -> dict:
     return {k: v for k, v in info.items() if v is not None}
 
 
+def endpoint(info: dict) -> tuple:
+    """The BMC's session (kept for the process, one call at a time): nodes on it run in turn."""
+    return (info.get("address"), int(info.get("port", 623)), info.get("username"), info.get("password"))
+
+
 def bmc_key(info: dict) -> str:
     return f"ipmi|{info.get('address')}|{info.get('port', 623)}"
 

@@ -26,8 +26,8 @@ class RedfishDriver(Driver):
     name = "redfish"
     boot_interfaces = ("virtual-media", "pxe")
 
-    def __init__(self, info: dict[str, Any]):
-        super().__init__(info)
+    def __init__(self, info: dict[str, Any], sessions=None):
+        super().__init__(info, sessions)
         self._system = None
 
     def _call(self, what: str, fn):
@@ -52,11 +52,20 @@ class RedfishDriver(Driver):
             info = self.info
 
             def connect():
-                root = sushy.Sushy(
-                    info["address"].rstrip("/") + "/redfish/v1", verify=info.get("verify_ca", True),
-                    auth=sushy.auth.BasicAuth(info.get("username"), info.get("password")),
-                    read_timeout=TIMEOUT, connect_timeout=10, server_side_retries=2, server_side_retries_delay=0.5,
-                )
+                # one root (HTTP session, keep-alive connections) per BMC and credentials, shared by
+                # the systems of a batch behind it; a BMC that fails is not kept
+                key = ("redfish", *endpoint(info))
+                root = self.sessions.get(key)
+                if root is None:
+                    root = sushy.Sushy(
+                        info["address"].rstrip("/") + "/redfish/v1", verify=info.get("verify_ca", True),
+                        auth=sushy.auth.BasicAuth(info.get("username"), info.get("password")),
+                        read_timeout=TIMEOUT, connect_timeout=10, server_side_retries=2,
+                        server_side_retries_delay=0.5,
+                    )
+                    self.sessions[key] = _Root(root)
+                else:
+                    root = root.root
                 return root.get_system(info.get("system_id") or None)
 
             self._system = self._call("read the system", connect)
@@ -172,6 +181,16 @@ class RedfishDriver(Driver):
         return vm.image or None if vm.inserted else None
 
 
+class _Root:
+    """A sushy root as a batch's session: `close()` closes its HTTP connections."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def close(self) -> None:
+        self.root._conn.close()
+
+
 def _disk_sizes(system) -> list[int]:
     for attr in ("simple_storage", "storage"):
         try:
@@ -204,6 +223,11 @@ def from_instackenv(entry: dict) -> dict:
     info = {"address": addr.rstrip("/"), "system_id": system, "username": entry.get("pm_user"),
             "password": entry.get("pm_password"), "verify_ca": entry.get("redfish_verify_ca", True)}
     return {k: v for k, v in info.items() if v is not None}
+
+
+def endpoint(info: dict) -> tuple:
+    """A BMC's session: its address and the credentials (systems behind it differ by system_id)."""
+    return (info.get("address"), info.get("username"), info.get("password"), info.get("verify_ca", True))
 
 
 def bmc_key(info: dict) -> str:
