@@ -516,3 +516,15 @@ def test_re2_rewrite_agrees_with_pythons_re_on_random_patterns():
                 (pattern, text)
             taken += 1
     assert taken > 3000  # most cases take the RE2 path
+
+
+def test_a_rewrite_too_big_for_re2_is_left_to_the_child_quickly():
+    # RE2 compiles holding the interpreter: a pattern whose classes over the value's alphabet
+    # would pass 256 KiB (or take too many probes) is matched by the child instead
+    from undercloud.orchestration.template import patterns
+
+    text = "".join(chr(0x4E00 + 2 * i) for i in range(1000))
+    for pattern in ("[^a]" * 10_000, "".join(f"[^{chr(0x4E00 + 2 * i)}]" for i in range(3000))):
+        assert quick(patterns._rewrite, pattern, text) is None
+    assert quick(patterns._rewrite, "[^a]" * 10_000, "") is not None  # ASCII values: small classes
+    assert quick(patterns.pattern_matches, "[^a]" * 1000, text, limit=5) is True

@@ -47,6 +47,8 @@ _MATCH = ("import json, re, sys\np, t = json.load(sys.stdin)\nm = re.match(p, t)
 _ASCII = "".join(map(chr, range(128)))
 _MAX_ALPHABET = 1000  # distinct non-ASCII characters of a value RE2 is given classes for
 _RE2_COUNT = 1000  # RE2's largest repetition count
+_PROBES = 2_000_000  # characters a rewrite may try against character classes (about a second)
+_RE2_TEXT = 256 * 1024  # characters of a rewritten pattern: RE2 compiles 256 KiB in 50-70 ms
 
 
 @functools.lru_cache(maxsize=256)
@@ -134,6 +136,9 @@ class _Rewrite:
         self.alphabet = alphabet
         self.dollar = False  # `$` (not multiline) is written (?m:$): right unless a newline is inside
         self.non_boundary = False  # Python's \B never matches an empty text; RE2's does
+        self.classes: dict[str, str] = {}  # the same class again costs nothing
+        self.budget = _PROBES  # characters tried against classes: a huge pattern over a big alphabet
+        self.size = 0  # characters of classes written: RE2 compiles holding the interpreter
         tree = _sre_parse.parse(pattern)
         self.text = self.seq(tree.data, tree.state.flags)
 
@@ -183,6 +188,19 @@ class _Rewrite:
 
     def chars(self, op: Any, av: Any, flags: int) -> str:
         """One character: the class of the alphabet's characters Python's re matches here."""
+        key = repr((op, av, flags))
+        out = self.classes.get(key)
+        if out is None:
+            self.budget -= len(self.alphabet)
+            if self.budget < 0:
+                raise _Unsupported  # the child process decides, under its time limit
+            self.classes[key] = out = self._chars(op, av, flags)
+        self.size += len(out)
+        if self.size > _RE2_TEXT:
+            raise _Unsupported
+        return out
+
+    def _chars(self, op: Any, av: Any, flags: int) -> str:
         state = _sre_parse.State()
         state.flags = flags
         one = _sre_compile.compile(_sre_parse.SubPattern(state, [(op, av)]), 0)
@@ -197,7 +215,13 @@ class _Rewrite:
                 start = p
             prev = p
         ranges.append((start, prev))
-        return "[" + "".join(f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in ranges) + "]"
+        return "[" + "".join(_char(a) if a == b else f"{_char(a)}-{_char(b)}" for a, b in ranges) + "]"
+
+
+def _char(point: int) -> str:
+    """A character in an RE2 class: ASCII letters and digits as themselves, others escaped."""
+    c = chr(point)
+    return c if c.isascii() and c.isalnum() else f"\\x{{{point:x}}}"
 
 
 def _empty(items: Any) -> bool:
@@ -221,7 +245,7 @@ def _word(c: str, flags: int) -> bool:
     return not flags & _c.SRE_FLAG_ASCII and (c.isalnum() or c == "_")
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=128)  # each RE2 object may grow to its max_mem (8 MiB) of DFA states
 def _rewrite(pattern: str, others: str) -> tuple[Any, bool, bool] | None:
     """(RE2 regexp, whether it has a non-multiline `$`, whether it has \\B), or None when
     RE2 cannot match `pattern` as Python would for values of ASCII and `others`."""
@@ -230,8 +254,10 @@ def _rewrite(pattern: str, others: str) -> tuple[Any, bool, bool] | None:
         return None
     try:
         r = _Rewrite(pattern, _ASCII + others)
+        if len(r.text) > _RE2_TEXT:
+            return None
         options = re2.Options()
-        options.max_mem = 32 << 20
+        options.log_errors = False  # a program past max_mem (8 MiB) is re2.error: the child decides
         return re2.compile(r.text, options), r.dollar, r.non_boundary
     except (_Unsupported, re2.error, re.error, RecursionError, OverflowError):
         return None
