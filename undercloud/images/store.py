@@ -14,6 +14,7 @@ needed (`ensure_blob`).
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import logging
@@ -163,7 +164,8 @@ class ImageStore:
         try:
             async for chunk in chunks:
                 w.write(chunk)
-            return w.finish()
+            # its fsync waits for the disk (seconds for a large image): not on the event loop
+            return await asyncio.to_thread(w.finish)
         finally:
             w.discard()
 
