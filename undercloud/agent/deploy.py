@@ -317,7 +317,8 @@ def download(url: str, dest: Path, size: int, checksum: str, attempts: int = 6) 
     (files.download); returns the seconds it took."""
     t0 = time.monotonic()
     try:
-        files.download(url, dest, checksum, size, attempts=attempts, say=say)
+        # written to the disk, then removed: no fsync (the ramdisk's /tmp is memory anyway)
+        files.download(url, dest, checksum, size, attempts=attempts, say=say, durable=False)
     except urllib.error.HTTPError as exc:
         raise DeployError(f"image download refused: HTTP {exc.code}") from None
     except files.VerifyError as exc:

@@ -126,12 +126,15 @@ class VerifyError(ValueError):
 class Verified:
     """Content for `dest`, written to a temporary file while hashed; `finish` checks it has
     `size` bytes (when given) and the sha256 `sha256` and only then moves it in place, made
-    durable (file and directory fsync'ed). `tmp_dir` holds the temporary file (same file
-    system as `dest`); `resume` keeps and extends a partial `<dest>.part` of an earlier run."""
+    durable (file and directory fsync'ed; not with `durable=False`, for content used once
+    and removed: an image archive loaded into podman). `tmp_dir` holds the temporary file
+    (same file system as `dest`); `resume` keeps and extends a partial `<dest>.part` of an
+    earlier run."""
 
     def __init__(self, dest: Path, sha256: str, size: int | None = None, *, mode: int = 0o644,
-                 tmp_dir: Path | None = None, resume: bool = False):
+                 tmp_dir: Path | None = None, resume: bool = False, durable: bool = True):
         self.dest, self.sha256, self.size, self.mode = Path(dest), sha256.lower(), size, mode
+        self.durable = durable
         self.h, self.got, self.done = hashlib.sha256(), 0, False
         if resume:
             self.tmp = self.dest.with_name(self.dest.name + ".part")
@@ -162,7 +165,8 @@ class Verified:
 
     def finish(self) -> Path:
         self.f.flush()
-        os.fsync(self.f.fileno())
+        if self.durable:
+            os.fsync(self.f.fileno())
         self.f.close()
         if self.size is not None and self.got != self.size:
             if self.got > self.size:
@@ -175,7 +179,8 @@ class Verified:
                               "sha256", self.got, digest)
         os.chmod(self.tmp, self.mode)
         os.replace(self.tmp, self.dest)
-        fsync_dir(self.dest.parent)
+        if self.durable:
+            fsync_dir(self.dest.parent)
         self.done = True
         return self.dest
 
@@ -194,7 +199,7 @@ class Verified:
 
 def download(url: str, dest: Path, sha256: str | None = None, size: int | None = None, *,
              attempts: int = 1, timeout: float = 60, mode: int = 0o644, resume: bool = False,
-             sha256_header: str = "X-Image-Sha256", say=None) -> Path:
+             durable: bool = True, sha256_header: str = "X-Image-Sha256", say=None) -> Path:
     """Fetch `url` into `dest` (in place only once verified), retrying a broken transfer
     from where it stopped (`attempts` in all; `resume` also keeps a part between runs). The
     sha256 is `sha256`, else the one the server sends in `sha256_header` (none: refused,
@@ -203,7 +208,7 @@ def download(url: str, dest: Path, sha256: str | None = None, size: int | None =
     import urllib.error  # here: the CLI and config.py import this module and need no HTTP
     import urllib.request
 
-    w = Verified(dest, sha256, size, mode=mode, resume=resume) if sha256 else None
+    w = Verified(dest, sha256, size, mode=mode, resume=resume, durable=durable) if sha256 else None
     last = ""
     try:
         for attempt in range(attempts):
@@ -223,7 +228,7 @@ def download(url: str, dest: Path, sha256: str | None = None, size: int | None =
                         if not want:
                             raise VerifyError(f"{sha256_header} missing: the content cannot be verified",
                                               "sha256", 0)
-                        w = Verified(dest, want, size, mode=mode)
+                        w = Verified(dest, want, size, mode=mode, durable=durable)
                     elif w.got and resp.status != 206:  # the server ignored the range: start over
                         w.restart()
                     while chunk := resp.read(CHUNK):

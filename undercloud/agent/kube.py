@@ -278,7 +278,7 @@ def load_image(ref: str, source: str, mode: str = "podman") -> str:
         started = time.monotonic()
         try:
             try:  # checked against the X-Image-Sha256 the store sends (none: refused)
-                files.download(url, archive, mode=0o600)
+                files.download(url, archive, mode=0o600, durable=False)  # loaded, then removed: no fsync
             except files.VerifyError as exc:
                 raise PodError(f"image {ref}: content from {url} does not match its sha256 ({exc})") from None
             except OSError as exc:
