@@ -253,3 +253,55 @@ def test_batch_size_bounds_a_transaction(svc, monkeypatch):
     updates = count_node_updates(svc.store, "enroll")
     shown = svc.act_many([f"s{i}" for i in range(10)], "manage")
     assert len(shown) == 10 and updates[0] == 3  # 4 + 4 + 2
+
+
+def test_a_request_whose_transaction_breaks_fails_alone(svc, monkeypatch):
+    """Requests that share a transaction: a bug with one is that request's error; the others are
+    written again on their own, each node's move and event once."""
+    svc.import_nodes(env(*[entry(f"g{i}", f"g-{i}", i) for i in range(4)], entry("bad", "g-bad", 9)))
+    gate, real_txn, real_view = threading.Event(), svc._acts_txn, nodes_mod.view
+
+    entered = threading.Event()
+
+    def acts_txn(ops):
+        if not gate.is_set():
+            entered.set()
+            gate.wait(20)
+        return real_txn(ops)
+
+    def view(n, macs=None):
+        if n.name == "bad":
+            raise RuntimeError("a bug showing this node")
+        return real_view(n, macs)
+
+    monkeypatch.setattr(svc, "_acts_txn", acts_txn)
+    monkeypatch.setattr(nodes_mod, "view", view)
+    results: dict[str, object] = {}
+
+    def ask(key, names):
+        try:
+            results[key] = [v["name"] for v in svc.act_many(names, "manage")]
+        except Exception as exc:  # noqa: BLE001
+            results[key] = exc
+
+    first = threading.Thread(target=ask, args=("first", ["g0"]))
+    first.start()  # the writer holds it at the gate while the others queue
+    assert entered.wait(20)
+    others = [threading.Thread(target=ask, args=(k, names)) for k, names in
+              (("ok", ["g1", "g2"]), ("bad", ["g3", "bad"]))]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 20
+    while svc.writer.queue.qsize() < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    gate.set()
+    for t in [first, *others]:
+        t.join(20)
+    assert results["first"] == ["g0"] and results["ok"] == ["g1", "g2"]
+    assert isinstance(results["bad"], RuntimeError)
+    monkeypatch.setattr(nodes_mod, "view", real_view)
+    settle(svc, ["g0", "g1", "g2"])
+    for name in ("g0", "g1", "g2"):
+        assert history(svc, name)[1:] == ["enroll -> verifying (manage)", "verifying -> manageable (done)"]
+    assert svc.get("bad")["provision_state"] == "enroll" and svc.get("g3")["provision_state"] == "enroll"

@@ -437,6 +437,8 @@ class NodeService:
         self._start_work(work)
 
     def _acts_txn(self, ops: list[_Acts]) -> list[tuple[str, NodeRecord]]:
+        for op in ops:  # afresh (a batch that failed is tried again request by request)
+            op.views, op.error = [], None
         now = time.time()
         with self.store.session() as s:
             idents = list({i for op in ops for i in op.idents})
@@ -612,7 +614,7 @@ class NodeService:
         for state, record in work:
             try:
                 key = drivers.endpoint(record.driver, record.driver_info)
-            except UndercloudError:
+            except Exception:  # noqa: BLE001 - an unknown driver or odd driver_info: its work says why
                 key = None
             groups.setdefault(key if key is not None else ("node", record.id), []).append((state, record))
         todo = deque(groups.values())
