@@ -156,7 +156,7 @@ def set_address(mac: str, address: str, prefix: int, persist: bool, gateway: str
                 + (f"Gateway={gateway}\n" if gateway else "")
                 + "DHCP=no\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n")
         if _attr(unit) != text.strip() or not has_address(address):
-            unit.write_text(text)
+            files.write_atomic(unit, text, 0o644)
             # `networkctl reload` needs D-Bus, which minimal images lack: restart networkd instead.
             subprocess.run(["systemctl", "restart", "systemd-networkd.service"], capture_output=True, timeout=60)
     wait_address(address, 30)
@@ -225,17 +225,16 @@ def firstboot(root: Path = Path("/")) -> int:
     # The undercloud's name for it first: another Nova's hostname has its domain (.novalocal).
     hostname = (agent.get("hostname") if isinstance(agent, dict) else None) or meta.get("hostname") or meta.get("name")
     if hostname:
-        (root / "etc" / "hostname").write_text(hostname + "\n")
+        files.write_atomic(root / "etc" / "hostname", hostname + "\n", 0o644)
         hosts = root / "etc" / "hosts"
         lines = [x for x in (hosts.read_text().splitlines() if hosts.exists() else []) if "# undercloud" not in x]
-        hosts.write_text("\n".join([*lines, f"127.0.1.1 {hostname} # undercloud"]) + "\n")
+        files.write_atomic(hosts, "\n".join([*lines, f"127.0.1.1 {hostname} # undercloud"]) + "\n", 0o644)
         subprocess.run(["hostname", hostname], capture_output=True)
     if isinstance(agent, dict) and agent.get("server_id"):
         files.write_atomic(root / AGENT_CONFIG.relative_to("/"), json.dumps(agent))
     if user_data is not None:
         state = root / DEFAULT_STATE.relative_to("/")
-        state.mkdir(parents=True, exist_ok=True)
-        (state / "user_data").write_bytes(user_data)
+        files.write_atomic(state / "user_data", user_data)  # 0600: user data may hold secrets
     try:  # last: a network problem must not keep the agent from its configuration
         for line in apply_network_data(network):
             say(f"address {line}")
@@ -486,9 +485,11 @@ def deploy(req: dict, config_drive: bytes | None, workdir: Path = Path("/tmp")) 
     say(f"image written to {root['name']}")
     if config_drive:
         iso = workdir / "configdrive.iso"
-        iso.write_bytes(config_drive)
-        start = write_config_drive(iso, root["name"])
-        iso.unlink()
+        files.write_atomic(iso, config_drive)  # it holds the agent token: 0600, gone on every path
+        try:
+            start = write_config_drive(iso, root["name"])
+        finally:
+            iso.unlink(missing_ok=True)
         say(f"config drive written at sector {start}")
     return {"seconds": round(time.monotonic() - t0, 1), "root_device": root["name"]}
 
