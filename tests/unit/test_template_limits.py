@@ -366,6 +366,8 @@ def test_allowed_pattern_means_what_pythons_re_match_means(pattern, text):
 @pytest.mark.parametrize("expression, expected", [
     ('regex("(a+)+b").matches($.data)', "the pattern '(a+)+b' repeats a repetition or an alternation"),
     ('$.data =~ "(a|aa)*c"', "the pattern '(a|aa)*c' repeats"),
+    ('$.data =~ "^(a*)(a*)(a*)(a*)(a*)d"', "the pattern '^(a*)(a*)(a*)(a*)(a*)d' repeats"),  # polynomial
+    ('regex("(?:https?://)?(.*?)/(.*)").split($.data)', ["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaac"]),  # TripleO's
     ('regex("([0-9]+[K|M|G])").search($.data)', None),  # as TripleO's templates use it
     ("$.data.matches('(\\.|:)')", False),
 ])

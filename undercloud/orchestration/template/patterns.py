@@ -130,7 +130,8 @@ class _Unsupported(Exception):
 
 class _Rewrite:
     """A Python pattern in RE2's syntax, for values made of `alphabet`'s characters (ASCII
-    and the value's others): `needs` says what else a value must be for it to hold."""
+    and the value's others); `dollar` and `non_boundary` say what else a value must be (no
+    newline but a last one; not empty) for it to mean what the pattern means."""
 
     def __init__(self, pattern: str, alphabet: str):
         self.alphabet = alphabet
