@@ -106,8 +106,10 @@ def refuse_backtracking(pattern: Any) -> None:
 
 
 class GuardedRe:
-    """`re` for yaql's regex functions (regex(), matches, =~): the same, but patterns that
-    backtrack without bound are refused."""
+    """`re` for yaql's regex functions. `regex()` must give Python's re objects (yaql checks
+    their type and calls their methods): patterns that backtrack without bound are refused.
+    The yes/no forms with a pattern as text (`=~`, `!~`, `"...".matches("...")`) only ask
+    whether re.search finds a match: answered by RE2 when it can say the same."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(re, name)
@@ -117,6 +119,10 @@ class GuardedRe:
         return re.compile(pattern, flags)
 
     def search(self, pattern: Any, string: Any, flags: int = 0) -> Any:
+        if isinstance(pattern, str) and isinstance(string, str) and not flags:
+            plan = _plan(pattern, string)
+            if plan is not None:
+                return plan.search(string)  # only tested against None by yaql
         refuse_backtracking(pattern)
         return re.search(pattern, string, flags)
 
@@ -267,19 +273,28 @@ def _rewrite(pattern: str, others: str) -> tuple[Any, bool, bool] | None:
 _RESULTS: dict[tuple[str, str], bool] = {}  # the child process's answers for short values
 
 
+def _plan(pattern: str, text: str) -> Any:
+    """The RE2 regexp that means what `pattern` means in Python's re for `text`, or None."""
+    others = "".join(sorted({c for c in text if ord(c) > 127})) if not text.isascii() else ""
+    if len(others) > _MAX_ALPHABET or any("\ud800" <= c <= "\udfff" for c in others):
+        return None
+    plan = _rewrite(pattern, others)
+    if plan is None:
+        return None
+    regexp, dollar, non_boundary = plan
+    if (dollar and "\n" in text[:-1]) or (non_boundary and not text):
+        return None
+    return regexp
+
+
 def pattern_matches(pattern: str, text: str) -> bool:
     """allowed_pattern as Heat has it: `re.match` finds a match that ends at the end of the
     text. On RE2 when it can say the same, else in a child process under the time limit."""
-    others = "".join(sorted({c for c in text if ord(c) > 127})) if not text.isascii() else ""
-    plan = None
-    if len(others) <= _MAX_ALPHABET and not any("\ud800" <= c <= "\udfff" for c in others):
-        plan = _rewrite(pattern, others)
-    if plan is not None:
-        regexp, dollar, non_boundary = plan
-        if not (dollar and "\n" in text[:-1]) and not (non_boundary and not text):
-            m = regexp.match(text)
-            return m is not None and m.end() == len(text)
-    return _in_child(pattern, text)
+    regexp = _plan(pattern, text)
+    if regexp is None:
+        return _in_child(pattern, text)
+    m = regexp.match(text)
+    return m is not None and m.end() == len(text)
 
 
 def _in_child(pattern: str, text: str) -> bool:
