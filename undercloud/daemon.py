@@ -12,9 +12,12 @@ not answer (yet), waits for it instead of starting another.
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import hmac
 import http.client
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -48,23 +51,42 @@ def pid(home: Home) -> int | None:
         return None
 
 
-def health(home: Home, timeout: float = 2.0) -> dict | None:
+def health(home: Home, timeout: float = 2.0, details: bool = True) -> dict | None:
+    """The running service's health (pid, home, store, uptime; without `details` status and
+    version), or None when none answers or the one answering is not this home's (another
+    instance may own the port after a stale pid file). Which it is, is asked first without
+    the token: the service proves it holds this home's admin token (an HMAC of a fresh
+    challenge), and only then gets it, for the details."""
     base = url(home)
     if not base:
         return None
+    token = home.admin_token()
+    challenge = secrets.token_hex(16)
+    proof = _get_health(base, {"X-Undercloud-Challenge": challenge}, timeout)
+    if not proof or not hmac.compare_digest(str(proof.get("proof", "")), health_proof(token, challenge)):
+        return None
+    if not details:
+        return proof
+    data = _get_health(base, {"X-Undercloud-Token": token}, timeout)
+    return data if data and data.get("home") == str(home.path) else None
+
+
+def health_proof(token: str, challenge: str) -> str:
+    """What a service holding `token` answers to a health `challenge` (api/app.py)."""
+    return hmac.new(token.encode(), b"undercloud health " + challenge.encode(), hashlib.sha256).hexdigest()
+
+
+def _get_health(base: str, headers: dict, timeout: float) -> dict | None:
     conn = http.client.HTTPConnection(base.removeprefix("http://"), timeout=timeout)
     try:
-        conn.request("GET", "/v1/health")
+        conn.request("GET", "/v1/health", headers=headers)
         r = conn.getresponse()
         data = json.loads(r.read()) if r.status == 200 else None
     except (OSError, ValueError, http.client.HTTPException):
         return None
     finally:
         conn.close()
-    # Another instance may own this port after a stale pid file: check it is ours.
-    if data and data.get("home") != str(home.path):
-        return None
-    return data
+    return data if isinstance(data, dict) else None
 
 
 def serving(home: Home) -> int | None:
@@ -109,10 +131,11 @@ def _start_lock(home: Home):
         yield
 
 
-def start(home: Home, db_url: str | None = None) -> tuple[dict, bool]:
-    """Start the service in the background unless it runs; returns (health, started)."""
+def start(home: Home, db_url: str | None = None, details: bool = True) -> tuple[dict, bool]:
+    """Start the service in the background unless it runs; returns (health, started): with
+    its details when started, or asked for (one more request)."""
     with _start_lock(home):
-        h = health(home)
+        h = health(home, details=details)
         if h:
             return h, False
         running = serving(home)
@@ -258,7 +281,7 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
     # The CLI of this home talks to 127.0.0.1: an address of its own is served besides it.
     bind = host if host in ("0.0.0.0", "127.0.0.1") else "127.0.0.1"
     if bind != host:
-        ctx.listeners.listen(host)
+        ctx.listeners.listen(host, guests=False)  # the whole API: where the operator and other workers call
     logging.getLogger("undercloud.service").info("serving %s on http://%s:%d (pid %d)", home.path, host, port,
                                                  os.getpid())
     # log_config=None: uvicorn's own warnings go through the handlers above

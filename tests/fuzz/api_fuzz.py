@@ -7,6 +7,12 @@ The app runs in this process (ASGI calls, no socket); only the fake BMC driver e
 the namespace makes sure a fuzzed address reaches nothing anyway. Prints one JSON line:
 operations, examples tried, seconds, and the failures (a 5xx, or a 4xx that is not one
 line of {error, where}).
+
+Headers are fuzzed too: every example may carry token headers (admin, workers', server,
+deploy, signal) holding odd bytes (non-ASCII, broken UTF-8, control characters). The
+public routes (api/guard.PUBLIC_ROUTES) are called without the admin token; the admin
+routes with it, and in one example of ten without it (or with an odd one): then they must
+answer 401.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import errno
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -43,6 +50,23 @@ def no_route_anywhere() -> str | None:
     finally:
         s.close()
     return None
+
+
+RAW = "X-Fuzz-Raw-"
+
+
+def raw_headers(app):
+    """The app, with each header `X-Fuzz-Raw-NAME: HEX` handed to it as `NAME` holding those
+    bytes: HTTP clients send only ASCII text, a hostile one any bytes."""
+    prefix = RAW.lower().encode()
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] == "http":
+            scope = {**scope, "headers": [(k[len(prefix):], bytes.fromhex(v.decode())) if k.startswith(prefix) else (k, v)
+                                          for k, v in scope["headers"]]}
+        await app(scope, receive, send)
+
+    return wrapped
 
 
 def main() -> None:
@@ -78,20 +102,43 @@ def main() -> None:
     ctx = Context(Home(home))
     app = create_app(ctx)
     token = ctx.admin_token
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    from undercloud.api.guard import PUBLIC_ROUTES
+
+    schema = schemathesis.openapi.from_asgi("/openapi.json", raw_headers(app), headers={"X-Undercloud-Token": token})
+    names = ["X-Undercloud-Token", "X-Undercloud-Worker-Token", "X-Server-Token", "X-Deploy-Token", "X-Signal-Token"]
+    # bytes a client may put in a header value (no CR, LF or NUL, which end or break it)
+    odd_value = st.binary(max_size=48).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"").replace(b"\x00", b""))
+    odd_headers = st.dictionaries(st.sampled_from(names), odd_value, max_size=3)
+
+    def public(method: str, path: str) -> bool:
+        concrete = re.sub(r"\{[^}]+\}", "p1", path)
+        return any(method.upper() in m and rx.fullmatch(concrete) for m, rx in PUBLIC_ROUTES)
+
     t0 = time.monotonic()
     tried, failures, skipped, ops = 0, [], [], 0
     def fuzz(op, label: str) -> None:
         strategy = st.one_of(op.as_strategy(GenerationMode.POSITIVE), op.as_strategy(GenerationMode.NEGATIVE))
+        is_public = public(op.method, op.path)
 
         @hypothesis_seed(seed)
         @settings(max_examples=2 * args.examples, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
-        @given(case=strategy)
-        def run(case):
+        @given(case=strategy, odd=odd_headers, anonymous=st.integers(0, 9))
+        def run(case, odd, anonymous):
             nonlocal tried
             tried += 1
-            headers = {**(case.headers or {}), "X-Undercloud-Token": token}
+            headers = {k: v for k, v in (case.headers or {}).items() if k.lower() not in {n.lower() for n in odd}}
+            headers.update({RAW + name: value.hex() for name, value in odd.items()})
+            refused = not is_public and anonymous == 0  # an admin route without a good token
+            if refused:
+                headers.pop("X-Undercloud-Worker-Token", None)
+                if headers.get("X-Undercloud-Token") == token:
+                    del headers["X-Undercloud-Token"]
+            elif not is_public:  # the admin's token alone
+                for name in ("X-Undercloud-Token", "X-Undercloud-Worker-Token"):
+                    headers.pop(name, None)
+                    headers.pop(RAW + name, None)
+                headers["X-Undercloud-Token"] = token
             try:
                 r = case.call(headers=headers, timeout=30)
             except Exception as exc:  # noqa: BLE001 - the client refusing to send it is not our failure
@@ -102,11 +149,14 @@ def main() -> None:
                 return
             if r.status_code >= 500:
                 failures.append({"operation": label, "status": r.status_code, "body": r.text[:300],
-                                 "request": case.as_curl_command()[:500]})
+                                 "request": case.as_curl_command()[:500], "headers": repr(headers)[:300]})
+            elif refused and r.status_code != 401:
+                failures.append({"operation": label, "status": r.status_code, "body": r.text[:300],
+                                 "error": "an admin route answered without the admin token"})
             elif 400 <= r.status_code < 500 and r.status_code != 405 and op.method.upper() != "HEAD":
                 try:
                     body = r.json()
-                    one_line = isinstance(body.get("error"), str) and "where" in body
+                    one_line = isinstance(body, dict) and isinstance(body.get("error"), str) and "where" in body
                     if one_line and "\n" in body["error"]:  # an instackenv lists its problems, one per line
                         one_line = label.startswith("POST /v1/nodes/import")
                 except ValueError:
@@ -129,7 +179,7 @@ def main() -> None:
 
     t = time.monotonic()
     r = TestClient(app).get("/v1/health")
-    health = {"status": r.status_code, "seconds": round(time.monotonic() - t, 3)}
+    health = {"status": r.status_code, "seconds": round(time.monotonic() - t, 3), "keys": sorted(r.json())}
     print(json.dumps({"operations": ops, "examples": tried, "seed": seed, "seconds": round(time.monotonic() - t0, 1),
                       "skipped": skipped, "failures": failures[:50], "failure_count": len(failures),
                       "health": health}), flush=True)

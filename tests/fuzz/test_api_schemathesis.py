@@ -3,6 +3,9 @@ the service's OpenAPI and the service must never answer 5xx, and answer every 4x
 line. The run is confined to a new network namespace without routes (`unshare --net`), with
 only the fake BMC driver: a fuzzed BMC address can reach nothing.
 
+Headers are fuzzed as well (token headers with odd bytes), the public routes without the
+admin token, the admin ones now and then without it (api_fuzz.py).
+
 UNDERCLOUD_FUZZ_EXAMPLES (per operation and generation mode, default 40) and
 UNDERCLOUD_FUZZ_BUDGET (seconds, default 240) bound it; UNDERCLOUD_FUZZ_SEED repeats a run.
 """
@@ -54,3 +57,4 @@ def test_no_operation_answers_5xx_or_more_than_one_line(capsys):
     assert not result["skipped"], f"over budget before: {result['skipped']}"
     assert result["operations"] >= 40 and result["examples"] >= result["operations"]
     assert result["health"]["status"] == 200 and result["health"]["seconds"] < 1.0
+    assert result["health"]["keys"] == ["status", "version"]  # without the token: no more

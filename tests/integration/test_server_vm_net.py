@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import own_store_url
 from undercloud.config import Home
 from undercloud.provisioning.servers.base import RealiserError
-from undercloud.provisioning.servers.vm_net import Addresses, serve_api, server_mac
+from undercloud.provisioning.servers.vm_net import GUEST_RELAY, Addresses, serve_api, server_mac
 from undercloud.store import Store
 from undercloud.store.addresses import AddressTable
 
@@ -77,7 +77,7 @@ def test_the_api_is_relayed_into_a_network_namespace(tmp_path):
         def log_message(self, *_a):
             pass
 
-    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    api = http.server.ThreadingHTTPServer((GUEST_RELAY, 0), H)  # the relay leads to the guests' listener
     threading.Thread(target=api.serve_forever, daemon=True).start()
     port = api.server_address[1]
     name = f"uctest-{os.getpid()}"
@@ -93,7 +93,7 @@ def test_the_api_is_relayed_into_a_network_namespace(tmp_path):
                              capture_output=True, text=True, timeout=60)
         assert out.stdout.strip() == "hello from /v1/x", out.stderr
         # The host's own loopback still serves the API directly; the relay is only in the namespace.
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/h", timeout=5).read() == b"hello from /h"
+        assert urllib.request.urlopen(f"http://{GUEST_RELAY}:{port}/h", timeout=5).read() == b"hello from /h"
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         api.shutdown()

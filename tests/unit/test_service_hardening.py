@@ -33,9 +33,11 @@ def start(home: Home) -> dict:
     return json.loads(r.stdout)
 
 
-def healthy(url: str) -> dict:
+def healthy(url: str, home: Home | None = None) -> dict:
+    """The service answers within a second; with `home`, its admin token: the details."""
     t0 = time.monotonic()
-    r = httpx.get(url + "/v1/health", timeout=1.0)
+    headers = {"X-Undercloud-Token": home.admin_token()} if home else {}
+    r = httpx.get(url + "/v1/health", timeout=1.0, headers=headers)
     assert r.status_code == 200 and time.monotonic() - t0 < 1.0
     return r.json()
 
@@ -68,7 +70,7 @@ def test_a_second_serve_exits_at_once_and_leaves_the_first_alone(uc_home):
     assert uc_home.file("service.pid").read_text() == pid_file  # never deleted or rewritten
     assert uc_home.file("service.log").stat().st_size == log_size  # it opened nothing, resumed nothing
     assert daemon.serving(uc_home) == info["pid"]
-    assert healthy(info["url"])["pid"] == info["pid"]
+    assert healthy(info["url"], uc_home)["pid"] == info["pid"]
 
 
 def test_the_cli_waits_for_a_slow_service_instead_of_starting_another(uc_home, monkeypatch):
@@ -84,7 +86,7 @@ def test_the_cli_waits_for_a_slow_service_instead_of_starting_another(uc_home, m
         os.kill(info["pid"], signal.SIGCONT)
     assert daemon.serving(uc_home) == info["pid"]
     assert uc_home.file("service.log").read_text().count("serving ") == 1  # no second service started
-    assert healthy(info["url"])["pid"] == info["pid"]
+    assert healthy(info["url"], uc_home)["pid"] == info["pid"]
     # and a service that answers late is waited for, not duplicated
     os.kill(info["pid"], signal.SIGSTOP)
     threading.Timer(1.0, os.kill, (info["pid"], signal.SIGCONT)).start()

@@ -1,6 +1,14 @@
-"""The API's outer guard (ASGI middleware): every request is bounded and every failure is
-one line.
+"""The API's outer guard (ASGI middleware): who may call what, every request bounded, every
+failure one line.
 
+- Audience, from the request line and headers alone, before any body byte is read: a
+  request is for a public route (PUBLIC_ROUTES: agent, deploy, stack-signal and
+  image-download routes, `/v1/health`; each checks its caller's own credential) or an
+  admin one (everything else, the schema and docs included, and paths no route has). On
+  an address served for guests (api/listeners.py) only public routes answer (404
+  otherwise, whatever the token); elsewhere an admin route without the admin token (or
+  the workers' own) is refused 401 at once, and the connection closed rather than its
+  body read.
 - Body size per route (api/limits.py): a Content-Length over the limit is refused before
   anything is read; a body sent without one is counted as it streams and cut at the limit
   (413). Image content streams through; other bodies are small enough to read whole.
@@ -17,13 +25,31 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
+from undercloud import tokens
 from undercloud.api.limits import LIMITS, body_limit, exceeded
 from undercloud.errors import UndercloudError, internal_error
 
 log = logging.getLogger("undercloud.api")
 
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+GET = frozenset({"GET", "HEAD"})
+ANY = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# What machines on lab networks call (all a guest address serves), and nothing else: the
+# routes without the admin dependency. tests/unit/test_api_audience.py checks it against
+# the routes themselves.
+PUBLIC_ROUTES: tuple[tuple[frozenset, re.Pattern], ...] = tuple((frozenset(m), re.compile(p, re.DOTALL)) for m, p in (
+    (GET, r"/v1/health"),                                                 # liveness: status and version only
+    (GET, r"/v1/agent/servers/[^/]+/metadata"),                           # agents (X-Server-Token)
+    ({"POST"}, r"/v1/agent/servers/[^/]+/deployments/[^/]+/signal"),     # agents
+    ({"PUT"}, r"/v1/agent/servers/[^/]+/health"),                         # agents' watchdog
+    # the deploy router, all public: the ramdisk's call-back (X-Deploy-Token), iPXE's boot
+    # script, kernel, initramfs and request; the router answers what is not a route there
+    (ANY, r"/v1/deploy/.*"),
+    ({"POST"}, r"/v1/stacks/[^/]+/resources/[^/]+/signal"),              # wait condition handles (X-Signal-Token)
+    (GET, r"/v1/images/[^/]+/file"),                                      # images by id: ramdisk, kube hook, workers
+))
 LENIENT = {"signal_body_bytes"}  # what agents send back (command output) may hold NUL characters
 
 
@@ -49,6 +75,8 @@ def check_json(raw: bytes, strict: bool) -> tuple[str, str | None] | None:
         return f"the body is not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", "body"
     except RecursionError:
         return f"the body nests deeper than {LIMITS.json_depth} levels", "body"
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        return "the body is not JSON this service reads: a number with too many digits", "body"
     todo: list[tuple[object, tuple, int]] = [(doc, (), 1)]
     while todo:
         value, path, depth = todo.pop()
@@ -101,6 +129,10 @@ class Guard:
 
         method, path = scope["method"], scope["path"]
         try:
+            refused = audience(scope)
+            if refused:  # the body stays unread: the connection closes after the answer
+                close = [(b"connection", b"close")] if _has_body(scope) else []
+                return await reply(send_, *refused, headers=close)
             if "\x00" in path or b"%00" in scope.get("query_string", b"") or b"\x00" in scope.get("query_string", b""):
                 return await reply(send_, 400, "a NUL character in the request's path or query", "request")
             name, limit = body_limit(method, path)
@@ -109,7 +141,7 @@ class Guard:
                 if k == b"content-length":
                     if not v.isdigit():
                         return await reply(send_, 400, "Content-Length is not a number", "request")
-                    length = int(v)
+                    length = int(v) if len(v) < 20 else 1 << 64  # more digits than int() takes: over any limit
             if length is not None and length > limit:
                 return await reply(send_, 413, exceeded(name, "the request body", length), "request")
             if method in WRITE_METHODS and name != "image_bytes":
@@ -130,6 +162,34 @@ class Guard:
             err = internal_error(exc, log, f"{method} {path}")
             if not started:
                 await reply(send_, 500, err.message)
+
+
+def admin(ctx, headers) -> bool:
+    """The request carries the admin token, or the workers' own (one forwarding an admin's
+    request); compared as the bytes sent."""
+    given = dict(headers)
+    return (tokens.same(given.get(b"x-undercloud-token"), ctx.admin_token)
+            or tokens.same(given.get(b"x-undercloud-worker-token"), ctx.worker_token))
+
+
+def audience(scope) -> tuple[int, str, str | None] | None:
+    """(status, message, where) refusing a request to a route that is not for its caller,
+    else None."""
+    method, path = scope["method"], scope["path"]
+    if any(method in methods and pattern.fullmatch(path) for methods, pattern in PUBLIC_ROUTES):
+        return None
+    ctx = scope["app"].state.ctx
+    if ctx.listeners.for_guests(scope.get("server")):
+        return (404, f"{scope['method']} {scope['path'][:100]!r} is not served on this address (machines on lab "
+                     "networks reach the agent, deploy, signal and image download routes only)", "listener")
+    if not admin(ctx, scope["headers"]):
+        return 401, "missing or wrong admin token", None
+    return None
+
+
+def _has_body(scope) -> bool:
+    return any((k == b"content-length" and v.strip() not in (b"", b"0")) or k == b"transfer-encoding"
+               for k, v in scope["headers"])
 
 
 async def _read(receive, limit: int) -> bytes | None:

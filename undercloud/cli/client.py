@@ -32,7 +32,7 @@ def _query(params: Mapping[str, Any] | None) -> str:
 class Client:
     def __init__(self, home: Home | None = None, timeout: float = 60.0):
         self.home = home or Home.current()
-        h, started = daemon.start(self.home)
+        h, started = daemon.start(self.home, details=False)  # h['pid'] only when it started
         self.base_url = daemon.url(self.home)
         if started:
             note(f"undercloud: started the service in the background (pid {h['pid']}, {self.base_url})")

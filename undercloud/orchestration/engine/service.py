@@ -7,7 +7,6 @@ stack row's `operation` records what runs so that the next start of the service 
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from undercloud import tokens
 from undercloud.errors import (
     Conflict,
     Elsewhere,
@@ -641,7 +641,7 @@ class StackService:
         if row is None or srow is None:
             raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
         row = ResourceRow.from_store(row)
-        if token is not None and not hmac.compare_digest(str((row.data or {}).get("token") or ""), token):
+        if token is not None and not tokens.same(token, str((row.data or {}).get("token") or "")):
             raise NotFound(f"resource {resource!r} not found in stack {stack_id}")
         # A running walk owns the live plugin: hand it the signal there.
         with self.lock:

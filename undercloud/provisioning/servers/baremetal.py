@@ -61,6 +61,7 @@ from undercloud.provisioning.servers.base import (
 )
 from undercloud.provisioning.servers.vm import fixed_ip
 from undercloud.provisioning.servers.vm_net import (
+    GUEST_RELAY,
     NETWORK,
     Addresses,
     lab_network,
@@ -155,6 +156,7 @@ class BaremetalRealiser(Realiser):
     def _serve_api(self, net: network.ProvisioningNetwork) -> str:
         """The API on the provisioning network; returns its URL there."""
         if net.netns:
+            self.env.listen(GUEST_RELAY)  # what the relay leads to: guests' routes only
             serve_api(net.netns, net.address, self.env.api_port)
         else:
             self.env.listen(net.address)

@@ -39,6 +39,7 @@ from undercloud.provisioning.servers.base import (
     Status,
 )
 from undercloud.provisioning.servers.vm_net import (
+    GUEST_RELAY,
     NETWORK,
     Addresses,
     lab_network,
@@ -101,12 +102,14 @@ class VMRealiser(Realiser):
     def agent_url(self, spec: Spec) -> str:
         """The undercloud on the lab network: the bridge's address, the API's port."""
         ns, _bridge, gateway = self._network()
+        self.env.listen(GUEST_RELAY)  # what the relay leads to: guests' routes only
         serve_api(ns, gateway, self.env.api_port)
         return f"http://{gateway}:{self.env.api_port}"
 
     def startup(self) -> None:
         """Servers of this type exist: serve the API on the lab network again."""
         ns, _bridge, gateway = self._network()
+        self.env.listen(GUEST_RELAY)  # what the relay leads to: guests' routes only
         serve_api(ns, gateway, self.env.api_port)
 
     def create(self, spec: Spec) -> None:

@@ -11,8 +11,10 @@ it). Here:
   namespace (its taps are made there) while the service runs in the host's, so
   `Env.listen` (which binds in the service's own namespace) cannot reach it: a socket is
   bound inside the lab namespace (`bind_in_netns`) at the bridge address and the API port,
-  and each connection is relayed to the API on 127.0.0.1. Address and port are those of the
-  home (the bridge's .1, the API port file): the same after restarts (`Realiser.startup`).
+  and each connection is relayed to the API's guest listener on GUEST_RELAY (a loopback
+  address the realiser has served with `Env.listen`: guests' routes only, api/listeners.py),
+  never to 127.0.0.1, where the whole API answers. Address and port are those of the home
+  (the bridge's .1, the API port file): the same after restarts (`Realiser.startup`).
   The API sees the relay's loopback address; `relayed_peer` names the machine behind it
   (network boot answers only a node's own address: baremetal_netboot.py).
 """
@@ -175,6 +177,7 @@ def bind_in_netns(netns: str, host: str, port: int) -> socket.socket:
 
 _served: dict[tuple[str, str, int], socket.socket] = {}
 _served_lock = threading.Lock()
+GUEST_RELAY = "127.0.0.2"  # where relays lead: the API's guest-only listener on loopback
 # The relay's own end of each relayed connection (its loopback address and port, what the
 # API sees as the client) -> the address of the machine that connected in the namespace.
 _peers: dict[tuple[str, int], str] = {}
@@ -186,15 +189,15 @@ def relayed_peer(host: str | None, port: int | None) -> str | None:
     return _peers.get((host or "", port or 0))
 
 
-def serve_api(netns: str, host: str, port: int) -> None:
-    """Relay host:port inside `netns` to the API on 127.0.0.1:port (idempotent per process)."""
+def serve_api(netns: str, host: str, port: int, to: str = GUEST_RELAY) -> None:
+    """Relay host:port inside `netns` to the API on to:port (idempotent per process)."""
     key = (netns, host, port)
     with _served_lock:
         if key in _served:
             return
         sock = bind_in_netns(netns, host, port)
         _served[key] = sock
-    threading.Thread(target=_accept, args=(sock, ("127.0.0.1", port)), name=f"lab-api-{host}:{port}",
+    threading.Thread(target=_accept, args=(sock, (to, port)), name=f"lab-api-{host}:{port}",
                      daemon=True).start()
 
 
