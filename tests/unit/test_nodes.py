@@ -152,6 +152,14 @@ def test_an_alias_bomb_inventory_is_refused_in_one_line_naming_the_limit(svc):
     # aliases within the limit are plain YAML, read with their lines
     svc.import_nodes(alias_bomb_inventory(3), "instackenv.yaml")
     assert svc.get("n1")["properties"]["root_device"]["a2"][0][0] == ["x"] * 10
+    deep = {}
+    for _ in range(150):
+        deep = {"a": deep}
+    for name, text in (("deep.json", env(node(2, root_device=deep))),
+                       ("deep.yaml", "nodes:\n- " + json.dumps(node(2, root_device=deep)))):
+        with pytest.raises(InvalidInput, match=rf"^{name}:\d+: data nests more than 100 levels deep "
+                                               r"\(set UNDERCLOUD_MAX_DATA_DEPTH to change it\)$"):
+            svc.import_nodes(text, name)
     with pytest.raises(InvalidInput, match=r"^instackenv.yaml:\d+: nodes\[0\] \(n1\): ports: 'zz' is not a MAC"):
         svc.import_nodes(alias_bomb_inventory(3).replace("root_device:", "ports: [{address: zz}]\n  root_device:"),
                          "instackenv.yaml")

@@ -59,15 +59,20 @@ class _Lines:
         return yamldata.line_of(self.doc, path) or 1
 
 
+_LIMIT = "(set UNDERCLOUD_"  # how the reader's refusals for a limit end
+
+
 def load(text: str, filename: str) -> tuple[Any, _Lines]:
     """The inventory's data and its line numbers, or InvalidInput in one line."""
     try:
         if filename.endswith(".json") or text.lstrip().startswith("{"):
             data = json.loads(text)
             try:
-                doc = yamldata.read(text)  # JSON is YAML: only for the lines
-            except (yaml.YAMLError, RecursionError):
-                doc = None
+                doc = yamldata.read(text)  # JSON is YAML: for the lines, and the same depth limit
+            except yaml.YAMLError as exc:
+                if _LIMIT in str(getattr(exc, "problem", "")):
+                    raise
+                doc = None  # JSON that YAML 1.1 reads otherwise (e.g. a "\/" escape): lines unknown
             return data, _Lines(doc)
         data = yamldata.read(text)  # the templates' reader: aliases counted, never expanded
         return data, _Lines(data)
@@ -79,7 +84,7 @@ def load(text: str, filename: str) -> tuple[Any, _Lines]:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        if "(set UNDERCLOUD_" not in problem:  # a limit names itself; anything else is bad YAML
+        if _LIMIT not in problem:  # a limit names itself; anything else is bad YAML
             problem = f"not valid YAML: {problem}"
         raise InvalidInput(problem, f"{filename}:{line}") from None
 
