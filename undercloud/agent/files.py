@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import shutil
 import time
 from pathlib import Path
 
@@ -93,6 +92,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def remove_temps(root: Path) -> list[str]:
     """Remove what a killed process left of temporary files and directories (`temp_name`
     names) anywhere below `root`; returns their paths."""
+    import shutil  # here: it imports the compression modules, which the CLI's start need not pay
+
     removed = []
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*filenames, *dirnames]:
