@@ -222,6 +222,11 @@ def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab)
         assert status == 403 and "served only to the address DHCP gives it" in body, body
         status, body = from_the_lab(lab, f"/v1/deploy/boot/{mac}")
         assert status == 404, body   # nor the script
+        # the lab listener serves the machines' routes only: an admin route is 404 there, token or not
+        token = lab["home"].admin_token()
+        for headers in ({}, {"X-Undercloud-Token": token}):
+            status, body = from_the_lab(lab, "/v1/nodes", headers)
+            assert status == 404 and '"listener"' in body and token not in body, body
         create.wait(timeout=DEPLOY_TIMEOUT)
     finally:
         if create.poll() is None:
@@ -273,20 +278,22 @@ def wait_handed_out(armed: Path, create: subprocess.Popen, log: Path) -> dict:
         time.sleep(0.2)
 
 
-def from_the_lab(lab, path: str) -> tuple[int, str]:
+def from_the_lab(lab, path: str, headers: dict | None = None) -> tuple[int, str]:
     """GET `path` on the API's lab address from inside the lab network, from an address
     there that is not the node's (the undercloud's own on the bridge)."""
     from undercloud.provisioning.servers.vm_net import lab_network
 
     netns, _bridge, gateway = lab_network(lab["home"])
-    code = ("import sys, urllib.request, urllib.error\n"
+    code = ("import json, sys, urllib.request, urllib.error\n"
             "try:\n"
-            "    r = urllib.request.urlopen(sys.argv[1], timeout=20)\n"
+            "    req = urllib.request.Request(sys.argv[1], headers=json.loads(sys.stdin.read()))\n"
+            "    r = urllib.request.urlopen(req, timeout=20)\n"
             "    print(r.status); print(r.read(300).decode(errors='replace'))\n"
             "except urllib.error.HTTPError as e:\n"
             "    print(e.code); print(e.read(300).decode(errors='replace'))\n")
     out = subprocess.run(["nsenter", f"--net={netns}", sys.executable, "-c", code,
-                          f"http://{gateway}:{lab['home'].api_port()}{path}"], capture_output=True, text=True, timeout=60)
+                          f"http://{gateway}:{lab['home'].api_port()}{path}"], input=json.dumps(headers or {}),
+                         capture_output=True, text=True, timeout=60)  # the token on stdin, not in argv
     status, _, body = out.stdout.partition("\n")
     assert status.strip().isdigit(), out.stderr[-1000:]
     return int(status), body
