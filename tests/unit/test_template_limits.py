@@ -535,3 +535,14 @@ def test_a_rewrite_too_big_for_re2_is_left_to_the_child_quickly():
         assert quick(patterns._rewrite, pattern, text) is None
     assert quick(patterns._rewrite, "[^a]" * 10_000, "") is not None  # ASCII values: small classes
     assert quick(patterns.pattern_matches, "[^a]" * 1000, text, limit=5) is True
+
+
+def test_a_resource_chain_is_bounded_by_the_group_limit_at_validation(tmp_path):
+    t = V + "parameters:\n  l: {type: comma_delimited_list}\nresources:\n" \
+            "  c: {type: OS::Heat::ResourceChain, properties: {resources: {get_param: l}}}\n"
+    with override(group_count=50):
+        assert quick(load, bundle(tmp_path, t), {"l": ",".join(["OS::Heat::None"] * 50)}).resources
+        with pytest.raises(TemplateError) as exc:
+            quick(load, bundle(tmp_path, t), {"l": ",".join(["OS::Heat::None"] * 51)})
+    assert one(exc).endswith("resources.c.properties.resources: the count of members (51) is more than the limit "
+                             "of 50 (set UNDERCLOUD_MAX_GROUP_COUNT to change it)")

@@ -321,6 +321,9 @@ class ResourceChain(ResourceGroup):
         if not isinstance(types, list):
             return
         path = ("resources", rd.name, "properties", "resources")
+        if len(types) > LIMITS.group_count:  # refused before any member's type is looked up
+            t.add(path, exceeded("group_count", "the count of members", len(types)))
+            return
         t.tree_size += len(types)
         for i, mtype in enumerate(types):
             if isinstance(mtype, str):
