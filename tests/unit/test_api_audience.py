@@ -88,7 +88,9 @@ def listening(tmp_path, monkeypatch):
     image = ctx.images.register([{"name": "img", "disk_format": "raw", "sha256": sha, "properties": {}}])[0]
     token = ctx.server_metadata.register("srv-1", "node-1")
     ctx.listeners.listen("127.0.0.2")
-    ctx.listeners.listen("127.0.0.3", guests=False)
+    ctx.listeners.listen("127.0.0.3")  # a realiser's start-up may ask for the operator's address first
+    ctx.listeners.listen("127.0.0.3", guests=False)  # `serve --listen 127.0.0.3`: whole all the same
+    ctx.listeners.listen("127.0.0.3")  # and a realiser asking again changes nothing
     port = ctx.home.api_port()
     for host in ("127.0.0.2", "127.0.0.3"):
         wait_port(host, port)

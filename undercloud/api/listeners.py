@@ -45,8 +45,10 @@ class Listeners:
         """Serve the API on `host` too: for guests (a realiser's lab address), or the whole of
         it (`guests=False`: the operator's `serve --listen`)."""
         with self._lock:
+            if not guests:  # the operator's: whole, even if a realiser's start-up asked for it first
+                self._guests.discard(host)
             if host in self._servers or host in self._guests or host in LOOPBACK:
-                return  # served already (a guest address asked for by the operator stays whole)
+                return  # served already (an address the operator gave stays whole)
             if self.ctx.listen in EVERY:  # served on every address already, present or not
                 if guests and host != urlsplit(self.ctx.api_url).hostname:
                     self._guests.add(host)
