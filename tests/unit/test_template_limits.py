@@ -546,3 +546,15 @@ def test_a_resource_chain_is_bounded_by_the_group_limit_at_validation(tmp_path):
             quick(load, bundle(tmp_path, t), {"l": ",".join(["OS::Heat::None"] * 51)})
     assert one(exc).endswith("resources.c.properties.resources: the count of members (51) is more than the limit "
                              "of 50 (set UNDERCLOUD_MAX_GROUP_COUNT to change it)")
+
+
+def test_a_deployment_group_is_bounded_by_the_group_limit_at_validation(tmp_path):
+    t = V + "parameters:\n  s: {type: json}\nresources:\n  c: {type: OS::Heat::SoftwareConfig}\n" \
+            "  d: {type: OS::Heat::SoftwareDeploymentGroup, properties: {config: {get_resource: c}, " \
+            "servers: {get_param: s}}}\n"
+    with override(group_count=50):
+        assert quick(load, bundle(tmp_path, t), {"s": {f"n{i}": f"id{i}" for i in range(50)}}).resources
+        with pytest.raises(TemplateError) as exc:
+            quick(load, bundle(tmp_path, t), {"s": {f"n{i}": f"id{i}" for i in range(51)}})
+    assert one(exc).endswith("resources.d.properties.servers: the count of members (51) is more than the limit "
+                             "of 50 (set UNDERCLOUD_MAX_GROUP_COUNT to change it)")

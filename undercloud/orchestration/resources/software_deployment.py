@@ -21,10 +21,11 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from undercloud.orchestration.limits import LIMITS, exceeded
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.resources.group import ResourceGroup, in_batches
 from undercloud.orchestration.services import EngineOnly
-from undercloud.orchestration.template.validation import validate_properties
+from undercloud.orchestration.template.validation import placeholder_properties, validate_properties
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -327,7 +328,16 @@ class SoftwareDeploymentGroup(ResourceGroup):
     # plugin, not the ResourceGroup it builds on.
     @classmethod
     def validate_definition(cls, t: StackTemplate, rd: ResourceDefinition) -> None:
-        validate_properties(t, rd)
+        """Its properties, and `servers` (when known) within the group limit."""
+        if not t.check_values or not isinstance(rd.properties, dict) or rd.external_id is not None:
+            validate_properties(t, rd)
+            return
+        resolved = placeholder_properties(t, rd)
+        validate_properties(t, rd, resolved)
+        servers = resolved.get("servers")
+        if isinstance(servers, dict) and len(servers) > LIMITS.group_count:
+            t.add(("resources", rd.name, "properties", "servers"),
+                  exceeded("group_count", "the count of members", len(servers)))
 
     @classmethod
     def preview_child(cls, t: StackTemplate, name: str, props: Mapping) -> StackTemplate | None:
@@ -336,6 +346,8 @@ class SoftwareDeploymentGroup(ResourceGroup):
     def nested_template(self, parent_template: Any) -> Any:
         p = dict(self.properties)
         servers = p.pop("servers", None) or {}
+        if len(servers) > LIMITS.group_count:  # known only now: refused before any member is made
+            raise ResourceFailure(exceeded("group_count", "the count of members", len(servers)))
         resources = {}
         for name, server in servers.items():
             props = {k: v for k, v in p.items() if v is not None and k in self.properties_schema}
