@@ -447,7 +447,7 @@ class NodeService:
             by_name = {n.name: n for n in found if n.name}
             now_in: dict[str, str] = {}           # node -> its state as this transaction leaves it
             groups: dict[tuple, tuple[dict, list[str]]] = {}
-            plan: list[tuple[_Acts, Node, str, str, dict, tuple]] = []
+            plan: list[tuple] = []  # (request, node row, from, to, values, error)
             moved: set[str] = set()
 
             def flush() -> None:
