@@ -305,3 +305,23 @@ def test_a_request_whose_transaction_breaks_fails_alone(svc, monkeypatch):
     for name in ("g0", "g1", "g2"):
         assert history(svc, name)[1:] == ["enroll -> verifying (manage)", "verifying -> manageable (done)"]
     assert svc.get("bad")["provision_state"] == "enroll" and svc.get("g3")["provision_state"] == "enroll"
+
+
+def test_deploys_behind_one_bmc_still_run_side_by_side(svc):
+    """Deploy hooks are long (images, media): a batch runs them in parallel, not in turn."""
+    from undercloud.provisioning.scheduler import Request, Scheduler
+
+    svc.import_nodes(env(entry("d0", "dep/s0", 0), entry("d1", "dep/s1", 1)))
+    svc.act_many(["d0", "d1"], "manage")
+    settle(svc, ["d0", "d1"])
+    svc.act_many(["d0", "d1"], "provide")
+    settle(svc, ["d0", "d1"])
+    sched = Scheduler(svc.store)
+    sched.claim(Request(instance_uuid="i-0"))
+    sched.claim(Request(instance_uuid="i-1"))
+    both = threading.Barrier(2, timeout=10)  # each hook waits for the other one to be in its hook too
+    real = svc.deploy_hook
+    svc.deploy_hook = lambda node, driver: (both.wait(), real(node, driver))[1]
+    svc.act_many(["d0", "d1"], "deploy")
+    got = settle(svc, ["d0", "d1"])
+    assert {n["provision_state"] for n in got.values()} == {"active"}, [n["last_error"] for n in got.values()]

@@ -613,7 +613,9 @@ class NodeService:
         groups: dict[Any, list[tuple[str, NodeRecord]]] = {}
         for state, record in work:
             try:
-                key = drivers.endpoint(record.driver, record.driver_info)
+                # deploy and undeploy run the servers layer's hooks (images, media: long) each on
+                # its own, in parallel, as before
+                key = None if state in ALONE else drivers.endpoint(record.driver, record.driver_info)
             except Exception:  # noqa: BLE001 - an unknown driver or odd driver_info: its work says why
                 key = None
             groups.setdefault(key if key is not None else ("node", record.id), []).append((state, record))
@@ -914,6 +916,9 @@ MAX_SYNC_FAILURES = 3
 VERB_TARGET = {"provide": states.AVAILABLE, "clean": states.MANAGEABLE, "undeploy": states.AVAILABLE,
                "manage": states.MANAGEABLE, "inspect": states.MANAGEABLE, "deploy": states.ACTIVE,
                "rebuild": states.ACTIVE}
+
+# busy states whose work never shares a BMC session (nor waits for another node's)
+ALONE = frozenset({states.DEPLOYING, states.DELETING})
 
 # busy state -> its work
 WORK: dict[str, Callable[[NodeService, NodeRecord, Driver, Outcome], str | None]] = {
