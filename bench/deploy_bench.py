@@ -13,10 +13,13 @@ the virtual IP lost as a whole: a token through the VIP again < 10 s, and (no go
 lost controller powered on to healthy.
 
     python3 bench/deploy_bench.py [--only minimal|ha] [--computes 1,2,3] [--hypervisor container|vm]
+                                  [--deploy-only]
 
 Beside each deploy's time: the CPU seconds it used (the whole machine, and the overcloud's
 containers alone, from their cgroups) over the machine's cores, the least time that work
-can take here: a deploy that keeps every core busy is bound by it, not by waits.
+can take here: a deploy that keeps every core busy is bound by it, not by waits. The
+containers' CPU seconds are also printed per service container (summed over the nodes), to
+show where a deploy's CPU goes. `--deploy-only` measures the deploys alone (then deletes).
 
 `minimal` runs once per ComputeCount of --computes (each a fresh deploy in its own
 UNDERCLOUD_HOME, deleted afterwards, its delete timed too), and boots as many instances
@@ -110,6 +113,44 @@ def machine_cpu() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def processes_cpu() -> dict[int, tuple[str, float]]:
+    """pid -> (command, CPU seconds it and its waited-for children used) of every process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(d)] = (cmd[:60] or stat.split("(", 1)[1].split(")")[0],
+                       sum(int(x) for x in fields[11:15]) / tick)
+    return out
+
+
+def busiest_outside(before: dict, after: dict, cgroup_paths: set[str], top: int = 8) -> list[tuple[str, float]]:
+    """The processes outside the overcloud's containers that used the most CPU between two
+    processes_cpu() snapshots (those that exited meanwhile count in their parent's figure)."""
+    rows = []
+    for pid, (cmd, cpu) in after.items():
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                cg = f.read()
+        except OSError:
+            continue
+        if any(p and p in cg for p in cgroup_paths):
+            continue
+        used = cpu - before.get(pid, (cmd, 0.0))[1]
+        if used > 0.5:
+            rows.append((f"{pid} {cmd}", used))
+    return sorted(rows, key=lambda r: -r[1])[:top]
+
+
 def cgroup_cpu(path: str) -> float:
     """CPU seconds of one cgroup: cgroup v2 (or v1's unified hierarchy), else v1's cpuacct;
     0 for a container that is not running (it has no cgroup)."""
@@ -125,17 +166,31 @@ def cgroup_cpu(path: str) -> float:
         return 0.0
 
 
-def containers_cpu(home: str) -> tuple[float, int]:
-    """(CPU seconds, count) of this home's overcloud containers, from their cgroups: what
-    the nodes and their services used, whatever else the machine ran meanwhile."""
+CGROUPS: set[str] = set()  # the last containers_cpu()'s cgroups (their last path part)
+
+
+def containers_cpu(home: str) -> tuple[float, int, dict[str, float]]:
+    """(CPU seconds, count, CPU seconds per container summed over the nodes) of this home's
+    overcloud containers, from their cgroups: what the nodes and their services used,
+    whatever else the machine ran meanwhile. A node container itself (its agent) counts as
+    `<role> node`; a service container as `<pod>/<container>`."""
     from undercloud.config import Home
 
-    ids = podman("ps", "-a", "-q", "--filter", f"name=^{Home(Path(home)).instance}-").split()
-    paths = podman("inspect", "--format", "{{.State.CgroupPath}}", *ids).split() if ids else []
-    total = 0.0
-    for cgroup in paths:
-        total += cgroup_cpu(cgroup.lstrip("/"))
-    return total, len(ids)
+    prefix = f"{Home(Path(home)).instance}-"
+    ids = podman("ps", "-a", "-q", "--filter", f"name=^{prefix}").split()
+    rows = podman("inspect", "--format", "{{.Name}} {{.State.CgroupPath}}", *ids).splitlines() if ids else []
+    total, per = 0.0, {}
+    CGROUPS.clear()
+    for row in rows:
+        name, _, cgroup = row.strip().partition(" ")
+        CGROUPS.add(cgroup.strip().rsplit("/", 1)[-1])
+        cpu = cgroup_cpu(cgroup.lstrip("/")) if cgroup else 0.0
+        total += cpu
+        rest = name.removeprefix(prefix).split("-")  # overcloud-controller-0[-pod-...-container]
+        role = rest[1] if len(rest) > 1 else name
+        key = f"{role} node" if len(rest) <= 3 else "-".join(rest[3:])
+        per[key] = per.get(key, 0.0) + cpu
+    return total, len(ids), per
 
 
 def podman(*args: str) -> str:
@@ -288,6 +343,8 @@ def main() -> None:
     ap.add_argument("--only", choices=["minimal", "ha"])
     ap.add_argument("--computes", default="1,2,3", help="ComputeCount values for minimal (default 1,2,3)")
     ap.add_argument("--hypervisor", choices=["container", "vm"], default="container")
+    ap.add_argument("--deploy-only", action="store_true",
+                    help="only each deploy (time, CPU seconds, CPU per container), then delete: no day 2, no boots")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("deploy_bench needs root (image builds, container nodes)")
@@ -316,13 +373,19 @@ def main() -> None:
             label = f"{ex}, {computes} compute ({args.hypervisor})"
             try:
                 how = ["--example", ex, "--hypervisor", args.hypervisor, "-e", env]
+                procs_before = processes_cpu()
                 cpu_before = machine_cpu()
                 total, p = cli(home, "deploy", *how)
                 cpu_all = machine_cpu() - cpu_before
-                cpu_ovc, n = containers_cpu(home)
+                cpu_ovc, n, per = containers_cpu(home)
+                print(f"{label}: {total:.1f} s, {cpu_all:.1f} CPU-s in all; per container (summed over "
+                      f"nodes), {cpu_ovc:.1f} in all:")
+                for what, secs in sorted(per.items(), key=lambda kv: -kv[1]):
+                    print(f"  {what:<50} {secs:7.1f}")
+                print(f"{label}: the busiest processes outside the containers:")
+                for what, secs in busiest_outside(procs_before, processes_cpu(), CGROUPS):
+                    print(f"  {what:<70} {secs:7.1f}")
                 stack = stack_seconds(p.stderr)
-                noop, q = cli(home, "deploy", *how)
-                assert "no change" in q.stderr, q.stderr[-500:]
                 rows.append((f"{label}: deploy (cached images -> healthy)", total, GOALS[ex]))
                 # What bounds the deploy on this machine: its CPU seconds over the cores it has.
                 cores = os.cpu_count() or 1
@@ -332,6 +395,11 @@ def main() -> None:
                              cpu_ovc / cores, GOALS[ex]))
                 if stack is not None:
                     rows.append((f"{label}:   of which stack create -> healthy", stack, GOALS[ex]))
+                if args.deploy_only:
+                    cli(home, "overcloud", "delete", "--yes")
+                    continue
+                noop, q = cli(home, "deploy", *how)
+                assert "no change" in q.stderr, q.stderr[-500:]
                 rows.append((f"{label}: no-op re-deploy", noop, GOALS["no-op"]))
                 if args.hypervisor == "container":
                     if ex == "ha":

@@ -130,3 +130,75 @@ def test_a_survivor_without_quorum_counts_with_its_last_commit(start):
     # Not yet told by a stopped node: wait for it.
     got = start(NODES[0], {NODES[1]: stopped(None), NODES[2]: running(False, 35, size=1)}, files, seqno=33)
     assert got == "no primary cluster: waiting for every node to tell its last commit"
+
+
+FAKE_CLIENT = """#!/usr/bin/env python3
+# A stand-in for `mariadb -N -B` reading statements from stdin: `SELECT 'x'` answers x,
+# `SELECT rows` two rows, `SLOW` never answers, anything else is an error (batch mode exits).
+import os, sys
+with open(os.environ["FAKE_SPAWNS"], "a") as f:
+    f.write("spawn\\n")
+for line in sys.stdin:
+    stmt = line.strip().rstrip(";")
+    if stmt.startswith("SELECT '"):
+        print(stmt[8:-1], flush=True)
+    elif stmt == "SELECT rows":
+        print("a\\t1\\nb\\t2", flush=True)
+    elif stmt == "SET x":
+        pass
+    elif stmt == "SLOW":
+        sys.stdin.readline()
+    else:
+        sys.exit(1)
+"""
+
+
+@pytest.fixture
+def client(tmp_path, monkeypatch):
+    """The script's sql() over a fake client; returns (sql, spawns: how many clients ran, the
+    script's shared Client)."""
+    fake = tmp_path / "mariadb"
+    fake.write_text(FAKE_CLIENT)
+    fake.chmod(0o755)
+    spawns = tmp_path / "spawns"
+    spawns.write_text("")
+    monkeypatch.setenv("FAKE_SPAWNS", str(spawns))
+    loader = importlib.machinery.SourceFileLoader("uc_mariadb_start_client", str(SCRIPT))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    monkeypatch.setattr(module.Client, "ARGV", [str(fake)])
+    yield module.sql, lambda: len(spawns.read_text().splitlines()), module.CLIENT
+    module.CLIENT.close()
+
+
+def test_checks_share_one_client_and_read_each_answer_whole(client):
+    sql, spawns, _ = client
+    assert sql("SELECT rows") == "a\t1\nb\t2\n"
+    assert sql("SET x") == ""  # a statement without output ends at the marker too
+    assert sql("SELECT 'Synced'") == "Synced\n"
+    assert spawns() == 1
+
+
+def test_a_failed_statement_is_none_and_the_next_gets_a_new_client(client):
+    sql, spawns, _ = client
+    assert sql("SELECT 'up'") == "up\n"
+    assert sql("no such statement") is None  # its client exits; a second one fails too
+    assert sql("SELECT 'up'") == "up\n"
+    assert spawns() == 3  # the first, the retry of the failed statement, the next one
+
+
+def test_a_client_that_died_meanwhile_is_replaced_without_a_false_answer(client):
+    """mariadbd restarted between two checks: the old client is gone, the check still passes."""
+    sql, spawns, shared = client
+    assert sql("SELECT 'up'") == "up\n"
+    shared.proc.kill()
+    shared.proc.wait()
+    assert sql("SELECT 'up'") == "up\n"
+    assert spawns() == 2
+
+
+def test_no_answer_in_time_is_none_and_the_client_is_dropped(client, monkeypatch):
+    sql, spawns, _ = client
+    assert sql("SLOW", timeout=0.3) is None
+    assert sql("SELECT 'up'") == "up\n"
+    assert spawns() == 2

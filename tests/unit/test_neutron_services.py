@@ -17,6 +17,7 @@ import yaml
 
 from tests.unit import service_support
 from tests.unit.service_support import ini, script_module
+from undercloud.errors import InvalidInput
 from undercloud.images import elements
 from undercloud.orchestration.overcloud import library
 
@@ -91,6 +92,11 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     assert conf["keystone_authtoken"]["password"] == "qp"
     assert conf["nova"]["username"] == "nova" and conf["nova"]["password"] == "np"
     assert conf["experimental"]["linuxbridge"] == "true"
+    # Two processes: the API in neutron-server's own (0 API workers) and one RPC worker, which
+    # takes the state reports too (no dedicated report worker).
+    assert (d["api_workers"], d["rpc_workers"], d["rpc_state_report_workers"]) == ("0", "1", "0")
+    with pytest.raises(InvalidInput, match="NeutronRpcWorkers.*0 is out of range"):
+        render("neutron-server", {"NeutronRpcWorkers": 0})
     assert ml2["ml2"]["mechanism_drivers"] == "linuxbridge,l2population"
     assert ml2["ml2"]["type_drivers"] == "vxlan,flat" and ml2["ml2"]["tenant_network_types"] == "vxlan"
     assert ml2["ml2_type_vxlan"]["vni_ranges"] == "1:1000"
@@ -153,6 +159,7 @@ def test_dhcp_and_metadata_agents_share_the_state_claim():
     meta = ini(meta_files["metadata_agent.ini"])["DEFAULT"]
     assert (meta["nova_metadata_host"], meta["nova_metadata_port"]) == ("10.0.0.250", "8775")
     assert meta["metadata_proxy_shared_secret"] == "ms"
+    assert meta["metadata_workers"] == "0"  # the proxy served from the agent's own process
     assert "securityContext" not in meta_pod["spec"]["containers"][0], "the metadata agent needs no privilege"
 
 

@@ -91,6 +91,9 @@ def test_one_broker_is_rabbit_at_localhost_without_cluster_settings(script):
     script.configure("rabbit@localhost", ["10.0.0.2"])
     assert Path(script.ENV_CONF).read_text() == "NODENAME=rabbit@localhost\n" + script.ERL_ARGS
     assert Path(script.CONF).read_text() == "listeners.tcp.default = 5672\n"
+    # neither the broker's schedulers nor those of the CLI tools' VMs spin waiting for work
+    env = dict(line.split("=", 1) for line in Path(script.ENV_CONF).read_text().splitlines())
+    assert env["SERVER_ADDITIONAL_ERL_ARGS"] == env["CTL_ERL_ARGS"] == '"+sbwt none +sbwtdcpu none +sbwtdio none"'
 
 
 def test_the_template_gives_every_node_the_cluster_the_cookie_and_a_data_claim():
