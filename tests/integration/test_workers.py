@@ -233,7 +233,7 @@ def test_an_overclouds_kept_secrets_are_the_same_through_every_worker(cluster):
     service made: what deploys keep lives in the store, not in the home that deployed."""
     from undercloud.cli.client import Client
     from undercloud.config import Home
-    from undercloud.orchestration.overcloud.state import StackState
+    from undercloud.overcloud.state import StackState
 
     first, (home2, home3) = cluster
     kinds = {"AdminPassword": "password", "KeystoneFernetKey0": "fernet"}

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tests.conftest import free_port
-from undercloud.orchestration.overcloud.deploy import _endpoint_answer, wait_for_endpoints
+from undercloud.overcloud.deploy import _endpoint_answer, wait_for_endpoints
 
 
 @pytest.fixture

@@ -284,7 +284,7 @@ def test_the_deploys_reads_still_get_what_they_need(uc_home, tmp_path):
     outputs whole, and clouds.yaml still carries the real password."""
     from undercloud.cli import deploy as cli_deploy
     from undercloud.cli import overcloud as cli_overcloud
-    from undercloud.orchestration.overcloud.state import StackState
+    from undercloud.overcloud.state import StackState
 
     password = "Adm1nPassw0rdFromTheStore24"
     (tmp_path / "t.yaml").write_text(OVERCLOUD)

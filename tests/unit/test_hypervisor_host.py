@@ -22,10 +22,10 @@ from undercloud.api.context import Context, route_source
 from undercloud.config import Home
 from undercloud.errors import InvalidInput
 from undercloud.images import build, catalog, elements, payload
-from undercloud.orchestration.overcloud import library
-from undercloud.orchestration.overcloud import plan as op
-from undercloud.orchestration.overcloud import roles as oroles
-from undercloud.orchestration.overcloud import secrets as osecrets
+from undercloud.overcloud import library
+from undercloud.overcloud import plan as op
+from undercloud.overcloud import roles as oroles
+from undercloud.overcloud import secrets as osecrets
 
 WORKER_TEMPLATE = library.LIBRARY / "services" / "undercloud-worker.yaml"
 

@@ -41,7 +41,7 @@ def test_shipped_elements_resolve_with_deps_first():
     names = [e.name for e in elements.resolve(["deploy-ramdisk", "agent", "base"])]
     assert names.index("kernel") < names.index("deploy-ramdisk")
     assert sorted(names) == ["agent", "base", "deploy-ramdisk", "kernel"] and len(set(names)) == len(names)
-    from undercloud.orchestration.overcloud.library import library_images
+    from undercloud.overcloud.library import library_images
 
     shipped = catalog.default_targets(library_images())
     assert {"service-keystone", "service-mariadb", "overcloud-full"} <= {t.name for t in shipped}

@@ -93,9 +93,9 @@ def test_the_cli_imports_nothing_server_side():
     assert offenders(module_imports(), "undercloud.cli", lambda d: d.startswith(SERVER_SIDE)) == {}
 
 
-def test_provisioning_and_orchestration_import_no_api_module():
+def test_provisioning_orchestration_and_the_overcloud_import_no_api_module():
     imports = module_imports()
-    for layer in ("undercloud.provisioning", "undercloud.orchestration"):
+    for layer in ("undercloud.provisioning", "undercloud.orchestration", "undercloud.overcloud"):
         assert offenders(imports, layer, lambda d: d.startswith("undercloud.api")) == {}, layer
 
 

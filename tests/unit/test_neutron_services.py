@@ -19,7 +19,7 @@ from tests.unit import service_support
 from tests.unit.service_support import ini, script_module
 from undercloud.errors import InvalidInput
 from undercloud.images import elements
-from undercloud.orchestration.overcloud import library
+from undercloud.overcloud import library
 
 STATIC = elements.SHIPPED / "neutron" / "static" / "usr" / "local"
 OVERCLOUD = Path(__file__).resolve().parents[2] / "undercloud" / "overcloud"

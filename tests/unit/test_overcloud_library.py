@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undercloud.orchestration.overcloud import library
-from undercloud.orchestration.overcloud import plan as op
-from undercloud.orchestration.overcloud.roles import load_roles
-from undercloud.orchestration.overcloud.secrets import missing_secrets
 from undercloud.orchestration.template import Bundle, TemplateError, load
+from undercloud.overcloud import library
+from undercloud.overcloud import plan as op
+from undercloud.overcloud.roles import load_roles
+from undercloud.overcloud.secrets import missing_secrets
 
 COMMON = """\
   ServiceNodes: {type: json, default: {}}

@@ -11,11 +11,11 @@ import yaml
 
 from tests.conftest import run_cli
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud import clouds, library
-from undercloud.orchestration.overcloud import plan as op
-from undercloud.orchestration.overcloud import roles as oroles
-from undercloud.orchestration.overcloud import secrets as osecrets
 from undercloud.orchestration.template import Bundle, TemplateError, load
+from undercloud.overcloud import clouds, library
+from undercloud.overcloud import plan as op
+from undercloud.overcloud import roles as oroles
+from undercloud.overcloud import secrets as osecrets
 
 
 class oc:  # noqa: N801 - the package's functions under one short name, as the tests read them

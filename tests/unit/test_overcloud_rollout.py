@@ -11,8 +11,8 @@ import pytest
 from tests.conftest import run_cli
 from undercloud.cli.client import Client
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud import deployed, rollout
-from undercloud.orchestration.overcloud.state import StackState
+from undercloud.overcloud import deployed, rollout
+from undercloud.overcloud.state import StackState
 
 
 def a_set(**refs) -> dict:

@@ -1,5 +1,5 @@
 """What `undercloud deploy` keeps of an overcloud between runs lives in the store
-(`/v1/overcloud-state`, orchestration/overcloud/state.py), not in the deploying home: secrets
+(`/v1/overcloud-state`, overcloud/state.py), not in the deploying home: secrets
 made once and shared by every CLI of the store, merged so that racing deploys agree, moved
 in from an older home's files, encrypted at rest, forgotten with the overcloud."""
 
@@ -15,7 +15,7 @@ from tests.conftest import run_cli
 from undercloud.cli.client import Client
 from undercloud.config import Home
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud.state import StackState
+from undercloud.overcloud.state import StackState
 
 KINDS = {"AdminPassword": "password", "KeystoneFernetKey0": "fernet", "RabbitPassword": "password"}
 

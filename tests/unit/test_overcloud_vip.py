@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import own_store_url, run_cli
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud import addresses as oc
-from undercloud.orchestration.overcloud.library import LIBRARY
-from undercloud.orchestration.overcloud.secrets import stack_dir
+from undercloud.overcloud import addresses as oc
+from undercloud.overcloud.library import LIBRARY
+from undercloud.overcloud.secrets import stack_dir
 from undercloud.provisioning.servers import base
 
 NET = "uc1-lab"

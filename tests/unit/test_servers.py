@@ -773,7 +773,7 @@ resources:
 
 
 def test_scale_in_names_the_nodes_the_engine_would_remove(uc):
-    from undercloud.orchestration.overcloud import scale
+    from undercloud.overcloud import scale
 
     uc.image("overcloud-full", "container", "oci")
     path = uc.dir / "group.yaml"

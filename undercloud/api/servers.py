@@ -130,8 +130,8 @@ class VirtualIpBody(BaseModel):
 def hypervisor_virtual_ip(hypervisor_type: str, body: VirtualIpBody, ctx: Context = Depends(_ctx)):
     """The network, with the virtual IP of an overcloud stack on it (`undercloud deploy`):
     one the network keeps for VIPs, the same at every deploy of the stack, released when
-    the stack is deleted (orchestration/overcloud/addresses.py)."""
-    from undercloud.orchestration.overcloud.addresses import choose_virtual_ip
+    the stack is deleted (overcloud/addresses.py)."""
+    from undercloud.overcloud.addresses import choose_virtual_ip
 
     net = ctx.servers.network(hypervisor_type)
     vip = choose_virtual_ip(ctx.addresses, ctx.home.path, net["network"], body.stack, net.get("virtual_ips") or [])

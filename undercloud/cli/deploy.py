@@ -20,8 +20,8 @@ class DeployFailed(UndercloudError):
 
 def node_targets(hypervisor: str) -> list:
     from undercloud.images import catalog
-    from undercloud.orchestration.overcloud.deploy import NODE_IMAGE_TYPES
-    from undercloud.orchestration.overcloud.plan import node_kind
+    from undercloud.overcloud.deploy import NODE_IMAGE_TYPES
+    from undercloud.overcloud.plan import node_kind
 
     targets = catalog.targets("overcloud-full", NODE_IMAGE_TYPES[node_kind(hypervisor)])
     if hypervisor == "baremetal":
@@ -48,7 +48,7 @@ def build_images(client: Client, hypervisor: str, library, current: dict | None 
     and the deployed set has not); returns (the image parameters, the records by name)."""
     from undercloud.cli.image import build_targets
     from undercloud.images import catalog
-    from undercloud.orchestration.overcloud import deploy as od
+    from undercloud.overcloud import deploy as od
 
     have = deployed_records(client, library, current)
     targets = node_targets(hypervisor) + [t for name in od.service_images(library) if name not in have
@@ -66,8 +66,8 @@ def network_parameters(client: Client, stack: str, hypervisor: str) -> dict:
     bridge without an address (container nodes), Neutron's flat provider network
     `datacentre` is bridged to it: the overcloud's instances can then be on the lab network.
     Servers of another cloud: none of these (the first haproxy node's address serves)."""
-    from undercloud.orchestration.overcloud import addresses
-    from undercloud.orchestration.overcloud.plan import node_cloud
+    from undercloud.overcloud import addresses
+    from undercloud.overcloud.plan import node_cloud
 
     if node_cloud(hypervisor):
         return {}
@@ -94,7 +94,7 @@ def lab_network_parameters(client: Client, library) -> dict:
 
 
 def check_hypervisor(_ctx, _param, value: str) -> str:
-    from undercloud.orchestration.overcloud.plan import HYPERVISOR_FLAVORS, node_cloud
+    from undercloud.overcloud.plan import HYPERVISOR_FLAVORS, node_cloud
 
     if value in HYPERVISOR_FLAVORS or node_cloud(value):
         return value
@@ -110,7 +110,7 @@ def resources(client: Client, stack: str) -> list[dict]:
 
 
 def wait(client: Client, stack: str, plan, start: float, before: list[dict]) -> dict:
-    from undercloud.orchestration.overcloud.deploy import Progress, failure_details
+    from undercloud.overcloud.deploy import Progress, failure_details
 
     progress = Progress(plan, start, before, note)
     while True:
@@ -189,8 +189,8 @@ def scale_in(client: Client, stack: str, body: dict, library, yes: bool, secrets
     """The nodes this update removes (the engine's dry run), compute nodes drained first:
     their instances refused unless `yes`, else deleted, then their nova-compute records.
     Returns (connection to the overcloud or None, the compute nodes drained)."""
-    from undercloud.orchestration.overcloud import scale
-    from undercloud.orchestration.overcloud.clouds import admin_password
+    from undercloud.overcloud import scale
+    from undercloud.overcloud.clouds import admin_password
 
     dry = client.patch(f"/v1/stacks/{stack}", json={**body, "dry_run": True})
     removed = scale.removed_nodes(stack, dry, client.get)
@@ -230,8 +230,8 @@ def outputs(client: Client, stack: str) -> dict:
 
 
 def finish(client: Client, stack: str, secrets: dict) -> None:
-    from undercloud.orchestration.overcloud.clouds import write_clouds_yaml
-    from undercloud.orchestration.overcloud.deploy import ENDPOINT_WAIT, wait_for_endpoints
+    from undercloud.overcloud.clouds import write_clouds_yaml
+    from undercloud.overcloud.deploy import ENDPOINT_WAIT, wait_for_endpoints
 
     out = outputs(client, stack)
     endpoints = out.get("EndpointMap") or {}
@@ -304,12 +304,12 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
           # nodes are servers of cloud `host`; inner.yaml: {parameter_defaults:
           #   {OvercloudNetwork: lab, OvercloudControllerFlavor: m1.small, ...}}
     """
-    from undercloud.orchestration.overcloud import deployed
-    from undercloud.orchestration.overcloud import plan as op
-    from undercloud.orchestration.overcloud.roles import load_roles, roles_file_for
-    from undercloud.orchestration.overcloud.secrets import secrets_given, stack_dir
-    from undercloud.orchestration.overcloud.state import StackState
     from undercloud.orchestration.template import Bundle
+    from undercloud.overcloud import deployed
+    from undercloud.overcloud import plan as op
+    from undercloud.overcloud.roles import load_roles, roles_file_for
+    from undercloud.overcloud.secrets import secrets_given, stack_dir
+    from undercloud.overcloud.state import StackState
 
     start = time.monotonic()
     if not example and not roles and not environments:
@@ -396,7 +396,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     s = wait(client, stack, plan, start, before)
     conn, gone = drained
     for node in gone:  # now that the node is gone, its agents cannot register again
-        from undercloud.orchestration.overcloud.scale import forget_agents
+        from undercloud.overcloud.scale import forget_agents
         overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, note)
     state.put("last-deploy", {"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier})
     deployed.record(state, {**deployed.make_set(library, records, hypervisor), "overrides": overrides})

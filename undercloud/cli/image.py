@@ -204,7 +204,7 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
     if all_ == bool(name):
         raise InvalidInput("give an image NAME or --all (not both)", "image build")
     if all_:
-        from undercloud.orchestration.overcloud.library import library_images
+        from undercloud.overcloud.library import library_images
 
         targets = catalog.default_targets(library_images())
     else:
@@ -215,7 +215,7 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
 def build_targets(client: Client, targets: list, no_cache: bool = False) -> list[dict]:
     """Build (or find up to date) and register each target; returns the image records."""
     from undercloud.images import build as builder
-    from undercloud.orchestration.overcloud import deployed
+    from undercloud.overcloud import deployed
 
     done = []
     for t in targets:

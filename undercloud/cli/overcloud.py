@@ -53,9 +53,9 @@ def clouds_yaml(stack):
     This is the one command that reveals them (as TripleO's overcloudrc did). The
     endpoint is the virtual IP in front of the APIs, which this host reaches directly.
     """
-    from undercloud.orchestration.overcloud.clouds import admin_password
-    from undercloud.orchestration.overcloud.clouds import clouds_yaml as render
-    from undercloud.orchestration.overcloud.state import StackState
+    from undercloud.overcloud.clouds import admin_password
+    from undercloud.overcloud.clouds import clouds_yaml as render
+    from undercloud.overcloud.state import StackState
 
     client = Client()
     endpoints = _outputs(client, stack).get("EndpointMap") or {}
@@ -200,8 +200,8 @@ def delete(stack, yes):
     kept of it (secrets, deployed sets) and its plan and clouds.yaml in the home. Nothing of
     it is left on the host."""
     from undercloud.cli.stack import wait_for
-    from undercloud.orchestration.overcloud.secrets import stack_dir
-    from undercloud.orchestration.overcloud.state import StackState
+    from undercloud.overcloud.secrets import stack_dir
+    from undercloud.overcloud.state import StackState
 
     client = Client()
     try:
@@ -302,7 +302,7 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
     deploy steps' groups `batch` nodes at a time, rolled back by itself on a failure; up to
     `max_fail` nodes that fail are rolled back alone and the rest goes on) and follow it;
     records `new` as the deployed set once it is complete, with the nodes rolled back."""
-    from undercloud.orchestration.overcloud import deployed, rollout
+    from undercloud.overcloud import deployed, rollout
 
     start = time.monotonic()
     after = rollout.last_event(client.get, stack)
@@ -321,7 +321,7 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
         new = {k: v for k, v in new.items() if k != "rolled_back"}
         if follow.tolerated:
             new["rolled_back"] = {node: failed for node, (failed, _tail) in follow.tolerated.items()}
-        from undercloud.orchestration.overcloud.state import StackState
+        from undercloud.overcloud.state import StackState
 
         deployed.record(StackState(client, stack), new)
         done = sorted(n for n, state in follow.nodes.items() if state == "updated")
@@ -350,8 +350,8 @@ def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: in
 
 def _deployed_set(client: Client, stack: str) -> dict:
     """The stack's recorded deployed sets; refuses a stack that is missing or busy."""
-    from undercloud.orchestration.overcloud import deployed
-    from undercloud.orchestration.overcloud.state import StackState
+    from undercloud.overcloud import deployed
+    from undercloud.overcloud.state import StackState
 
     _idle_stack(client, stack)
     sets = deployed.load(StackState(client, stack))
@@ -414,7 +414,7 @@ def update(stack, services, roles, batch, no_cache, elements_path, max_fail, tim
     """
     from undercloud.cli.image import build_targets
     from undercloud.images import catalog
-    from undercloud.orchestration.overcloud import rollout
+    from undercloud.overcloud import rollout
 
     client = Client(timeout=600)
     current = _deployed_set(client, stack)["current"]
@@ -447,7 +447,7 @@ def update(stack, services, roles, batch, no_cache, elements_path, max_fail, tim
 
 
 def _say_changes(what: str, old: dict, new: dict, changed: list[str]) -> None:
-    from undercloud.orchestration.overcloud import deployed
+    from undercloud.overcloud import deployed
 
     before, after = deployed.refs(old), deployed.refs(new)
     for key in changed:
@@ -473,7 +473,7 @@ def rollback(stack, batch, timeout):
     Example:
       undercloud overcloud update --service keystone && undercloud overcloud rollback
     """
-    from undercloud.orchestration.overcloud import deployed, rollout
+    from undercloud.overcloud import deployed, rollout
 
     client = Client(timeout=600)
     sets = _deployed_set(client, stack)

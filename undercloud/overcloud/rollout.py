@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud import deployed
-from undercloud.orchestration.overcloud.deploy import deployment_reason
 from undercloud.orchestration.resources.base import HELD_BACK
+from undercloud.overcloud import deployed
+from undercloud.overcloud.deploy import deployment_reason
 
 STEP_MEMBER = re.compile(r"^(\w+)Deployment_Step(\d)\.([^.]+)$")
 POLL = 0.5

@@ -1,4 +1,6 @@
-"""The overcloud's code; its data (roles, service templates, examples) is undercloud/overcloud/.
+"""The overcloud, the product Undercloud deploys: its code here, its data beside it
+(roles_data.yaml, overcloud.j2.yaml, services/, environments/, examples/). The HOT engine
+that runs it is undercloud/orchestration/.
 
 - library.py  what each service template declares (read before the stack exists)
 - roles.py    roles_data.yaml and the shipped examples

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from undercloud.errors import UndercloudError
-from undercloud.orchestration.overcloud.plan import STEP_NAMES, Library
+from undercloud.overcloud.plan import STEP_NAMES, Library
 
 NODE_IMAGE_TYPES = {"container": ("oci",), "vm": ("qcow2",), "baremetal": ("qcow2",)}
 

@@ -8,7 +8,7 @@ import yaml
 
 from undercloud.agent.files import write_atomic
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud.secrets import stack_dir
+from undercloud.overcloud.secrets import stack_dir
 
 
 def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionOne") -> str:

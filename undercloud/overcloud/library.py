@@ -37,7 +37,7 @@ import yaml
 
 from undercloud.orchestration.template.source import TemplateError, kind, line_of, parse_yaml, problem
 
-LIBRARY = Path(__file__).resolve().parent.parent.parent / "overcloud"
+LIBRARY = Path(__file__).resolve().parent  # the templates beside this code
 SERVICE_PREFIX = "OS::TripleO::Services::"
 STEPS = (1, 2, 3, 4, 5)
 SECRET_KINDS = ("password", "fernet", "store-key")

@@ -27,11 +27,11 @@ import yaml
 
 from undercloud.agent.files import write_atomic
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud import library as lib
-from undercloud.orchestration.overcloud.library import LIBRARY, STEPS, Service
-from undercloud.orchestration.overcloud.roles import HAPROXY, Role, example_dir
-from undercloud.orchestration.overcloud.secrets import secrets_given, stack_dir
 from undercloud.orchestration.template.source import TemplateError
+from undercloud.overcloud import library as lib
+from undercloud.overcloud.library import LIBRARY, STEPS, Service
+from undercloud.overcloud.roles import HAPROXY, Role, example_dir
+from undercloud.overcloud.secrets import secrets_given, stack_dir
 
 STEP_NAMES = {1: "load balancer", 2: "database and messaging", 3: "bootstrap", 4: "API services",
               5: "compute and agents"}

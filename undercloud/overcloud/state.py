@@ -11,7 +11,7 @@ import json
 import logging
 from typing import Any
 
-from undercloud.orchestration.overcloud.secrets import missing_secrets, stack_dir
+from undercloud.overcloud.secrets import missing_secrets, stack_dir
 
 log = logging.getLogger("undercloud.overcloud")
 HOME_FILES = {"secrets": "secrets.json", "deployed-sets": "deployed-sets.json", "last-deploy": "last-deploy.json"}

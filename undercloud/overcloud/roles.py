@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from undercloud.errors import InvalidInput
-from undercloud.orchestration.overcloud.library import LIBRARY, SERVICE_PREFIX
 from undercloud.orchestration.template.source import Map, Seq, TemplateError, line_of, parse_yaml, problem
+from undercloud.overcloud.library import LIBRARY, SERVICE_PREFIX
 
 EXAMPLES = ("minimal", "ha", "hypervisor-host")
 ROLE_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
