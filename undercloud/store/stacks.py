@@ -15,6 +15,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 from undercloud.store.crypto import Encrypted
 from undercloud.store.db import Base
 
+NAME_MAX = 255  # a stack's name, root or nested (Heat's limit too)
+
 
 class Stack(Base):
     __tablename__ = "stacks"
@@ -23,7 +25,7 @@ class Stack(Base):
                             postgresql_where=text("parent_id IS NULL")),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    name: Mapped[str] = mapped_column(String(255), index=True)
+    name: Mapped[str] = mapped_column(String(NAME_MAX), index=True)
     root_id: Mapped[str] = mapped_column(String(36), index=True)
     parent_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     parent_resource: Mapped[str | None] = mapped_column(String(255), nullable=True)

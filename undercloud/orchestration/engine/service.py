@@ -33,7 +33,7 @@ from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
 from undercloud.orchestration.services import EngineOnly, PluginServices
 from undercloud.store import Store
-from undercloud.store.stacks import Stack, StackEvent, StackResource
+from undercloud.store.stacks import NAME_MAX, Stack, StackEvent, StackResource
 from undercloud.store.workers import Worker
 
 log = logging.getLogger("undercloud.engine")
@@ -152,6 +152,8 @@ class StackService:
         if not name or not name[0].isalpha() or not all(c.isalnum() or c in "-_." for c in name):
             raise InvalidInput(f"stack name {name!r}: must start with a letter and hold only letters, "
                                "digits, '-', '_' and '.'")
+        if len(name) > NAME_MAX:
+            raise InvalidInput(f"stack name {name[:40]!r}...: {len(name)} characters, at most {NAME_MAX}")
         with self.store.engine.connect() as conn:
             if conn.execute(select(STACKS.c.id).where(STACKS.c.parent_id.is_(None))
                             .where(STACKS.c.name == name)).first():

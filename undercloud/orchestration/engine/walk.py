@@ -47,6 +47,7 @@ from undercloud.orchestration.resources.base import (
 from undercloud.orchestration.resources.group import ResourceGroup
 from undercloud.orchestration.resources.nested import TemplateResource
 from undercloud.orchestration.template.parameters import secret_texts
+from undercloud.store.stacks import NAME_MAX
 
 log = logging.getLogger("undercloud.engine")
 
@@ -517,7 +518,7 @@ class ResTask:
         if not new:
             srow = w.stack_rows[child_id]
         else:
-            srow = w.new_stack_row(self.stack, self.name, child_tmpl, self.props)
+            srow = w.new_stack_row(self.stack, self.name, child_tmpl, self.props, row.uuid if row else "")
             if not plan:
                 row.nested_id = srow["id"]
                 w.writer.touch_row(row)
@@ -766,6 +767,7 @@ class Walk:
         self.inflight: dict[Any, None] = {}  # tasks with a blocking call in the pool
         self.failure: str | None = None
         self.stack_rows: dict[str, dict] = {}
+        self.nested_names: dict[str | None, set[str]] | None = None  # parent id -> names (nested_name)
         self.rows_by_stack: dict[str, list[ResourceRow]] = {}
         self.lazy = False
         # True when the files and environments are those of the last operation: a nested
@@ -841,6 +843,7 @@ class Walk:
         """Stack rows, and resource rows (None: each stack's rows are read when it is visited,
         so an update that skips unchanged nested stacks never reads theirs)."""
         self.stack_rows = {s["id"]: s for s in stack_rows}
+        self.nested_names = None
         self.lazy = res_rows is None
         for r in res_rows or []:
             self.rows_by_stack.setdefault(r.stack_id, []).append(r)
@@ -856,10 +859,33 @@ class Walk:
             return [ResourceRow.from_store(r) for r in conn.execute(
                 select(RES).where(RES.c.stack_id == stack_id).order_by(RES.c.id)).mappings()]
 
-    def new_stack_row(self, parent: StackNode, resource: str, tmpl: Any, params: dict) -> dict:
+    def nested_name(self, parent: dict, resource: str, uuid: str) -> str:
+        """A new nested stack's name, unique within its parent as Heat's are: `<parent>-<resource>`
+        (the template's OS::stack_name) unless a nested stack of that parent holds it (the one a
+        replacement replaces, until the cleanup deletes it); then, as Heat names every nested
+        stack, with a suffix from the resource's uuid. Cut to the store's 255 characters as
+        Heat does (the start and the unique end kept)."""
+        if self.nested_names is None:  # built once per walk, then kept up to date here
+            self.nested_names = {}
+            for s in self.stack_rows.values():
+                self.nested_names.setdefault(s.get("parent_id"), set()).add(s["name"])
+        taken = self.nested_names.setdefault(parent["id"], set())
+        base = f"{parent['name']}-{resource}"
+        tail = uuid.replace("-", "") or uuidlib.uuid4().hex
+        for name in [base] + [f"{base}-{tail[i:i + 12]}" for i in range(0, len(tail) - 11, 4)]:
+            if len(name) > NAME_MAX:
+                name = name[:NAME_MAX // 2 - 1] + "-" + name[-(NAME_MAX - NAME_MAX // 2):]
+            if name not in taken:
+                taken.add(name)
+                return name
+        # unreachable in practice (a uuid gives 6 distinct suffixes): refuse rather than share
+        raise UndercloudError(f"nested stack of {parent['name']}.{resource}: no free name "
+                              f"({base!r} and its suffixes are taken within its parent)")
+
+    def new_stack_row(self, parent: StackNode, resource: str, tmpl: Any, params: dict, uuid: str = "") -> dict:
         now = time.time()
         row = {
-            "id": str(uuidlib.uuid4()), "name": f"{parent.row['name']}-{resource}",
+            "id": str(uuidlib.uuid4()), "name": self.nested_name(parent.row, resource, uuid),
             "root_id": parent.row["root_id"], "parent_id": parent.row["id"], "parent_resource": resource,
             "path": parent.child_path(resource), "action": Action.CREATE, "status": Status.IN_PROGRESS,
             "status_reason": "", "bundle": None, "parameters": params, "prev_bundle": None,
