@@ -30,6 +30,14 @@ from undercloud.config import Home, private_file
 from undercloud.errors import InvalidInput, ServiceUnavailable, UndercloudError
 
 START_TIMEOUT = 30.0
+# `serve`'s exit status when another service holds the home. The systemd unit does not
+# restart on it (RestartPreventExitStatus): a unit started while a CLI-started service runs
+# fails once with the line naming that pid, instead of restarting every few seconds.
+HOME_HELD = 73
+
+
+class HomeHeld(UndercloudError):
+    exit_code = HOME_HELD
 
 
 def url(home: Home) -> str | None:
@@ -115,7 +123,7 @@ def _hold_serve_lock(home: Home) -> int:
     except BlockingIOError:
         os.close(fd)
         other = serving(home)
-        raise UndercloudError(f"another undercloud service runs for {home.path}"
+        raise HomeHeld(f"another undercloud service runs for {home.path}"
                               f"{f' (pid {other})' if other and other > 0 else ''}; "
                               f"stop it first (undercloud service stop)") from None
     os.ftruncate(fd, 0)

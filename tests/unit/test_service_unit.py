@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 
 def verify(unit) -> subprocess.CompletedProcess:
@@ -101,3 +101,39 @@ def test_serve_logs_to_stderr_and_to_the_homes_log(tmp_path):
     line = next(x for x in log.read_text().splitlines() if "serving" in x)
     assert f"serving {home} on http://127.0.0.1:" in line
     assert line in stderr.splitlines()
+
+
+def test_the_unit_on_a_home_a_cli_started_service_holds_fails_once_naming_its_pid(uc_home, tmp_path):
+    """The unit's own command, run while `service start` holds the home, exits with the status
+    the unit does not restart on, in one line naming the holder: no restart loop."""
+    import json
+
+    from undercloud import daemon
+
+    r = run_cli("service", "start", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    holder = json.loads(r.stdout)["pid"]
+    r = run_cli("service", "install", "--home", str(uc_home.path), "--user", "root", "--name", "uc-held",
+                "--unit-dir", str(tmp_path))
+    assert r.returncode == 0 and f"runs already (pid {holder})" in r.stderr, r.stderr
+    unit = tmp_path / "uc-held.service"
+    lines = unit.read_text().splitlines()
+    no_restart = {int(x) for line in lines if line.startswith("RestartPreventExitStatus=")
+                  for x in line.split("=", 1)[1].split()}
+    assert "Restart=on-failure" in lines and daemon.HOME_HELD in no_restart
+    # what systemd would run: the unit's ExecStart with its Environment (a real second process)
+    argv = next(x for x in lines if x.startswith("ExecStart=")).removeprefix("ExecStart=").split()
+    # (this tree's code, not an installed copy's)
+    env = {**os.environ, "UNDERCLOUD_HOME": str(uc_home.path), "PYTHONPATH": str(REPO)}
+    t0 = time.monotonic()
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 30  # at once: it opened nothing (generous for a loaded machine)
+    assert second.returncode in no_restart, (second.returncode, second.stderr)
+    out = second.stderr.strip().splitlines()
+    assert out == [f"error: another undercloud service runs for {uc_home.path} (pid {holder}); "
+                   "stop it first (undercloud service stop)"], second.stderr
+    assert daemon.serving(uc_home) == holder  # the CLI-started one runs on, untouched
+    # any other failure still restarts: only the "home held" status is exempt
+    assert no_restart == {daemon.HOME_HELD}
+    v = verify(unit)
+    assert v.returncode == 0 and v.stderr == "", v.stderr

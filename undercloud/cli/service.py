@@ -157,6 +157,9 @@ ExecStart={" ".join(_quote(a) for a in executable)} serve
 SyslogIdentifier=undercloud
 Restart=on-failure
 RestartSec=5
+# Another service holds the home (e.g. one started by `undercloud service start`): fail once,
+# the journal naming its pid, rather than restart in a loop until it stops.
+RestartPreventExitStatus={daemon.HOME_HELD}
 # Stop the service alone: what it started (container nodes, the podman API service, lab BMCs)
 # keeps running, as with `undercloud service stop`, and the next start takes it up again.
 KillMode=process
