@@ -196,6 +196,12 @@ def stop(state_dir: Path) -> bool:
     return ran
 
 
+def running_pid(state_dir: Path) -> int | None:
+    """The pid of the dnsmasq whose state is in `state_dir`, if it runs."""
+    pid = _pid(state_dir / "dnsmasq.pid")
+    return pid if pid_alive(pid) and "dnsmasq" in _comm(pid) else None
+
+
 def _pid(pid_file: Path) -> int | None:
     try:
         return int(pid_file.read_text().strip())

@@ -71,6 +71,40 @@ def _free_port(kind: int = socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
+def _processes() -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every process but this one."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                raw = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if raw:
+                out.append((int(entry.name), raw.rstrip(b"\0").decode(errors="replace").split("\0")))
+    return out
+
+
+def _same_netns(a: str | Path, b: str | Path) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _stop(pid: int) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+LEFTOVERS_SHOWN = 6  # `up`'s one line names this many leftovers, then counts the rest
+
+
 def _accel_line(accel: dict | None) -> str:
     if not accel:
         return "not probed yet (decided at `lab up`)"
@@ -258,6 +292,50 @@ class Lab:
         self.instackenv.touch(mode=0o600)
         self.instackenv.write_text(json.dumps({"nodes": nodes}, indent=2) + "\n")
 
+    # ------------------------------------------------------------- leftovers
+    def _stray_processes(self) -> list[tuple[int, str]]:
+        """Processes of an earlier lab of this home's path that no state names: its BMCs
+        (their config is in the lab's directory), qemus on its disks (a libvirtd gone
+        before them), and a network boot dnsmasq its pid file no longer names."""
+        dhcp = self.home.path / "netboot" / "dhcp"
+        tracked = dnsmasq.running_pid(dhcp)
+        bmc = (self.state().get("bmc") or {}).get("pid")
+        found = []
+        for pid, argv in _processes():
+            if pid in (tracked, bmc):
+                continue
+            program, args = Path(argv[0]).name, " ".join(argv[1:])
+            if (f"{self.dir}/sushy-emulator.conf" in args and "sushy_tools" in args) or (
+                    f"{self.dir}/ipmi-bmc.json" in args and "undercloud.lab.ipmi_bmc" in args):
+                found.append((pid, "lab BMC"))
+            elif program.startswith("qemu-system") and f"{IMAGES}/{self.instance}-node-" in args:
+                found.append((pid, "qemu of a lab node"))
+            elif program == "dnsmasq" and f"{dhcp}/" in args:
+                found.append((pid, "network boot dnsmasq"))
+        return found
+
+    def leftovers(self) -> list[str]:
+        """What an earlier lab of this home's path (one path, one instance name) left on the
+        host that its state no longer records (a killed run, a home removed and made again)
+        and that would make `up` fail obscurely: domains and disks of its node names ("Is
+        another process using the image"), processes on them, and a namespace of its name
+        that is not libvirtd's (its bridge one libvirt cannot see). A namespace libvirtd
+        uses, and the bridge in it, are taken over as they are."""
+        found = []
+        ns = Path(f"/run/netns/{self.netns}")
+        lv = libvirtd_pid()
+        stale = lv is not None and ns.exists() and not _same_netns(ns, f"/proc/{lv}/ns/net")
+        if stale:
+            found.append(f"network namespace {self.netns} (not libvirtd's: libvirt cannot see its bridge)")
+        if (stale or not ns.exists()) and run(["ip", "link", "show", self.host_link], check=False).returncode == 0:
+            found.append(f"host link {self.host_link} (its peer not on a bridge libvirt sees)")
+        if lv is not None:
+            listed = virsh("list", "--all", "--name", check=False, timeout=30).stdout.split()
+            found += [f"domain {n}" for n in sorted(listed) if n.startswith(f"{self.instance}-node-")]
+        found += [f"disk {p}" for p in sorted(IMAGES.glob(f"{self.instance}-node-*.qcow2"))]
+        found += [f"{what} (pid {pid})" for pid, what in self._stray_processes()]
+        return found
+
     # ------------------------------------------------------------------ verbs
     def up(self, nodes: int, bmc: str = "redfish", memory_mb: int = 512, disk_gb: int = 10,
            boot_mode: str = "bios") -> dict:
@@ -274,6 +352,11 @@ class Lab:
             raise LabError(f"--nodes must be between 1 and 64, got {nodes}")
         if self.state():
             raise Conflict(f"the lab of this home is already up ({self.state_file}); run `undercloud lab down` first")
+        found = self.leftovers()
+        if found:
+            more = f" and {len(found) - LEFTOVERS_SHOWN} more" if len(found) > LEFTOVERS_SHOWN else ""
+            raise Conflict(f"an earlier lab of this home's path (instance {self.instance}) left "
+                           f"{', '.join(found[:LEFTOVERS_SHOWN])}{more}; remove them with `undercloud lab down`")
         accel = accelerator()  # KVM only when a probe boot shows it works (at most ~15 s, once per machine)
         self.dir.mkdir(parents=True, exist_ok=True)
         state: dict[str, Any] = {"instance": self.instance, "netns": self.netns, "memory_mb": memory_mb,
@@ -327,13 +410,12 @@ class Lab:
         bmc = state.get("bmc") or {}
         pid = bmc.get("pid")
         if pid and pid_alive(pid) and bmc.get("config", "?") in cmdline(pid):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
+            _stop(pid)
             removed.append(f"{bmc.get('type')} BMC process {pid}")
+        for pid, what in self._stray_processes():  # an earlier run's, no state naming them
+            if pid_alive(pid):
+                _stop(pid)
+                removed.append(f"{what} (pid {pid})")
         names = {d["name"] for d in state.get("domains", [])}
         if names and libvirtd_pid() is None:  # defined domains outlive libvirtd: start it to remove them
             ensure_libvirtd(self.netns)
@@ -344,8 +426,8 @@ class Lab:
                 virsh("destroy", name, check=False, timeout=30)
                 if virsh("undefine", "--nvram", name, check=False, timeout=30).returncode == 0:
                     removed.append(f"domain {name}")  # with its UEFI variable store, if any
-        for d in state.get("domains", []):
-            disk = Path(d["disk"])
+        disks = {Path(d["disk"]) for d in state.get("domains", [])}
+        for disk in sorted(disks | set(IMAGES.glob(f"{self.instance}-node-*.qcow2"))):
             if disk.exists():
                 disk.unlink()
                 removed.append(f"disk {disk}")
