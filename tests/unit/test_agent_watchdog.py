@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from undercloud.agent import kube, watchdog
+from undercloud.agent import files, kube, watchdog
 
 
 def test_liveness_is_the_containers_own_check():
@@ -269,3 +269,51 @@ def test_a_pass_seen_before_the_listing_showed_a_restart_counts(node, monkeypatc
     node.probe_ok = False
     for _ in range(5):
         assert dog2.round() == []
+
+
+def test_asked_for_a_report_it_probes_now_and_answers_even_paused(node, monkeypatch):
+    """The undercloud's request (`health_request` in the document the runner keeps in
+    metadata.json): every running container's readiness probe, run now, in a report sent at
+    once with `answers`, paused or not; once answered, nothing more until the next request."""
+    probes = []
+    monkeypatch.setattr(kube, "probe", lambda spec, timeout=2.0, run_exec=None: probes.append(spec) or
+                        (node.probe_ok, "" if node.probe_ok else "connection refused\n"))
+    tries = []
+
+    def report(body):
+        tries.append(json.loads(json.dumps(body)))
+        if len(tries) == 2:
+            raise OSError("connection refused")
+
+    doc = kube.state_dir().parent / "metadata.json"
+    dog = watchdog.Watchdog(lambda m: None, report=report)
+    (kube.state_dir() / "watchdog.pause").touch()
+    dog.round()
+    assert probes == [] and tries[-1]["answers"] is None  # paused, not asked: no probe
+    files.write_atomic(doc, json.dumps({"deployments": [], "health_request": 1000.5}))
+    node.probe_ok = False
+    assert dog.request() == 1000.5
+    dog.round()  # the report of this answer is refused: asked again next round
+    assert len(probes) == 1 and dog.request() == 1000.5 and dog.tried == 1000.5
+    node.probe_ok = True
+    dog.round()
+    assert len(probes) == 2 and dog.request() is None
+    sent = tries[-1]
+    assert sent["answers"] == 1000.5 and sent["paused"] is True
+    assert sent["pods"]["keystone"]["containers"]["keystone"]["ready"] == "healthy"
+    assert node.acted == []  # paused: reports, repairs nothing
+    dog.round()
+    assert len(probes) == 2 and len(tries) == 3  # answered, unchanged: neither probed nor sent again
+    # A new request; keystone stopped meanwhile: not probed, its state says it.
+    node.containers[("keystone", "keystone")]["state"] = "exited"
+    files.write_atomic(doc, json.dumps({"deployments": [], "health_request": 1001.0}))
+    dog.round()
+    assert len(probes) == 2 and tries[-1]["answers"] == 1001.0
+    assert "ready" not in tries[-1]["pods"]["keystone"]["containers"]["keystone"]
+    # A failing probe says which check and its last words.
+    node.containers[("keystone", "keystone")]["state"] = "running"
+    node.probe_ok = False
+    files.write_atomic(doc, json.dumps({"deployments": [], "health_request": 1002.0}))
+    dog.round()
+    assert tries[-1]["pods"]["keystone"]["containers"]["keystone"]["ready"] == \
+        "failing (HTTP GET :15000/v3 did not pass: connection refused)"

@@ -104,7 +104,9 @@ class Agent:
     # --- apply / refresh ---
     def sources(self, metadata: dict) -> list[dict]:
         out = [_read_json(p, {}) for p in self.s.metadata_files]
-        out.append(metadata)
+        # A request for a health report (agent/watchdog.py) is no configuration: kept out of
+        # the merge, it runs no refresh phases.
+        out.append({k: v for k, v in metadata.items() if k != "health_request"})
         for d in metadata.get("deployments") or []:
             if d.get("group", "Heat::Ungrouped") in hooks.APPLY_GROUPS and isinstance(d.get("config"), dict):
                 out.append(d["config"])

@@ -22,8 +22,14 @@ stopped service must stay stopped.
 What it sees goes to kube/health.json and to the undercloud (`PUT .../health`, on change
 and every REPORT_EVERY seconds): per Pod its config hash, per container its state, image,
 restarts (its own, and podman's: a container whose start time changed without it acting)
-and the last restart with its reason. `undercloud
-overcloud status` shows them.
+and the last restart with its reason.
+
+Asked for a fresh report (`undercloud overcloud status`: the undercloud puts a request,
+`health_request`, in this server's document, which the agent's poll fetches into
+metadata.json), it lists the containers again, runs every running container's readiness
+probe now (`ready`: "healthy" or "failing (why)"), and reports at once with `answers` = that
+request, paused or not: a pause stops repairs, not reports. The undercloud shows a node
+whose report does not answer its request as unknown, never an older result as now.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ REPORT_EVERY = 60.0
 LIVENESS_TIMEOUT = 5.0  # seconds, unless the probe says timeoutSeconds: a busy service is not a hung one
 MAX_SPACING = 15.0  # seconds: checks never spaced wider, however much the passing ones cost
 LIST_SHARE = 20  # list the containers again after 20 times what a listing cost: <= 5 % of the time
+READY_TIMEOUT = 2.0  # seconds a readiness probe run on request waits, unless it says timeoutSeconds
+ASK_LOOK = 0.25  # seconds between looks for a request for a fresh report while the watchdog waits
+HEALTH_REQUEST = "health_request"  # the key of the request in the undercloud's document
 
 
 def _now_text() -> str:
@@ -64,6 +73,27 @@ class Watchdog:
         self.probe_cost = 0.0  # seconds the passing checks of the last round that ran some took
         self.played_last: set = set()
         self.probing = 0.0
+        self.answered = self.health.get("answers")  # the last request for a report answered
+        self.doc_seen: tuple | None = None  # metadata.json's (inode, mtime, size) when last read
+        self.asked: float | None = None  # the request in it
+        self.tried: float | None = None  # the last request a round ran for (answered or not)
+
+    def request(self) -> float | None:
+        """A request for a fresh report not answered yet (the runner's copy of the
+        undercloud's document, read again only when it changed), else None."""
+        path = kube.state_dir().parent / "metadata.json"
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        if (st.st_ino, st.st_mtime_ns, st.st_size) != self.doc_seen:  # the runner replaces it: a new inode
+            self.doc_seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            try:
+                asked = json.loads(path.read_text()).get(HEALTH_REQUEST)
+            except (OSError, ValueError, AttributeError):
+                asked = None
+            self.asked = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) else None
+        return self.asked if self.asked is not None and self.asked != self.answered else None
 
     @staticmethod
     def played() -> list[tuple[str, str, str, dict]]:
@@ -86,6 +116,9 @@ class Watchdog:
     def round(self) -> list[str]:
         """One look at every played Pod; returns what it repaired."""
         did: list[str] = []
+        request = self.tried = self.request()
+        if request is not None:
+            self.listings.clear()  # asked how things are now: list now
         pods = self.played()
         played = {(name, digest) for name, _m, digest, _p in pods}
         if played != self.played_last:  # a Pod played or replaced since: list again now
@@ -109,8 +142,34 @@ class Watchdog:
                         did += self._look(name, mode, pod, listing[mode], mode in fresh)
         if self.probing:
             self.probe_cost = self.probing
-        self._record(pods, listing)
+        ready = self._readiness(pods, listing) if request is not None else None
+        self._record(pods, listing, ready, request)
         return did
+
+    def _readiness(self, pods: list, listing: dict) -> dict[tuple[str, str], str]:
+        """(pod, container) -> "healthy" / "failing (why)": the readiness probe of every
+        running container, now, in parallel (a hung service costs its timeout once)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        jobs = []
+        for name, mode, _digest, pod in pods:
+            for c in pod["spec"]["containers"]:
+                spec = c.get("readinessProbe")
+                if not spec:
+                    continue
+                if mode in ("netns", "podman"):
+                    info = (listing.get(mode) or {}).get((name, c["name"]))
+                    if info is None or info["state"] != "running":
+                        continue  # its state says it
+                    run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
+                else:
+                    run_exec = None  # process mode: the probe runs here
+                jobs.append(((name, c["name"]), spec, run_exec))
+        if not jobs:
+            return {}
+        with ThreadPoolExecutor(min(8, len(jobs))) as pool:
+            results = list(pool.map(lambda job: readiness(job[1], job[2]), jobs))
+        return {key: result for (key, _s, _r), result in zip(jobs, results)}
 
     def _listing(self, mode: str) -> tuple[dict | None, bool]:
         """(the node's containers, listed just now?). Listed again only LIST_SHARE times
@@ -207,8 +266,9 @@ class Watchdog:
         return self.health.setdefault("pods", {}).setdefault(pod, {}).setdefault("containers", {}) \
             .setdefault(container, {})
 
-    def _record(self, pods: list, listing: dict) -> None:
-        """health.json, and the report to the undercloud when it changed (or now and then)."""
+    def _record(self, pods: list, listing: dict, ready: dict | None = None, request: float | None = None) -> None:
+        """health.json, and the report to the undercloud when it changed (or now and then, or
+        at once when asked: `ready` holds the readiness probes run for `request`)."""
         kept = self.health.get("pods") or {}
         out = {}
         for name, mode, digest, pod in pods:
@@ -226,18 +286,34 @@ class Watchdog:
                                restarts=int(rec.get("agent_restarts") or 0) + int(rec.get("policy_restarts") or 0))
                 else:
                     rec.update(state="supervised", image=c.get("image", ""))
+                if ready is not None:  # kept until the next request: the results as of `answers`
+                    rec.pop("ready", None)
+                    if (name, c["name"]) in ready:
+                        rec["ready"] = ready[(name, c["name"])]
                 containers[c["name"]] = rec
             out[name] = {"config": digest[:12], "mode": mode, "containers": containers}
-        self.health = {"paused": self.paused(), "pods": out}
+        answers = request if request is not None else self.health.get("answers")
+        self.health = {"paused": self.paused(), "pods": out, "answers": answers}
         text = json.dumps(self.health, sort_keys=True)
         files.write_atomic(self.file, text)
-        if self.report and (text != self.sent or time.monotonic() - self.sent_at > REPORT_EVERY):
+        if self.report and (request is not None or text != self.sent or time.monotonic() - self.sent_at > REPORT_EVERY):
             try:
                 self.report(self.health)
             except Exception as exc:  # noqa: BLE001 - the transport's errors; reported again next round
                 self.log(f"watchdog: health report not acknowledged: {exc}")
-                return
+                return  # a request stays unanswered: probed and sent again next round
             self.sent, self.sent_at = text, time.monotonic()
+        if request is not None:
+            self.answered = request
+
+
+def readiness(spec: dict, run_exec=None) -> str:
+    """A readiness probe's result as `overcloud status` shows it."""
+    ok, said = kube.probe(spec, timeout=READY_TIMEOUT, run_exec=run_exec)
+    if ok:
+        return "healthy"
+    lines = [x.strip() for x in (said or "").splitlines() if x.strip()]
+    return f"failing ({kube._probe_text(spec)} did not pass{': ' + lines[-1][:120] if lines else ''})"
 
 
 def run(log, interval: float, report=None, stop=None) -> None:
@@ -248,4 +324,6 @@ def run(log, interval: float, report=None, stop=None) -> None:
             dog.round()
         except Exception as exc:  # noqa: BLE001 - a supervisor must outlive one bad round
             log(f"watchdog: round failed: {type(exc).__name__}: {exc}")
-        time.sleep(interval)
+        until = time.monotonic() + interval
+        while time.monotonic() < until and not (stop and stop()) and dog.request() in (None, dog.tried):
+            time.sleep(max(0.0, min(ASK_LOOK, until - time.monotonic())))  # asked for a report: a round now

@@ -41,6 +41,7 @@ ROUTERS: list[str] = [
     "undercloud.api.nodes",
     "undercloud.api.clouds",
     "undercloud.api.overcloud",
+    "undercloud.api.overcloud_status",
     "undercloud.api.deploy",
     "undercloud.api.servers",
     "undercloud.api.stacks",

@@ -67,7 +67,9 @@ def clouds_yaml(stack):
 
 
 def probe(address: str, check: str, timeout: float = 2.0) -> str:
-    """Run a health check ("HTTP GET :PORT/PATH" or "TCP :PORT") against `address`."""
+    """Run a health check ("HTTP GET :PORT/PATH" or "TCP :PORT") against `address` from this
+    host: the tests and benches time a service's recovery with it. `status` does not use it
+    (the nodes' agents run the checks)."""
     m = re.match(r"^HTTP GET :(\d+)(\S*)$", check)
     try:
         if m:
@@ -84,112 +86,39 @@ def probe(address: str, check: str, timeout: float = 2.0) -> str:
     return "unknown check"
 
 
-def probe_container(container: str, spec: dict, node_container: str = "") -> str:
-    """A Pod's exec readiness probe, run inside its container through the host's podman
-    (container nodes: the node is the container `node_container`); elsewhere the node's
-    agent runs it."""
-    from undercloud.host import podman as hp
-
-    state = hp.podman("container", "inspect", container, "--format", "{{.State.Status}}", check=False)
-    if state.returncode != 0:
-        if node_container and hp.podman("container", "exists", node_container, check=False).returncode == 0:
-            return "failing (container missing)"
-        return "not checked from here (the node's agent runs it)"
-    if state.stdout.strip() != "running":
-        return f"failing (container {state.stdout.strip()})"
-    timeout = int(spec.get("timeoutSeconds") or 10)
+def service_health(client: Client, stack: str, only: str | None = None, wait: float = 10.0) -> list[dict]:
+    """One row per service per node (or of node `only`), as the nodes' agents report it: the
+    service asks them for a fresh report and waits up to `wait` seconds for their answers
+    (GET /v1/overclouds/STACK/status; overcloud/status.py)."""
+    params = {"wait": wait} if only is None else {"wait": wait, "node": only}
     try:
-        p = hp.podman("exec", container, *[str(a) for a in spec["exec"]["command"]], check=False, timeout=timeout + 5)
-    except UndercloudError:  # podman exec did not finish in time
-        return f"failing (no answer within {timeout + 5} s)"
-    if p.returncode == 0:
-        return "healthy"
-    last = (p.stderr or p.stdout).strip().splitlines()[-1:] or [""]
-    return f"failing (exit {p.returncode}{': ' + last[0][:120] if last[0] else ''})"
-
-
-def check(instance: str, node: str, address: str, service: list) -> str:
-    """One service's health on one node: its readiness probes (HTTP and TCP from this host
-    to the node's address, exec inside the container), else its health check words."""
-    name, _step, words, *rest = service
-    pod, probes = (rest + [None, []])[:2]
-    results = []
-    for container, spec in probes or []:
-        if "exec" in spec:
-            results.append(probe_container(f"{instance}-{node}-{pod}-{container}", spec, f"{instance}-{node}"))
-        elif "httpGet" in spec:
-            h = spec["httpGet"]
-            results.append(probe(h.get("host") or address, f"HTTP GET :{h['port']}{h.get('path', '/')}"))
-        elif "tcpSocket" in spec:
-            results.append(probe(spec["tcpSocket"].get("host") or address, f"TCP :{spec['tcpSocket']['port']}"))
-    if not results:
-        return probe(address, words) if address else "no address"
-    return next((r for r in results if r != "healthy"), "healthy")
-
-
-def node_reports(client: Client, nodes: list[str]) -> dict[str, dict]:
-    """node -> what its agent's watchdog last reported (nodes that have not reported: none)."""
-    reports = {}
-    for node in nodes:
-        try:
-            reports[node] = client.get(f"/v1/servers/{node}/health")
-        except UndercloudError:
-            continue
-    return reports
-
-
-def service_health(client: Client, stack: str, only: str | None = None, out: dict | None = None) -> list[dict]:
-    """One row per service per node (or of node `only`): its health checked now (probes
-    from this host, exec ones inside the container on container nodes; a container its
-    agent reports stopped is not healthy either), and from the agent's report its
-    restarts, image and config."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    out = out or _outputs(client, stack)
-    nodes, services = out.get("RoleNodes") or {}, out.get("RoleServices") or {}
-    todo = [(role, node, address, svc) for role, members in sorted(nodes.items())
-            for node, address in sorted((members or {}).items()) if only in (None, node)
-            for svc in services.get(role) or []]
-    reports = node_reports(client, sorted({node for _, node, _, _ in todo}))
-
-    def row(item) -> dict:
-        role, node, address, svc = item
-        pod = (svc[3:4] or [None])[0]
-        seen = ((reports.get(node) or {}).get("pods") or {}).get(pod) or {}
-        containers = seen.get("containers") or {}
-        health = check(client.home.instance, node, address, svc) if address else "no address"
-        stopped = sorted(f"{c} {x.get('state')}" for c, x in containers.items()
-                         if x.get("state") not in ("running", "supervised", None))
-        if health == "healthy" and stopped:
-            health = f"failing ({', '.join(stopped)})"
-        last = max((x.get("last_restart") or {} for x in containers.values()), key=lambda r: r.get("at", ""),
-                   default={})
-        return {"role": role, "node": node, "address": address, "service": svc[0], "step": svc[1],
-                "health_check": svc[2], "health": health,
-                "restarts": sum(int(x.get("restarts") or 0) for x in containers.values()) if seen else None,
-                "image": ",".join(sorted({x.get("image_id") or x.get("image", "") for x in containers.values()})),
-                "config": seen.get("config", ""), "last_restart": last.get("why", "")}
-
-    with ThreadPoolExecutor(8) as pool:  # checks wait on the network and on podman exec: in parallel
-        return list(pool.map(row, todo))
+        return client.get(f"/v1/overclouds/{stack}/status", params=params)
+    except NotFound as exc:
+        raise NotFound(exc.message, "NODE" if only else "--stack") from None
 
 
 @overcloud.command()
 @STACK_OPTION
+@click.option("--wait", type=click.FloatRange(0, 60), default=10, show_default=True, metavar="SECONDS",
+              help="How long to wait for the nodes' agents to answer with a fresh report.")
 @formatted(["role", "node", "address", "service", "step", "health_check", "health", "restarts", "image", "config"])
-def status(stack):
-    """Every node, its services and their health checks, checked now from this host (exec
-    checks inside their containers, on container nodes), with what each node's agent
-    reports: restarts (its watchdog's and podman's), image and configuration versions (a
-    half-rolled change shows as mixed versions). `-f json` adds the last restart's reason."""
-    client = Client()
+def status(stack, wait):
+    """Every node, its services and their health, as each node's agent reports it: asked
+    for a fresh report, the agent runs its services' readiness probes on the node itself
+    (so nodes on any host and any network are checked alike), and reports with them its
+    containers' states, restarts (its watchdog's and podman's), image and configuration
+    versions (a half-rolled change shows as mixed versions). Health is "healthy", "failing
+    (why)", or "unknown (why)" for a node whose agent did not answer within --wait seconds
+    (its last report's age is shown, never an older result as now). `-f json` adds the last
+    restart's reason."""
+    client = Client(timeout=60 + wait)
     try:
         s = client.get(f"/v1/stacks/{stack}")
     except NotFound:
         raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
     note(f"stack {stack}: {s['stack_status']}" + (f" ({s['stack_status_reason']})"
                                                   if s["stack_status"].endswith("FAILED") else ""))
-    return service_health(client, stack)
+    return service_health(client, stack, wait=wait)
 
 
 @overcloud.command()
@@ -228,11 +157,6 @@ def _idle_stack(client: Client, stack: str) -> dict:
         raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
                               f"`undercloud stack cancel {stack}`", "--stack")
     return s
-
-
-def _settled(health: str) -> bool:
-    """Healthy, or checked only by the node's own agent (whose deploy steps wait for it)."""
-    return health == "healthy" or health.startswith("not checked from here")
 
 
 @overcloud.command()
@@ -278,12 +202,12 @@ def replace(stack, node, yes, timeout):
             raise UndercloudError(f"replace: {node}'s rebuild failed: {server.get('fault') or server.get('notes')}",
                                   "NODE")
         if server["status"] == "ACTIVE":
-            rows = service_health(client, stack, only=node, out=out)
+            rows = service_health(client, stack, only=node, wait=5)
             for r in rows:
-                if r["service"] not in seen and _settled(r["health"]):
+                if r["service"] not in seen and r["health"] == "healthy":
                     seen.add(r["service"])
                     note(f"[{time.monotonic() - start:6.1f}s] {node}: {r['service']} {r['health']}")
-            if rows and all(_settled(r["health"]) for r in rows):
+            if rows and all(r["health"] == "healthy" for r in rows):
                 now = (next(iter((server.get("addresses") or {}).values()), None) or [address])[0]
                 took = time.monotonic() - start
                 note(f"replace: {node} replaced in {took:.1f} s: {len(rows)} service(s) healthy, "
@@ -291,7 +215,7 @@ def replace(stack, node, yes, timeout):
                 return {"node": node, "role": role, "address": now, "seconds": round(took, 1),
                         "services": sorted(seen)}
         time.sleep(2)
-    failing = [f"{r['service']}: {r['health']}" for r in rows if not _settled(r["health"])]
+    failing = [f"{r['service']}: {r['health']}" for r in rows if not r["health"] == "healthy"]
     raise UndercloudError(f"replace: {node} not healthy after {timeout:g} min: "
                           f"{'; '.join(failing) or 'its server is not ACTIVE'}", "--timeout")
 

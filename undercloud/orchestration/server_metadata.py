@@ -44,6 +44,9 @@ SKEW = 10.0  # seconds: signals written this long before the last refresh are re
 # marks are written together, one transaction per heartbeat (`flush_seen`), whatever the fleet
 SEEN_WRITE_EVERY = 15.0
 REVOKED = "revoked"  # the token hash of a server being deleted: no token hashes to it (not hex)
+# A key of the server's document: when a client last asked its agent for a fresh health
+# report (`request_health`); the agent's watchdog answers with that value (`answers`).
+HEALTH_REQUEST = "health_request"
 log = logging.getLogger("undercloud.agents")
 
 
@@ -239,7 +242,9 @@ class ServerMetadata:
     def set_extra(self, server_id: str, extra: dict) -> None:
         with self._lock:
             srv = self._get(server_id)
-            extra = {k: v for k, v in (extra or {}).items() if k != "deployments"}
+            extra = {k: v for k, v in (extra or {}).items() if k not in ("deployments", HEALTH_REQUEST)}
+            if HEALTH_REQUEST in srv.extra:  # a pending request outlives a change of the metadata
+                extra[HEALTH_REQUEST] = srv.extra[HEALTH_REQUEST]
             with self.store.session() as s:
                 row = s.get(AgentServer, server_id)
                 row.extra = extra
@@ -272,6 +277,35 @@ class ServerMetadata:
         with self.store.session() as s:
             row = s.get(AgentServer, server_id)
             return row.health if row is not None else None
+
+    def healths(self, server_ids: list[str]) -> dict[str, dict | None]:
+        """server id -> its last report (None: none yet), in one query; unknown ids are left out."""
+        with self.store.engine.connect() as conn:
+            return dict(conn.execute(select(AgentServer.id, AgentServer.health)
+                                     .where(AgentServer.id.in_(list(server_ids)))).all())
+
+    def request_health(self, server_ids: list[str]) -> float:
+        """Ask these servers' agents for a fresh health report; returns the request (a time).
+        It goes in their documents (HEALTH_REQUEST), which wakes their long-polls (here at
+        once, on other workers at their next refresh); each agent's watchdog then runs its
+        readiness probes and reports, answering the request (`answers` in the report). A
+        report answering an earlier request than this one is not fresh."""
+        with self._lock:
+            servers = self._all()
+            known = [i for i in dict.fromkeys(server_ids) if i in servers or self._reload(i) is not None]
+            asked = max([time.time()] + [float(servers[i].extra.get(HEALTH_REQUEST) or 0) + 0.001 for i in known])
+            with self.store.session() as s:
+                for sid in known:
+                    row, srv = s.get(AgentServer, sid), servers[sid]
+                    if row is None:
+                        continue
+                    srv.extra = {**(row.extra or {}), HEALTH_REQUEST: asked}
+                    row.extra, row.revision = srv.extra, self._bump(srv)
+            for sid in known:
+                servers[sid].rebuild()
+        for sid in known:
+            self._wake(sid)
+        return asked
 
     # --- deployments ---------------------------------------------------------------
     def put_deployment(self, server_id: str, entry: dict, owner: str | None = None) -> None:

@@ -1,0 +1,234 @@
+"""`overcloud status` from the nodes (issue 44): the service asks the nodes' agents for a fresh
+report and makes the rows from what they answer (GET /v1/overclouds/STACK/status).
+
+With the real service (uvicorn in a thread) and a real agent (its runner long-polling, its
+watchdog in a thread) on a stand-in for podman: the round trip (asked, answered, rows out),
+a paused watchdog that still reports, a failing readiness probe, a node with no report or
+only an old one, an agent that stopped. The rules of `overcloud/status.health` one by one,
+and the command itself (rows, bad input) through the CLI.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.unit.agent_support import LiveService, settings, wait_for
+from undercloud.agent import kube, watchdog
+from undercloud.agent.logs import Log
+from undercloud.agent.runner import Agent
+from undercloud.orchestration.server_metadata import HEALTH_REQUEST
+from undercloud.orchestration.template import Bundle
+from undercloud.overcloud import status as st
+
+KEYSTONE = ["keystone", 3, "HTTP GET :15000/v3", "keystone", [["keystone", {"httpGet": {"port": 15000, "path": "/v3"}}]]]
+MEMCACHED = ["memcached", 1, "TCP :11211", "memcached", [["memcached", {"tcpSocket": {"port": 11211}}]]]
+STACK = f"""\
+heat_template_version: 2018-08-31
+resources: {{}}
+outputs:
+  RoleNodes:
+    value: {{Controller: {{oc-controller-0: 192.0.2.5, oc-controller-1: 192.0.2.6}}}}
+  RoleServices:
+    value: {{Controller: {json.dumps([KEYSTONE, MEMCACHED])}}}
+"""
+FIELDS = {"role", "node", "address", "service", "step", "health_check", "health", "restarts", "image", "config",
+          "last_restart"}
+
+
+class FakeNode:
+    """The node's containers as a listing shows them, and the probes' answer."""
+
+    def __init__(self):
+        self.containers = {
+            (p, p): {"id": f"c-{p}", "name": f"oc-controller-0-{p}-{p}", "state": "running", "started_at": 100,
+                     "image": f"localhost/service-{p}:1", "image_id": "0123456789ab"} for p in ("keystone", "memcached")}
+        self.probe_ok = True
+        self.probes = 0
+        self.acted = []
+
+    def probe(self, spec, timeout=2.0, run_exec=None):
+        self.probes += 1
+        return (True, "") if self.probe_ok else (False, "timed out")
+
+
+@pytest.fixture
+def svc(tmp_path):
+    s = LiveService(tmp_path / "uc").start()
+    path = tmp_path / "oc.yaml"
+    path.write_text(STACK)
+    s.ctx.stacks.create("oc", Bundle.from_paths(str(path)).to_json(), {}, wait=True)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def node(tmp_path, svc, monkeypatch):
+    """oc-controller-0's agent: its runner long-polling (5 s) and its watchdog, each in a
+    thread, over a fake podman; Pods keystone and memcached played."""
+    fake = FakeNode()
+    token = svc.meta.register("id-0", "oc-controller-0")
+    agent = Agent(settings(tmp_path / "n0", svc.url, "id-0", token, interval=5), Log(io.StringIO()))
+    monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(agent.state))
+    monkeypatch.setattr(kube, "node_containers", lambda mode: {k: dict(v) for k, v in fake.containers.items()})
+    monkeypatch.setattr(kube, "start_container", lambda mode, name, restart=False: fake.acted.append(name))
+    monkeypatch.setattr(kube, "probe", fake.probe)
+    for pod, svc_ in (("keystone", KEYSTONE), ("memcached", MEMCACHED)):
+        (_c, spec), = svc_[4]
+        spec_pod = {"metadata": {"name": pod}, "spec": {"containers": [
+            {"name": pod, "image": f"localhost/service-{pod}:1", "readinessProbe": spec}]}}
+        (kube.state_dir() / f"{pod}.json").write_text(json.dumps(spec_pod))
+        (kube.state_dir() / f"{pod}.sha256").write_text("netns:" + "a" * 64)
+    # a refresh phase that counts its runs: a request for a report is no configuration
+    (agent.s.refresh_dir / "configure.d").mkdir(parents=True)
+    hook = agent.s.refresh_dir / "configure.d" / "50-count"
+    hook.write_text(f"#!/bin/sh\necho run >> {tmp_path / 'refreshes'}\n")
+    hook.chmod(0o755)
+    stopped = threading.Event()
+    threads = [threading.Thread(target=agent.run_forever, args=(stopped.is_set,), daemon=True),
+               threading.Thread(target=watchdog.run, args=(lambda m: None, 2.0, agent.uc.report_health, stopped.is_set),
+                                daemon=True)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: (tmp_path / "refreshes").exists(), what="the agent's first cycle")
+    fake.stop = lambda: (stopped.set(), [t.join(40) for t in threads])
+    fake.agent = agent
+    fake.refreshes = lambda: (tmp_path / "refreshes").read_text().count("run")
+    yield fake
+    fake.stop()
+
+
+def status(svc, query: str = "") -> list[dict]:
+    req = urllib.request.Request(f"{svc.url}/v1/overclouds/oc/status{query}",
+                                 headers={"X-Undercloud-Token": svc.ctx.admin_token})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def by(rows: list[dict]) -> dict[tuple[str, str], str]:
+    return {(r["node"], r["service"]): r["health"] for r in rows}
+
+
+def test_status_asks_the_agents_and_shows_what_they_answer(svc, node):
+    start = time.monotonic()
+    rows = status(svc)
+    took = time.monotonic() - start
+    assert all(set(r) == FIELDS for r in rows) and len(rows) == 4
+    assert by(rows) == {("oc-controller-0", "keystone"): "healthy", ("oc-controller-0", "memcached"): "healthy",
+                        ("oc-controller-1", "keystone"): "unknown (no report from its agent)",
+                        ("oc-controller-1", "memcached"): "unknown (no report from its agent)"}
+    row = next(r for r in rows if (r["node"], r["service"]) == ("oc-controller-0", "keystone"))
+    assert row == {"role": "Controller", "node": "oc-controller-0", "address": "192.0.2.5", "service": "keystone",
+                   "step": 3, "health_check": "HTTP GET :15000/v3", "health": "healthy", "restarts": 0,
+                   "image": "0123456789ab", "config": "a" * 12, "last_restart": ""}
+    probes = node.probes
+    assert probes >= 2  # the readiness probes ran on the node for this request
+    # The request is in the node's document; the runner keeps it out of the configuration.
+    doc = json.loads((node.agent.state / "metadata.json").read_text())
+    assert isinstance(doc[HEALTH_REQUEST], float)
+    assert HEALTH_REQUEST not in json.loads((node.agent.state / "merged.json").read_text())
+    # Asked again: probed again (a fresh answer), the refresh phases never ran again.
+    assert by(status(svc))[("oc-controller-0", "keystone")] == "healthy"
+    assert node.probes >= probes + 2 and node.refreshes() == 1
+    print(f"status answered by the node's agent in {took:.2f} s (long-poll 5 s, watchdog round 2 s)")
+
+
+def test_a_paused_watchdog_still_reports_what_it_sees_now(svc, node):
+    (kube.state_dir() / "watchdog.pause").touch()
+    node.containers[("memcached", "memcached")]["state"] = "exited"  # `podman stop`, the watchdog paused
+    node.probe_ok = False  # keystone answers no more
+    rows = by(status(svc, "?node=oc-controller-0"))
+    assert rows == {("oc-controller-0", "keystone"): "failing (HTTP GET :15000/v3 did not pass: timed out)",
+                    ("oc-controller-0", "memcached"): "failing (container exited)"}
+    assert node.acted == []  # paused: nothing started or restarted
+    report = svc.meta.health("id-0")
+    assert report["paused"] is True and report["answers"] >= 0
+
+
+def test_a_node_with_an_old_report_or_none_is_unknown_never_healthy(svc, node):
+    assert by(status(svc))[("oc-controller-0", "memcached")] == "healthy"
+    token = svc.meta.register("id-1", "oc-controller-1")
+    old = {"paused": False, "pods": {"keystone": {"config": "b" * 12, "containers": {"keystone": {
+        "state": "running", "ready": "healthy", "image_id": "fedcba987654", "restarts": 1}}}}}
+    req = urllib.request.Request(f"{svc.url}/v1/agent/servers/id-1/health", data=json.dumps(old).encode(),
+                                 method="PUT", headers={"X-Server-Token": token, "Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+    rows = status(svc, "?wait=1")
+    stale = [r for r in rows if r["node"] == "oc-controller-1"]
+    assert all(re.fullmatch(r"unknown \(no fresh report: last report \d+ s ago\)", r["health"]) for r in stale), stale
+    # what it last reported still shows, marked by its health as not now
+    assert next(r for r in stale if r["service"] == "keystone")["image"] == "fedcba987654"
+    # The agent of oc-controller-0 stops (dead agent, node off): its old answers are not now either.
+    node.stop()
+    rows = by(status(svc, "?wait=1"))
+    assert all(h.startswith("unknown (no fresh report: last report ") for h in rows.values()), rows
+
+
+def test_bad_input_is_one_line(svc):
+    def err(query, stack="oc"):
+        req = urllib.request.Request(f"{svc.url}/v1/overclouds/{stack}/status{query}",
+                                     headers={"X-Undercloud-Token": svc.ctx.admin_token})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        return e.value.code, json.loads(e.value.read())
+
+    assert err("", stack="nope") == (404, {"error": "no overcloud stack 'nope': run `undercloud deploy`",
+                                           "where": "stack"})
+    assert err("?node=oc-compute-9") == (404, {"error": "no node 'oc-compute-9' in overcloud oc (its nodes: "
+                                                        "oc-controller-0, oc-controller-1)", "where": "node"})
+    code, body = err("?wait=61")
+    assert code == 400 and "wait" in str(body["where"]) and "less than or equal to 60" in body["error"], body
+
+
+def test_health_from_a_report():
+    asked, now = 1000.0, 1030.0
+
+    def report(**containers):
+        return {"answers": asked, "reported_at": 1029.0, "pods": {"keystone": {"containers": containers}}}
+
+    ok = {"state": "running", "ready": "healthy"}
+    assert st.health(KEYSTONE, report(keystone=ok), asked, now) == "healthy"
+    assert st.health(KEYSTONE, None, asked, now) == "unknown (no report from its agent)"
+    assert st.health(KEYSTONE, {**report(keystone=ok), "answers": asked - 1}, asked, now) == \
+        "unknown (no fresh report: last report 1 s ago)"
+    assert st.health(KEYSTONE, {**report(keystone=ok), "answers": None, "reported_at": 900.0}, asked, now) == \
+        "unknown (no fresh report: last report 130 s ago)"
+    assert st.health(MEMCACHED, report(keystone=ok), asked, now) == "failing (pod memcached not running on the node)"
+    assert st.health(KEYSTONE, report(), asked, now) == "failing (container missing)"
+    assert st.health(KEYSTONE, report(keystone={"state": "exited", "ready": "healthy"}), asked, now) == \
+        "failing (container exited)"
+    assert st.health(KEYSTONE, report(keystone={"state": "running", "ready": "failing (HTTP GET :15000/v3 did not "
+                                                "pass)"}), asked, now) == "failing (HTTP GET :15000/v3 did not pass)"
+    assert st.health(KEYSTONE, report(keystone={"state": "running"}), asked, now) == \
+        "unknown (its agent did not run the readiness probe)"
+    # another container of the Pod stopped; a Pod without probes is healthy when all of it runs
+    assert st.health(KEYSTONE, report(keystone=ok, sidecar={"state": "exited"}), asked, now) == \
+        "failing (sidecar exited)"
+    bare = ["x", 1, "", "keystone", []]
+    assert st.health(bare, report(keystone={"state": "supervised"}), asked, now) == "healthy"
+    assert st.health(bare, report(keystone={"state": "created"}), asked, now) == "failing (keystone created)"
+
+
+def test_the_command_shows_the_rows_and_says_what_is_wrong(uc_home, tmp_path):
+    (tmp_path / "t.yaml").write_text(STACK)
+    assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait").returncode == 0
+    r = run_cli("overcloud", "status", "-f", "json", "--wait", "0")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [set(x) for x in rows] == [FIELDS] * 4
+    assert {x["health"] for x in rows} == {"unknown (no report from its agent)"}
+    assert "stack overcloud: CREATE_COMPLETE" in r.stderr
+    r = run_cli("overcloud", "status", "--stack", "nope")
+    assert r.returncode == 1 and "--stack: no overcloud stack 'nope': run `undercloud deploy`" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_cli("overcloud", "status", "--wait", "61")
+    assert r.returncode == 2 and "--wait" in r.stderr
+    assert "agent" in run_cli("overcloud", "status", "--help").stdout
