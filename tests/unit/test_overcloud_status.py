@@ -72,11 +72,13 @@ def svc(tmp_path):
 
 @pytest.fixture
 def node(tmp_path, svc, monkeypatch):
-    """oc-controller-0's agent: its runner long-polling (5 s) and its watchdog, each in a
-    thread, over a fake podman; Pods keystone and memcached played."""
+    """oc-controller-0's agent: its runner (polling every 0.5 s: a held long-poll would hold
+    the service's stop; the wake-up is test_a_request_wakes_a_long_poll's) and its watchdog,
+    each in a thread, over a fake podman; Pods keystone and memcached played."""
     fake = FakeNode()
     token = svc.meta.register("id-0", "oc-controller-0")
-    agent = Agent(settings(tmp_path / "n0", svc.url, "id-0", token, interval=5), Log(io.StringIO()))
+    agent = Agent(settings(tmp_path / "n0", svc.url, "id-0", token, interval=0.5, long_poll=False),
+                  Log(io.StringIO()))
     monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(agent.state))
     monkeypatch.setattr(kube, "node_containers", lambda mode: {k: dict(v) for k, v in fake.containers.items()})
     monkeypatch.setattr(kube, "start_container", lambda mode, name, restart=False: fake.acted.append(name))
@@ -99,7 +101,7 @@ def node(tmp_path, svc, monkeypatch):
     for t in threads:
         t.start()
     wait_for(lambda: (tmp_path / "refreshes").exists(), what="the agent's first cycle")
-    fake.stop = lambda: (stopped.set(), [t.join(40) for t in threads])
+    fake.stop = lambda: (stopped.set(), [t.join(30) for t in threads])
     fake.agent = agent
     fake.refreshes = lambda: (tmp_path / "refreshes").read_text().count("run")
     yield fake
@@ -138,7 +140,24 @@ def test_status_asks_the_agents_and_shows_what_they_answer(svc, node):
     # Asked again: probed again (a fresh answer), the refresh phases never ran again.
     assert by(status(svc))[("oc-controller-0", "keystone")] == "healthy"
     assert node.probes >= probes + 2 and node.refreshes() == 1
-    print(f"status answered by the node's agent in {took:.2f} s (long-poll 5 s, watchdog round 2 s)")
+    print(f"status answered by the node's agent in {took:.2f} s (the agent polling every 0.5 s, its watchdog's round 2 s)")
+
+
+def test_a_request_wakes_a_long_poll_and_outlives_a_change_of_the_metadata(svc):
+    token = svc.meta.register("id-9", "oc-controller-9")
+    agent = Agent(settings(svc.home.path.parent / "n9", svc.url, "id-9", token), Log(io.StringIO()))
+    agent.collect()
+    etag = (agent.state / "metadata.etag").read_text()
+    asked = []
+    threading.Timer(0.5, lambda: asked.append(svc.meta.request_health(["id-9", "no-such-server"]))).start()
+    t0 = time.monotonic()
+    got = agent.uc.fetch(etag, wait=20)
+    assert got.changed and got.metadata[HEALTH_REQUEST] == asked[0]
+    print(f"a held long-poll woken by the request in {time.monotonic() - t0:.2f} s (0.5 s after it began)")
+    svc.meta.set_extra("id-9", {"role": "x", HEALTH_REQUEST: 1.0})  # a deploy's change keeps the request
+    doc = agent.uc.fetch(None).metadata
+    assert doc["role"] == "x" and doc[HEALTH_REQUEST] == asked[0]
+    assert svc.meta.request_health(["id-9"]) > asked[0]  # each request later than the last
 
 
 def test_a_paused_watchdog_still_reports_what_it_sees_now(svc, node):

@@ -47,7 +47,7 @@ REPORT_EVERY = 60.0
 LIVENESS_TIMEOUT = 5.0  # seconds, unless the probe says timeoutSeconds: a busy service is not a hung one
 MAX_SPACING = 15.0  # seconds: checks never spaced wider, however much the passing ones cost
 LIST_SHARE = 20  # list the containers again after 20 times what a listing cost: <= 5 % of the time
-READY_TIMEOUT = 2.0  # seconds a readiness probe run on request waits, unless it says timeoutSeconds
+READY_TIMEOUT = 5.0  # seconds a readiness probe run on request waits, unless it says timeoutSeconds: busy is not down
 ASK_LOOK = 0.25  # seconds between looks for a request for a fresh report while the watchdog waits
 HEALTH_REQUEST = "health_request"  # the key of the request in the undercloud's document
 

@@ -39,7 +39,7 @@ def _agent_ids(ctx: Context, names: list[str]) -> dict[str, str]:
 
 @router.get("/{stack}/status")
 def status(stack: str, node: str | None = Query(None, max_length=255),
-           wait: float = Query(10.0, ge=0, le=60), ctx: Context = Depends(get_context)):
+           wait: float = Query(15.0, ge=0, le=60), ctx: Context = Depends(get_context)):
     """One row per service per node (or of node `node`): role, node, address, service, step,
     health_check, health ("healthy", "failing (why)", "unknown (why)"), restarts, image,
     config, last_restart."""

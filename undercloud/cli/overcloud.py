@@ -86,7 +86,7 @@ def probe(address: str, check: str, timeout: float = 2.0) -> str:
     return "unknown check"
 
 
-def service_health(client: Client, stack: str, only: str | None = None, wait: float = 10.0) -> list[dict]:
+def service_health(client: Client, stack: str, only: str | None = None, wait: float = 15.0) -> list[dict]:
     """One row per service per node (or of node `only`), as the nodes' agents report it: the
     service asks them for a fresh report and waits up to `wait` seconds for their answers
     (GET /v1/overclouds/STACK/status; overcloud/status.py)."""
@@ -99,7 +99,7 @@ def service_health(client: Client, stack: str, only: str | None = None, wait: fl
 
 @overcloud.command()
 @STACK_OPTION
-@click.option("--wait", type=click.FloatRange(0, 60), default=10, show_default=True, metavar="SECONDS",
+@click.option("--wait", type=click.FloatRange(0, 60), default=15, show_default=True, metavar="SECONDS",
               help="How long to wait for the nodes' agents to answer with a fresh report.")
 @formatted(["role", "node", "address", "service", "step", "health_check", "health", "restarts", "image", "config"])
 def status(stack, wait):
