@@ -295,7 +295,13 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
     # log_config=None: uvicorn's own warnings go through the handlers above
     config = uvicorn.Config(create_app(ctx), host=bind, port=port, log_level="warning", access_log=False,
                             log_config=None)
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None):
+            ctx.server_metadata.release()  # held long-polls answer now: the stop does not wait out their hold
+            await super().shutdown(sockets)
+
+    server = Server(config)
     # uvicorn stops on SIGTERM, then raises the signal again under the handler it found there:
     # make that a clean exit through `finally`, so the stop hooks run (the default kills).
     signal.signal(signal.SIGTERM, _exit_cleanly)

@@ -25,6 +25,11 @@ from undercloud.agent.refresh import RefreshError, refresh
 from undercloud.agent.settings import Settings
 from undercloud.agent.transport import Refused, Undercloud, Unreachable
 
+# A long-poll that is not held (an undercloud without it answers at once) or is cut while
+# held (a proxy that ends long requests) CUTS_TO_POLL times in a row, while plain polls get
+# through: the agent polls every `interval` instead and tries the long-poll again this much later.
+CUTS_TO_POLL = 3
+LONG_POLL_RETRY = 600.0
 TRIM_MARKER = "\n[... undercloud-agent trimmed {n} bytes of this output ...]\n"
 
 
@@ -81,6 +86,11 @@ class Agent:
         self.journal.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
         self.failures = 0  # consecutive collect failures, for backoff
+        self.cuts = 0  # long-polls in a row not held or cut while held
+        self.probe = False  # the last long-poll was cut: this round polls plainly, to tell why
+        self.plain_until = 0.0  # monotonic: poll plainly until then (the long-poll did not work)
+        self.changed = False  # the last collect brought a new document
+        self.fetch_took = 0.0  # and how long its request took
 
     # --- collect ---
     def collect(self, wait: float = 0) -> tuple[dict | None, bool]:
@@ -88,13 +98,17 @@ class Agent:
         etag_file, md_file = self.state / "metadata.etag", self.state / "metadata.json"
         cached = _read_json(md_file)
         etag = etag_file.read_text().strip() if etag_file.exists() and cached is not None else None
+        t0 = time.monotonic()
         try:
             got = self.uc.fetch(etag, wait)
         except (Unreachable, Refused) as exc:
+            self.fetch_took = time.monotonic() - t0
             self.failures += 1
+            self.changed = False
             self.log(f"collect: undercloud {self.uc.base}: {exc}; using the cached metadata")
             return cached, False
         self.failures = 0
+        self.changed, self.fetch_took = got.changed, time.monotonic() - t0
         if not got.changed:
             return cached, False
         _write_json(md_file, got.metadata)
@@ -255,19 +269,52 @@ class Agent:
         threading.Thread(target=watchdog.run, args=(self.log, self.s.watch_interval, self.uc.report_health, stop),
                          name="watchdog", daemon=True).start()
 
+    def hold(self) -> float:
+        """This round's long-poll wait; 0 (a plain poll) when long-polling is off, while
+        falling back to polling, and right after a long-poll was cut (to tell why)."""
+        if not self.s.long_poll or self.s.hold <= 0 or self.probe or time.monotonic() < self.plain_until:
+            return 0.0
+        return self.s.hold
+
+    def judge(self, hold: float, ok: bool, took: float) -> None:
+        """After a round whose request took `took` s: was the long-poll held as asked? One answered at once without a
+        change (an undercloud without long-polls), or cut while held when a plain poll just
+        after gets through (a proxy ending long requests), is a cut; CUTS_TO_POLL in a row and
+        the agent polls every `interval` for LONG_POLL_RETRY. An undercloud that stops (a
+        restart) ends one held poll: one cut, not three."""
+        if hold:
+            if ok and (self.changed or took >= hold / 2):
+                self.cuts = 0
+            elif ok:
+                self.cuts += 1
+            elif took >= 1.0:
+                self.probe = True  # cut, or the undercloud went away: the next, plain, poll tells
+        elif self.probe:
+            self.probe = False
+            if ok:
+                self.cuts += 1
+        if self.cuts >= CUTS_TO_POLL:
+            self.cuts = 0
+            self.plain_until = time.monotonic() + LONG_POLL_RETRY
+            self.log(f"collect: long-polls are not held or are cut (an older undercloud, or a proxy ending "
+                     f"long requests): polling every {self.s.interval:g} s, trying the long-poll again in "
+                     f"{LONG_POLL_RETRY / 60:.0f} min")
+
     def run_forever(self, stop=None) -> None:
         self.log(f"started: server {self.s.server_id}, undercloud {self.s.url}")
         while not (stop and stop()):
             t0 = time.monotonic()
-            wait = self.s.interval if self.s.long_poll else 0
-            ok = self.cycle(wait)
+            hold = self.hold()
+            ok = self.cycle(hold)
+            took = time.monotonic() - t0
+            self.judge(hold, ok, self.fetch_took)
             j = random.uniform(1 - self.s.jitter, 1 + self.s.jitter)
             if not ok:
                 # Undercloud away: back off (bounded) with jitter so a fleet spreads out.
                 pause = min(self.s.interval, 0.5 * 2 ** min(self.failures, 8)) * j
-            elif self.s.long_poll:
+            elif self.hold():
                 # The long-poll already waited; pause only if it came back early, to bound the rate.
-                pause = max(0.0, 0.05 * j - (time.monotonic() - t0))
+                pause = max(0.0, 0.05 * j - took)
             else:
                 pause = self.s.interval * j
             if pause:

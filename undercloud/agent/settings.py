@@ -38,9 +38,10 @@ class Settings:
     hooks_dir: Path = Path("/var/lib/heat-config/hooks")
     # Extra metadata files merged before the undercloud's document (later wins).
     metadata_files: list[Path] = field(default_factory=list)
-    interval: float = 30.0          # seconds between polls (a long-poll waits this long)
+    interval: float = 30.0          # seconds between polls when not long-polling (the fallback)
     jitter: float = 0.25            # +-25 % so a fleet does not poll in step
     long_poll: bool = True
+    hold: float = 25.0              # a long-poll's wait: under the 30 s after which proxies often cut
     hook_timeout: float = 3600.0    # unless a deployment's options.timeout says otherwise
     output_limit: int = 256 * 1024  # per signalled text value, beyond it trimmed with a marker
     request_timeout: float = 10.0

@@ -7,11 +7,15 @@ unknown server and a wrong token get the same answer.
 
 Polls are cheap by design: async handlers that answer from the in-memory document
 (ETag / If-None-Match -> 304, Last-Modified for os-collect-config), no database query,
-and `?wait=SECONDS` turns a poll into a long-poll that returns when the document changes.
+and `?wait=SECONDS` turns a poll into a long-poll that returns when the document changes
+(the agents ask 25 s; at most MAX_WAIT). A held poll holds no thread and no store connection:
+a future woken by the metadata service; it is let go when the client disconnects, when the
+server's token is revoked (401) and when the service stops (304: ask again).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -36,6 +40,16 @@ def _auth(request: Request, server_id: str):
     return meta, meta.authenticate(server_id, token)
 
 
+async def _disconnected(receive) -> None:
+    """Returns when the client closed its connection (a held long-poll is then let go at once,
+    not at the end of its wait)."""
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # noqa: BLE001 - a receive that fails: taken as gone too
+        return
+
+
 @router.api_route("/servers/{server_id}/metadata", methods=["GET", "HEAD"])
 async def metadata(server_id: str, request: Request):
     meta, srv = _auth(request, server_id)
@@ -51,7 +65,14 @@ async def metadata(server_id: str, request: Request):
             seconds = min(max(seconds, 0.0), MAX_WAIT)
         except ValueError:
             return JSONResponse({"error": f"wait: not a number: {wait[:20]!r}", "where": "query"}, status_code=400)
-        await meta.wait_change(server_id, inm, seconds)
+        if seconds > 0:
+            gone = asyncio.ensure_future(_disconnected(request.receive))
+            try:
+                await meta.wait_change(server_id, inm, seconds, gone)
+            finally:
+                gone.cancel()
+            if gone.done() and not gone.cancelled():
+                return Response(status_code=204)  # the client left while held: nobody reads this
         meta, srv = _auth(request, server_id)
         if srv is None:  # forgotten while waiting
             return JSONResponse(_DENIED, status_code=401)

@@ -48,6 +48,7 @@ REVOKED = "revoked"  # the token hash of a server being deleted: no token hashes
 # report (`request_health`); the agent's watchdog answers with that value (`answers`).
 HEALTH_REQUEST = "health_request"
 log = logging.getLogger("undercloud.agents")
+_SERVERS, _DEPLOYMENTS = AgentServer.__table__, AgentDeployment.__table__
 
 
 def hash_token(token: str) -> str:
@@ -87,6 +88,7 @@ class ServerMetadata:
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._refreshed = time.time()  # signals from about then on are taken up by `refresh`
         self._seen: dict[str, float] = {}  # server id -> last call, not stored yet
+        self._released = False  # the service stops: long-polls are no longer held
 
     # --- loading -------------------------------------------------------------------
     def _all(self) -> dict[str, _Server]:
@@ -317,16 +319,19 @@ class ServerMetadata:
             if self._owner.get(entry["id"]) == server_id:
                 return
             stale = [d for d, o in self._owner_of.items() if owner and o == owner]
-            with self.store.session() as s:
+            touched = {server_id} | {self._owner[d] for d in stale if d in self._owner}
+            # plain statements, no row loaded: a fleet's update publishes thousands of these
+            # one after another, and loading a server row decrypts its extra and health
+            with self.store.engine.begin() as conn:
                 if stale:
-                    s.execute(delete(AgentDeployment).where(AgentDeployment.id.in_(stale)))
-                s.add(AgentDeployment(id=entry["id"], server_id=server_id, name=entry.get("name") or "",
-                                      owner=owner, document=entry, created_at=time.time()))
-                touched = {server_id} | {self._owner[d] for d in stale if d in self._owner}
+                    conn.execute(_DEPLOYMENTS.delete().where(_DEPLOYMENTS.c.id.in_(stale)))
+                conn.execute(_DEPLOYMENTS.insert().values(
+                    id=entry["id"], server_id=server_id, name=entry.get("name") or "", owner=owner,
+                    document=entry, created_at=time.time()))
                 for sid in touched:
-                    row = s.get(AgentServer, sid)
-                    if row is not None and sid in self._servers:
-                        row.revision = self._bump(self._servers[sid])
+                    if sid in self._servers:
+                        conn.execute(_SERVERS.update().where(_SERVERS.c.id == sid)
+                                     .values(revision=self._bump(self._servers[sid])))
             for d in stale:
                 self._drop(d)
             srv.deployments[entry["id"]] = entry
@@ -432,18 +437,22 @@ class ServerMetadata:
         with self._lock:
             if self._owner.get(deployment_id) != server_id:
                 raise NotFound(f"no deployment {deployment_id!r} on this server")
-            with self.store.session() as s:
-                row = s.get(AgentDeployment, deployment_id)
-                if row is None:
+            with self.store.engine.begin() as conn:  # an UPDATE: loading the row would decrypt its document
+                done = conn.execute(_DEPLOYMENTS.update().where(_DEPLOYMENTS.c.id == deployment_id)
+                                    .values(signal=body, signalled_at=time.time()))
+                if done.rowcount == 0:
                     raise NotFound(f"no deployment {deployment_id!r} on this server")
-                row.signal = body
-                row.signalled_at = time.time()
             self._signals[deployment_id] = body
 
-    async def wait_change(self, server_id: str, etag: str, timeout: float) -> None:
-        """Return when the server's document no longer has `etag`, or after `timeout`."""
+    async def wait_change(self, server_id: str, etag: str, timeout: float,
+                          gone: asyncio.Future | None = None) -> None:
+        """Return when the server's document no longer has `etag`, after `timeout`, when
+        `gone` is done (the client left) or the service stops (`release`). No thread and no
+        store connection is held: a future on the event loop, set by `_wake` from wherever
+        the document changed (engine threads included), or by `refresh` for other workers'
+        changes."""
         srv = self._all().get(server_id)
-        if srv is None or srv.etag != etag:
+        if srv is None or srv.etag != etag or self._released:
             return
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -452,7 +461,10 @@ class ServerMetadata:
             if srv.etag != etag:  # changed while registering
                 fut.set_result(None)
         try:
-            await asyncio.wait_for(fut, timeout)
+            if gone is None:
+                await asyncio.wait_for(fut, timeout)
+            else:
+                await asyncio.wait((fut, gone), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             pass
         finally:
@@ -462,6 +474,20 @@ class ServerMetadata:
                     lst.remove((loop, fut))
                 if not lst:
                     self._waiters.pop(server_id, None)
+
+    def waiting(self) -> int:
+        """How many long-polls are held now."""
+        with self._lock:
+            return sum(len(v) for v in self._waiters.values())
+
+    def release(self) -> None:
+        """The service stops: every held long-poll answers now (its agent asks again, of
+        another worker or of the restarted service) instead of holding the stop for its wait."""
+        self._released = True
+        with self._lock:
+            ids = list(self._waiters)
+        for server_id in ids:
+            self._wake(server_id)
 
     def _wake(self, server_id: str) -> None:
         with self._lock:
