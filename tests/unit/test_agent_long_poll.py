@@ -120,6 +120,24 @@ def test_a_token_revoked_while_held_gets_401_at_once(svc):
     assert tok not in body.decode()
 
 
+def test_a_change_written_by_another_worker_wakes_the_held_poll_at_its_refresh(svc, tmp_path):
+    other = LiveService(tmp_path / "uc").start()  # a second worker on the same store
+    try:
+        tok = svc.meta.register("s1", "n1")
+        etag = etag_of(svc, "s1", tok)
+        assert etag_of(other, "s1", tok) == etag
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            fut = pool.submit(get, other.port, "s1", tok, etag, 60)
+            wait_for(lambda: other.meta.waiting() == 1, what="the long-poll held by the other worker")
+            svc.meta.put_deployment("s1", deployment("d1", "x", "script", "echo"))
+            assert not fut.done()  # that worker learns of it at its next heartbeat ...
+            assert other.meta.refresh() == 1  # ... which takes up the revisions that moved
+            status, _, body = fut.result(timeout=20)
+        assert status == 200 and [d["id"] for d in json.loads(body)["deployments"]] == ["d1"]
+    finally:
+        other.stop()
+
+
 def test_bad_waits_are_refused_in_one_line(svc):
     tok = svc.meta.register("s1", "n1")
     etag = etag_of(svc, "s1", tok)

@@ -1064,7 +1064,7 @@ class Walk:
     def call(self, task: Any, fn, action: str, poll: bool = False) -> None:
         """Run a plugin call inline, or in the pool for blocking plugins; then route the result."""
         plugin = task.plugin
-        if plugin is not None and plugin.blocking:
+        if plugin is not None and (plugin.poll_blocks(action) if poll else plugin.blocking):
             self.inflight[task] = None
 
             def run():

@@ -148,6 +148,10 @@ class Plugin:
     def check_complete(self, action: str) -> bool:
         return True
 
+    def poll_blocks(self, action: str) -> bool:
+        """Whether check_complete(action) may block: it runs in the pool then, else inline."""
+        return self.blocking
+
     def attributes(self) -> dict:
         return {}
 
