@@ -98,6 +98,21 @@ class PodError(Exception):
     pass
 
 
+class EngineFailure(PodError):
+    """A call to the host's podman API that failed the way a broken service fails (HTTP 5xx)."""
+
+
+# The ulimits every container of a container node gets (podman's default nofile cannot be
+# raised on every host); the undercloud's check of the API service starts one with them too.
+RLIMITS = [{"type": "nofile", "soft": 20000, "hard": 20000}, {"type": "nproc", "soft": 4096, "hard": 4096}]
+# Beside the host's API socket (the directory the undercloud mounts into container nodes): a
+# node whose real call failed says so here, and the undercloud, which watches the service
+# (host/podman.py's ApiWatch), checks it at once, restarts it if it has gone bad, and removes
+# the file; the node then tries its Pod once more.
+API_FAILED_SUFFIX = ".failed"
+API_RECOVERY_WAIT = 90.0  # how long a node waits for that (the undercloud looks every 5 s)
+
+
 # Linux capabilities by their Kubernetes names (without CAP_), as capabilities(7) lists them.
 CAPABILITIES = frozenset("""
 AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE
@@ -661,7 +676,8 @@ class PodmanAPI:
                 msg = json.loads(data).get("message") or data.decode()
             except ValueError:
                 msg = data.decode(errors="replace")
-            raise PodError(f"podman API {what or path}: HTTP {status}: {msg.strip()[:300]}")
+            kind = EngineFailure if status >= 500 else PodError
+            raise kind(f"podman API {what or path}: HTTP {status}: {msg.strip()[:300]}")
         return data
 
     def containers(self, label: str) -> list[dict]:
@@ -770,6 +786,35 @@ def claim_volume(api: PodmanAPI, node: str, claim: str) -> str:
     return vname
 
 
+def api_recovered(exc: Exception, pod: dict, wait: float | None = None) -> bool:
+    """After a real call failed as a broken service fails: tell the undercloud (the file beside
+    the socket) and wait until it has checked the service (the file is gone) and the service
+    answers; False when that does not happen within `wait` seconds."""
+    target = node_target()
+    if not target:
+        return False
+    sock = target[0]
+    report = Path(sock + API_FAILED_SUFFIX)
+    images = [c.get("image") for c in (pod.get("spec") or {}).get("containers") or [] if c.get("image")]
+    try:
+        files.write_atomic(report, json.dumps({"error": str(exc)[:300], "image": (images or [None])[0],
+                                               "at": time.time()}))
+    except OSError:
+        return False  # nowhere to say it (a read-only mount): nobody would act on it
+    deadline = time.monotonic() + (API_RECOVERY_WAIT if wait is None else wait)
+    while time.monotonic() < deadline:
+        if not report.exists():
+            try:
+                if PodmanAPI(sock).call("GET", "/_ping", timeout=5)[0] == 200:
+                    return True
+            except OSError:
+                pass
+        time.sleep(1)
+    with contextlib.suppress(OSError):
+        report.unlink()
+    return False
+
+
 def play_netns(name: str, pod: dict, configmaps: dict) -> str:
     target = node_target()
     if not target:
@@ -810,8 +855,7 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
             "labels": {"undercloud.pod": prefix, "undercloud.node": node, "undercloud.container": c["name"]},
             "env": {e["name"]: str(e.get("value", "")) for e in c.get("env") or []},
             "oci_runtime": "runc",
-            "r_limits": [{"type": "nofile", "soft": 20000, "hard": 20000},
-                         {"type": "nproc", "soft": 4096, "hard": 4096}],
+            "r_limits": RLIMITS,
             "restart_policy": "always",
             "mounts": binds,
             "volumes": named,
@@ -971,7 +1015,12 @@ def _create(name: str, pod: dict, configmaps: dict, mode: str, spec_file: Path) 
         return out, err
     if mode == "netns":
         try:
-            out, err = play_netns(name, pod, configmaps), ""
+            try:
+                out, err = play_netns(name, pod, configmaps), ""
+            except (OSError, EngineFailure) as exc:
+                if not api_recovered(exc, pod):
+                    raise
+                out, err = play_netns(name, pod, configmaps), f"kube: {exc}; played again after the undercloud's check\n"
         except (OSError, PodError) as exc:
             return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
         return out, err

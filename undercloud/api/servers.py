@@ -29,7 +29,8 @@ def startup(ctx: Context):
     """First start: default flavors, this host as hypervisor host; listeners for existing
     servers; then a status pass over the settled servers every UNDERCLOUD_SERVER_SYNC_INTERVAL
     seconds (default 60; 0: never), so `server list` shows a machine that died by itself; and
-    every 5 s the tunnels of a lab network other hosts share (a host joined or left)."""
+    every 5 s the tunnels of a lab network other hosts share (a host joined or left) and the
+    podman API service container nodes drive (restarted when it has gone bad)."""
     ctx.servers.startup()
     interval = float(os.environ.get("UNDERCLOUD_SERVER_SYNC_INTERVAL", "60"))
     stop = threading.Event()
@@ -38,6 +39,10 @@ def startup(ctx: Context):
         next_status = time.monotonic() + interval
         while not stop.wait(min(interval, TUNNEL_SYNC) if interval > 0 else TUNNEL_SYNC) \
                 and not ctx.stopping.is_set():
+            try:
+                ctx.servers.watch_engines()
+            except Exception:  # noqa: BLE001 - the loop must survive one bad pass
+                log.exception("podman API service check failed")
             try:
                 ctx.servers.sync_networks()
                 if interval > 0 and time.monotonic() >= next_status:
@@ -192,7 +197,9 @@ def server_health(ref: str, ctx: Context = Depends(_ctx)):
     report = ctx.server_metadata.health(srv["id"])
     if report is None:
         raise NotFound(f"server {srv['name']}: no health report from its agent yet", "server")
-    return {"server": srv["id"], "name": srv["name"], **report}
+    engine = ctx.servers.engine_health() if srv.get("hypervisor_type") == "container" else None
+    return {"server": srv["id"], "name": srv["name"], **report,
+            **({"container_engine": engine} if engine else {})}  # the host's podman API its kube hook drives
 
 
 @router.get("/v1/servers/{ref}/console")

@@ -103,7 +103,7 @@ def network(ht: str):
 @click.option("--forget", "forget", metavar="HOST", multiple=True,
               help="Remove a host that will not come back first: down, running no server; repeatable.")
 @formatted(["name", "hypervisor_type", "state", "vcpus", "vcpus_used", "memory_mb", "memory_mb_used", "servers",
-            "leftovers"])
+            "leftovers", "engine"])
 def hypervisors(forget: tuple[str, ...]):
     """Hypervisor hosts for container and VM servers: capacity, use and state.
 
@@ -113,7 +113,8 @@ def hypervisors(forget: tuple[str, ...]):
     has the most free memory; the flavor property or scheduler hint
     capabilities:hypervisor_hostname=HOST pins it to one host. A server deleted while its
     host was down is gone at once; its machine stays there (`leftovers`) until the host's
-    worker comes back and removes it. E.g.
+    worker comes back and removes it. `engine`: the podman API service this host's container
+    nodes drive, as the worker's watch last found it (restarted when it went bad). E.g.
 
     \b
       undercloud flavor create big-b --vcpus 2 --ram 4096 --disk 20 \\

@@ -108,6 +108,8 @@ class ContainerRealiser(Realiser):
         self.provider = f"{self.instance}-provider"
         self._lock = threading.Lock()
         self._creating = 0  # creates in flight: the network must not be removed under them
+        # the host's podman API service its nodes' kube hook drives, watched once it is in use
+        self.engine_watch: hp.ApiWatch | None = None
         self._net_info: dict | None = None
         self._adopted = False  # the labelled addresses of older containers are in the table
 
@@ -318,6 +320,22 @@ class ContainerRealiser(Realiser):
         with self._lock:
             if self._inspect_network() is not None:
                 self._network()
+        self._watch()  # container servers exist (why this runs): their nodes rely on the API service
+
+    def _watch(self) -> None:
+        if self.engine_watch is None:
+            self.engine_watch = hp.ApiWatch(HOST_SOCKET, image=self._node_image, log=log)
+
+    def _node_image(self) -> str | None:
+        """An image here that the API service's check may start (`true`): a node's."""
+        out = hp.podman("ps", "-a", "--format", "{{.ImageID}}", "--filter",
+                        f"label=undercloud.instance={self.instance}", check=False, timeout=60).stdout.split()
+        return out[0] if out else None
+
+    def watch_engine(self) -> None:
+        """One look at the podman API service (host/podman.py's ApiWatch), every few seconds."""
+        if self.engine_watch is not None:
+            self.engine_watch.look()
 
     def cleanup(self) -> list[str]:
         """Remove the lab network and bridge when no container of this instance is left."""
@@ -393,6 +411,7 @@ class ContainerRealiser(Realiser):
         # (not the socket file) so a restarted API service is still reached.
         try:
             sock = hp.api_service(HOST_SOCKET)
+            self._watch()
             args += ["-v", f"{sock.parent}:/run/podman", "-e", f"CONTAINER_HOST=unix:///run/podman/{sock.name}"]
         except (RuntimeError, CommandFailed) as exc:
             log.warning("no podman API for the kube hook on %s: %s", name, exc)

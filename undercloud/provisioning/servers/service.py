@@ -231,7 +231,11 @@ class ServersService:
                             "memory_mb_used": ram, "disk_gb_used": disk, "servers": n,
                             "leftovers": left.get((h.name, h.hypervisor_type), 0),
                             "state": "up" if h.name in up else "down"})
-            return out
+        # this host's container engine, as its watch last found it (other hosts' watch their own)
+        engine = self.engine_health(summary=True)
+        for row in out:
+            row["engine"] = engine if row["hypervisor_type"] == "container" and row["name"] == host_name() else ""
+        return out
 
     def forget_host(self, name: str) -> dict:
         """Remove a hypervisor host that will not come back: down, and running no server
@@ -640,6 +644,24 @@ class ServersService:
             r = self._realisers.get("container")
         if r is not None:
             r.sync_network()
+
+    def watch_engines(self) -> None:
+        """A look at the container engine this host's container nodes drive (restarted when
+        it has gone bad); nothing before this worker runs container servers."""
+        with self._lock:
+            r = self._realisers.get("container")
+        if r is not None:
+            r.watch_engine()
+
+    def engine_health(self, summary: bool = False):
+        """What the last looks found (state ok|restarted|failing, restarts, reason; with
+        `summary` one line), or None when nothing is watched."""
+        with self._lock:
+            r = self._realisers.get("container")
+        watch = getattr(r, "engine_watch", None)
+        if watch is None:
+            return "" if summary else None
+        return watch.summary() if summary else dict(watch.status)
 
     # ---- servers of another host ----------------------------------------------------
     def _other_hosts(self) -> set[str]:
