@@ -160,6 +160,27 @@ def test_a_request_wakes_a_long_poll_and_outlives_a_change_of_the_metadata(svc):
     assert svc.meta.request_health(["id-9"]) > asked[0]  # each request later than the last
 
 
+def test_a_request_made_on_one_worker_reaches_agents_served_by_another(tmp_path):
+    """Two workers on one store (a hypervisor host's worker serves its servers' agents): the
+    request reaches the other worker's copy of the document at its next refresh (one
+    heartbeat), and the answer stored there is what the first one reads."""
+    from tests.conftest import own_store_url
+    from undercloud.orchestration.server_metadata import ServerMetadata
+    from undercloud.store import Store
+
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    a, b = (ServerMetadata(store, lambda: "http://127.0.0.1:1") for _ in range(2))
+    a.register("s1", "node-1")
+    b.refresh()
+    etag = b._get("s1").etag
+    asked = a.request_health(["s1"])
+    assert b.refresh() == 1 and b._get("s1").etag != etag
+    assert json.loads(b._get("s1").doc)[HEALTH_REQUEST] == asked
+    assert a.healths(["s1", "nope"]) == {"s1": None}
+    b.record_health("s1", {"paused": False, "pods": {}, "answers": asked})
+    assert a.healths(["s1"])["s1"]["answers"] == asked
+
+
 def test_a_paused_watchdog_still_reports_what_it_sees_now(svc, node):
     (kube.state_dir() / "watchdog.pause").touch()
     node.containers[("memcached", "memcached")]["state"] = "exited"  # `podman stop`, the watchdog paused
