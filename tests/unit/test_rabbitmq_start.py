@@ -1,14 +1,16 @@
-"""uc-rabbitmq-start: how a RabbitMQ node starts, alone or in the overcloud's cluster: with
-its own data it rejoins; without, it joins a running peer (after asking it to forget a former
-node of its name: a replaced node) or, the first node with no peer running, forms the cluster;
-the others wait for a peer, so that one cluster forms, not three. The ha e2e runs the same
-script for real (and it was tried by hand: three nodes, a replaced one, all killed)."""
+"""uc-rabbitmq-start: how a RabbitMQ node starts, alone or in the overcloud's cluster, decided
+from what it and its peers tell (`choose`, a pure function; peers as their /state would
+answer): with its own data it rejoins (the latest holder starting alone when a peer was
+replaced); without, it joins a running peer, or forms the cluster only when every peer says
+it holds none and it is the first node; otherwise it waits and says for what, holding its
+liveness port. tests/integration/test_rabbitmq_cluster.py runs it for real, three containers."""
 
 from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -42,35 +44,110 @@ def script(tmp_path, monkeypatch):
     return module
 
 
-def decide(script, me, running=(), data=False):
-    script.answers = lambda address: address in running
-    if data:
-        (Path(script.MNESIA) / f"rabbit@{me}").mkdir(parents=True)
-        (Path(script.MNESIA) / f"rabbit@{me}" / "schema.DAT").write_text("x")
-    try:
-        return script.decide(NODES, me)
-    except Waits as waits:
-        return str(waits)
+def fresh():
+    """A peer that tells it holds no data (waiting to decide, as on a first deploy)."""
+    return {"running": False, "state": {"data": False, "written": 0.0, "phase": "waiting"}}
 
 
-def test_a_first_deploy_forms_one_cluster_on_the_first_node(script):
-    assert decide(script, "10.0.0.2") == ("form", None)
-    assert decide(script, "10.0.0.3").startswith("no data here and no peer running yet (10.0.0.2, 10.0.0.4)")
-    assert decide(script, "10.0.0.4", running=["10.0.0.2"]) == ("join", "10.0.0.2")
+def holder(written, phase="started"):
+    return {"running": False, "state": {"data": True, "written": written, "phase": phase}}
 
 
-def test_an_empty_node_joins_a_running_peer_even_when_it_is_the_first(script):
+RUNNING = {"running": True, "state": None}
+SILENT = {"running": False, "state": None}
+EMPTY = {"data": False, "written": 0.0}
+
+
+def choose(script, me, peers, own=EMPTY, waited=0.0):
+    return script.choose(NODES, me, own, peers, waited)
+
+
+def test_a_first_deploy_forms_one_cluster_on_the_first_node_once_every_peer_says_it_has_no_data(script):
+    assert choose(script, "10.0.0.2", {"10.0.0.3": fresh(), "10.0.0.4": fresh()}) == ("form", None)
+    assert choose(script, "10.0.0.3", {"10.0.0.2": fresh(), "10.0.0.4": fresh()}) == (
+        "wait", "a first deploy (no node holds data): waiting for 10.0.0.2 to form the cluster")
+    assert choose(script, "10.0.0.4", {"10.0.0.2": RUNNING, "10.0.0.3": fresh()}) == ("join", "10.0.0.2")
+    # a peer that has not told yet may hold the data: the first node forms nothing
+    how, why = choose(script, "10.0.0.2", {"10.0.0.3": fresh(), "10.0.0.4": SILENT})
+    assert how == "wait" and "10.0.0.4 not telling whether they hold data yet" in why
+
+
+def test_a_replaced_node_waits_for_a_peer_with_data_and_joins_it_once_it_runs(script):
+    # every controller was down; the first, replaced (no data), starts before the others
+    how, why = choose(script, "10.0.0.2", {"10.0.0.3": SILENT, "10.0.0.4": SILENT})
+    assert how == "wait" and "10.0.0.3, 10.0.0.4 not telling" in why
+    assert choose(script, "10.0.0.2", {"10.0.0.3": holder(5.0, "waiting"), "10.0.0.4": fresh()}) == (
+        "wait", "no data here; the cluster's data is on 10.0.0.3: waiting for one of them to run")
+    assert choose(script, "10.0.0.2", {"10.0.0.3": holder(5.0), "10.0.0.4": RUNNING}) == ("join", "10.0.0.4")
     # the first node replaced while the others run: it joins them, never forms a second cluster
-    assert decide(script, "10.0.0.2", running=["10.0.0.4"]) == ("join", "10.0.0.4")
-    assert decide(script, "10.0.0.3", running=["10.0.0.2", "10.0.0.4"]) == ("join", "10.0.0.2")
+    assert choose(script, "10.0.0.2", {"10.0.0.3": SILENT, "10.0.0.4": RUNNING}) == ("join", "10.0.0.4")
 
 
-def test_a_node_with_its_data_rejoins_without_waiting(script):
-    # after a whole-cluster stop every node has data: all start, and RabbitMQ finds its peers
-    assert decide(script, "10.0.0.3", data=True) == ("rejoin", None)
-    # an empty directory of another node name (rabbit@localhost, before it was a cluster) is not its data
+def test_nodes_with_data_come_back_and_the_latest_starts_alone_when_a_peer_was_replaced(script):
+    mine = {"data": True, "written": 7.0}
+    # a peer runs, or every peer holds data: RabbitMQ's own rejoin does it
+    assert choose(script, "10.0.0.3", {"10.0.0.2": RUNNING, "10.0.0.4": SILENT}, mine) == ("rejoin", None)
+    assert choose(script, "10.0.0.3", {"10.0.0.2": holder(9.0), "10.0.0.4": holder(1.0)}, mine) == ("rejoin", None)
+    # a peer has no data (replaced): the holder that wrote last starts without waiting, the other rejoins it
+    assert choose(script, "10.0.0.3", {"10.0.0.2": fresh(), "10.0.0.4": holder(5.0)}, mine) == ("force", None)
+    assert choose(script, "10.0.0.4", {"10.0.0.2": fresh(), "10.0.0.3": holder(7.0)},
+                  {"data": True, "written": 5.0}) == ("rejoin", None)
+    # ties go to the first of the list; the only holder left is the latest
+    assert choose(script, "10.0.0.4", {"10.0.0.2": fresh(), "10.0.0.3": holder(7.0)}, mine) == ("rejoin", None)
+    assert choose(script, "10.0.0.3", {"10.0.0.2": fresh(), "10.0.0.4": fresh()}, mine) == ("force", None)
+
+
+def test_a_node_with_data_waits_a_while_for_silent_peers_then_starts_as_it_is(script):
+    mine = {"data": True, "written": 7.0}
+    how, why = choose(script, "10.0.0.3", {"10.0.0.2": fresh(), "10.0.0.4": SILENT}, mine)
+    assert how == "wait" and f"10.0.0.4 not telling theirs yet: waiting up to {script.HOLDER_PATIENCE} s" in why
+    assert choose(script, "10.0.0.3", {"10.0.0.2": fresh(), "10.0.0.4": SILENT}, mine,
+                  waited=script.HOLDER_PATIENCE) == ("rejoin", None)
+
+
+def test_the_node_tells_its_own_data_and_when_it_wrote_it(script):
+    assert script.own_state("10.0.0.3") == {"data": False, "written": 0.0, "phase": "waiting"}
+    # data of another node name (rabbit@localhost, before it was a cluster) is not its data
     (Path(script.MNESIA) / "rabbit@localhost").mkdir(parents=True)
-    assert decide(script, "10.0.0.4") == "no data here and no peer running yet (10.0.0.2, 10.0.0.3): waiting for one (0 s)"
+    (Path(script.MNESIA) / "rabbit@localhost" / "schema.DAT").write_text("x")
+    assert script.own_state("10.0.0.3")["data"] is False
+    mine = Path(script.MNESIA) / "rabbit@10.0.0.3"
+    mine.mkdir()
+    (mine / "schema.DAT").write_text("x")
+    os.utime(mine / "schema.DAT", (1000.0, 1000.0))
+    (mine / "quorum").mkdir()
+    assert script.own_state("10.0.0.3") == {"data": True, "written": 1000.0, "phase": "waiting"}
+
+
+def test_a_waiting_node_says_what_it_waits_for_and_asks_no_cli(script, monkeypatch):
+    script.answers = lambda address: False
+    script.peer_state = lambda address: None
+    monkeypatch.setattr(script, "ctl", lambda *a, **k: pytest.fail("a CLI call while deciding"))
+    with pytest.raises(Waits) as waits:
+        script.decide(NODES, "10.0.0.2")
+    assert str(waits.value).startswith("no data here and no peer running; 10.0.0.3, 10.0.0.4 not telling")
+    assert str(waits.value).endswith("(0 s)")
+
+
+def test_state_is_served_and_the_liveness_port_is_held_while_waiting(script):
+    import socket
+    import urllib.request
+
+    from tests.conftest import free_port
+
+    state, dist = free_port(), free_port()
+    servers = [script.serve(state, "10.0.0.3"), script.serve(dist, "10.0.0.3")]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{state}/state", timeout=5) as r:
+            assert json.load(r) == {"data": False, "written": 0.0, "phase": "waiting"}
+        from undercloud.agent import kube  # the watchdog's own check of the Pod's livenessProbe
+        assert kube.probe({"tcpSocket": {"port": dist}}, timeout=2) == (True, "")
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
+    with pytest.raises(OSError):  # given back before RabbitMQ starts: its port to take
+        socket.create_connection(("127.0.0.1", dist), timeout=2)
 
 
 def test_configuration_names_the_node_and_lists_every_peer(script):
@@ -153,3 +230,62 @@ def test_as_pid_1_it_runs_itself_under_dumb_init(script, monkeypatch):
     monkeypatch.setattr(script.os, "getpid", lambda: 7)  # under dumb-init: its child runs on
     script.under_init()
     assert len(ran) == 1
+
+
+def data_of(script, name):
+    (Path(script.MNESIA) / name).mkdir(parents=True)
+    (Path(script.MNESIA) / name / "schema.DAT").write_text("x")
+
+
+def test_a_move_between_one_broker_and_a_cluster_is_seen_from_the_former_names_data(script):
+    assert script.former_data("rabbit@10.0.0.2") is None  # a first deploy: nothing to migrate
+    (Path(script.MNESIA) / "rabbit@localhost-plugins-expand").mkdir(parents=True)
+    (Path(script.MNESIA) / "rabbit@localhost").mkdir()  # an empty directory holds no queues
+    assert script.former_data("rabbit@10.0.0.2") is None
+    data_of(script, "rabbit@10.0.0.2")
+    assert script.former_data("rabbit@10.0.0.2") is None  # its own data: the same cluster
+    data_of(script, "rabbit@localhost-x")
+    assert script.former_data("rabbit@10.0.0.2") is None
+    (Path(script.MNESIA) / "rabbit@localhost" / "schema.DAT").write_text("x")
+    # one broker before, a cluster's node now; and back: the cluster's node name is the former
+    assert script.former_data("rabbit@10.0.0.2") == str(Path(script.MNESIA) / "rabbit@localhost")
+    assert script.former_data("rabbit@localhost") == str(Path(script.MNESIA) / "rabbit@10.0.0.2")
+
+
+QUEUES = [{"name": "conductor", "type": "classic", "vhost": "/"},
+          {"name": "conductor.ctl0", "type": "quorum", "vhost": "/"},
+          {"name": "conductor_fanout_4f1c", "type": "classic", "vhost": "/"},
+          {"name": "reply_9a2e", "type": "classic", "vhost": "/"},
+          {"name": "scheduler", "type": "quorum", "vhost": "/"}]
+
+
+def test_the_queues_of_the_former_type_are_those_the_services_now_declare_otherwise(script):
+    # a cluster: topic queues are quorum; classic fanout and reply queues are as oslo declares them
+    assert script.stale_queues(QUEUES, cluster=True) == [("/", "conductor")]
+    # one broker: no quorum queue at all
+    assert script.stale_queues(QUEUES, cluster=False) == [("/", "conductor.ctl0"), ("/", "scheduler")]
+    assert script.stale_queues([], cluster=True) == []
+
+
+def test_a_migration_deletes_as_they_come_then_ends_and_removes_the_former_data(script, monkeypatch):
+    data_of(script, "rabbit@localhost")
+    listed = [[{"name": "conductor", "type": "classic", "vhost": "/"}], [], [],
+              [{"name": "compute", "type": "classic", "vhost": "/"}]] + [[]] * script.MIGRATE_QUIET
+    calls = []
+
+    def ctl(*args, tool="rabbitmqctl", timeout=120):
+        calls.append(args[0] if args[0] == "list_queues" else args)
+        if args[0] == "list_queues":
+            return 0, json.dumps(listed.pop(0))
+        return 0, ""
+
+    monkeypatch.setattr(script, "ctl", ctl)
+    monkeypatch.setattr(script.time, "sleep", lambda _s: None)
+    script.answers = lambda address: True
+    script.migrate_queues("10.0.0.2", str(Path(script.MNESIA) / "rabbit@localhost"), cluster=True)
+    assert [c for c in calls if c != "list_queues"] == [("delete_queue", "-p", "/", "conductor"),
+                                                        ("delete_queue", "-p", "/", "compute")]
+    assert calls.count("list_queues") == 4 + script.MIGRATE_QUIET  # quiet rounds count from the last stale one
+    assert listed == []
+    assert not (Path(script.MNESIA) / "rabbit@localhost").exists()
+    assert script.logged[-1].startswith(f"no queue of the former type for {script.MIGRATE_QUIET} minutes")

@@ -119,9 +119,10 @@ async def health(server_id: str, request: Request):
     if not isinstance(body, dict) or not isinstance(body.get("pods", {}), dict):
         return JSONResponse({"error": "health report must be a JSON object with pods: {name: ...}", "where": "pods"},
                             status_code=400)
-    answers = body.get("answers")  # the health request (server_metadata.HEALTH_REQUEST) this report answers
-    answers = float(answers) if isinstance(answers, (int, float)) and not isinstance(answers, bool) \
-        and math.isfinite(answers) else None
-    meta.record_health(server_id, {"paused": bool(body.get("paused")), "pods": body.get("pods") or {},
-                                   "answers": answers})
+    report = {"paused": bool(body.get("paused")), "pods": body.get("pods") or {}}
+    if "answers" in body:  # the health request (server_metadata.HEALTH_REQUEST) it answers; older agents: none
+        answers = body["answers"]
+        report["answers"] = float(answers) if isinstance(answers, (int, float)) and not isinstance(answers, bool) \
+            and math.isfinite(answers) else None
+    meta.record_health(server_id, report)
     return {"acknowledged": True}

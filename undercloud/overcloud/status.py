@@ -22,6 +22,8 @@ def health(svc: list, report: dict | None, asked: float | None, now: float) -> s
     or "unknown (why)" when the report is missing or older than the request `asked`."""
     if report is None:
         return "unknown (no report from its agent)"
+    if asked is not None and "answers" not in report:
+        return f"unknown (its agent answers no request for a report: an older one; {_age(report, now)})"
     if asked is not None and (report.get("answers") or 0) < asked:
         return f"unknown (no fresh report: {_age(report, now)})"
     pod = (svc[3:4] or [None])[0]
