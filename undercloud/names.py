@@ -11,6 +11,14 @@ NAME_MAX = 255
 NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def fit_name(name: str, limit: int = NAME_MAX) -> str:
+    """`name` cut to `limit` characters as Heat cuts the names it makes (nested stacks,
+    physical resource names): its start and its end, where a unique suffix is, kept."""
+    if len(name) <= limit:
+        return name
+    return name[:limit // 2 - 1] + "-" + name[-(limit - limit // 2):]
+
+
 def check_name(value: object, what: str, where: str = "name") -> str:
     """`value` if it is a good name, else one line saying what is wrong (never the whole value)."""
     if not isinstance(value, str) or not value:

@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 
 from tests.unit.test_engine_ops import Eng
 from undercloud.errors import InvalidInput
-from undercloud.store.stacks import NAME_MAX, Stack
+from undercloud.names import NAME_MAX
+from undercloud.store.stacks import Stack, StackResource
 
 STACKS = Stack.__table__
 CHILD = "heat_template_version: 2018-08-31\nresources:\n  v: {type: OS::Heat::Value, properties: {value: %d}}\n"
@@ -58,6 +59,13 @@ def test_long_nested_names_are_cut_to_the_store_limit_and_stay_distinct(eng):
     names = [r["name"] for r in nested_rows(eng)]
     assert len(names) == 2 and len(set(names)) == 2
     assert all(len(n) <= NAME_MAX and n.startswith(root[:100]) for n in names)
+    # the physical names made from them fit too (PostgreSQL refused the write), their suffix kept
+    with eng.store.engine.connect() as c:
+        res = StackResource.__table__
+        rows = c.execute(select(res.c.physical_id, res.c.uuid).where(res.c.name == "v")).all()
+    assert len(rows) == 2
+    for physical, uuid in rows:
+        assert len(physical) <= NAME_MAX and physical.endswith("-v-" + uuid.replace("-", "")[:12]), physical
 
 
 def test_a_root_stack_name_too_long_is_refused_before_any_write(eng):

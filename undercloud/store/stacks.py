@@ -12,10 +12,9 @@ from typing import Any
 from sqlalchemy import JSON, Float, Index, Integer, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from undercloud.names import NAME_MAX  # a stack's name, root or nested (Heat's limit too)
 from undercloud.store.crypto import Encrypted
 from undercloud.store.db import Base
-
-NAME_MAX = 255  # a stack's name, root or nested (Heat's limit too)
 
 
 class Stack(Base):

@@ -26,6 +26,7 @@ from undercloud.errors import (
     internal_error,
 )
 from undercloud.masking import MASK, Mask
+from undercloud.names import NAME_MAX
 from undercloud.orchestration.engine.walk import INTERNAL, Plan, Signal, StackNode, Walk, new_root_row
 from undercloud.orchestration.engine.writer import Fenced, ResourceRow, Writer
 from undercloud.orchestration.limits import BY_NAME, LIMITS, cut
@@ -33,7 +34,7 @@ from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import Plugin, StackRef
 from undercloud.orchestration.services import EngineOnly, PluginServices
 from undercloud.store import Store
-from undercloud.store.stacks import NAME_MAX, Stack, StackEvent, StackResource
+from undercloud.store.stacks import Stack, StackEvent, StackResource
 from undercloud.store.workers import Worker
 
 log = logging.getLogger("undercloud.engine")

@@ -33,6 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from undercloud.errors import UndercloudError, internal_error
 from undercloud.masking import Mask
+from undercloud.names import fit_name
 from undercloud.orchestration.engine.writer import RES, Fenced, ResourceRow, Writer
 from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, value_size
 from undercloud.orchestration.resources import registry
@@ -47,7 +48,6 @@ from undercloud.orchestration.resources.base import (
 from undercloud.orchestration.resources.group import ResourceGroup
 from undercloud.orchestration.resources.nested import TemplateResource
 from undercloud.orchestration.template.parameters import secret_texts
-from undercloud.store.stacks import NAME_MAX
 
 log = logging.getLogger("undercloud.engine")
 
@@ -873,8 +873,7 @@ class Walk:
         base = f"{parent['name']}-{resource}"
         tail = uuid.replace("-", "") or uuidlib.uuid4().hex
         for name in [base] + [f"{base}-{tail[i:i + 12]}" for i in range(0, len(tail) - 11, 4)]:
-            if len(name) > NAME_MAX:
-                name = name[:NAME_MAX // 2 - 1] + "-" + name[-(NAME_MAX - NAME_MAX // 2):]
+            name = fit_name(name)
             if name not in taken:
                 taken.add(name)
                 return name

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from undercloud.names import fit_name
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.template.functions import has_unknown
 from undercloud.orchestration.template.validation import (
@@ -19,8 +20,9 @@ from undercloud.orchestration.template.validation import (
 
 
 def physical_name(p: Plugin) -> str:
-    """Heat's physical resource name: stack-resource-suffix (the suffix is stable per uuid)."""
-    return f"{p.stack.name}-{p.name}-{p.uuid.replace('-', '')[:12]}"
+    """Heat's physical resource name: stack-resource-suffix (the suffix is stable per uuid),
+    cut to what a name may hold as Heat cuts it (the suffix kept)."""
+    return fit_name(f"{p.stack.name}-{p.name}-{p.uuid.replace('-', '')[:12]}")
 
 
 class Value(Plugin):
