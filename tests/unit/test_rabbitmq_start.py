@@ -289,3 +289,24 @@ def test_a_migration_deletes_as_they_come_then_ends_and_removes_the_former_data(
     assert listed == []
     assert not (Path(script.MNESIA) / "rabbit@localhost").exists()
     assert script.logged[-1].startswith(f"no queue of the former type for {script.MIGRATE_QUIET} minutes")
+
+
+def test_a_migration_that_never_ends_stops_asking_and_keeps_the_former_data(script, monkeypatch):
+    data_of(script, "rabbit@10.0.0.2")
+    calls = []
+
+    def ctl(*args, tool="rabbitmqctl", timeout=120):
+        calls.append(args)
+        if args[0] == "list_queues":
+            assert args[1:3] == ("-p", "/")  # the services' vhost; list_queues has no vhost column
+            return 0, json.dumps([{"name": "conductor", "type": "quorum"}])
+        return 0, ""
+
+    monkeypatch.setattr(script, "ctl", ctl)
+    monkeypatch.setattr(script.time, "sleep", lambda _s: None)
+    script.answers = lambda address: True
+    script.migrate_queues("localhost", str(Path(script.MNESIA) / "rabbit@10.0.0.2"), cluster=False)
+    assert len([c for c in calls if c[0] == "list_queues"]) == script.MIGRATE_ROUNDS
+    assert ("delete_queue", "-p", "/", "conductor") in calls
+    assert (Path(script.MNESIA) / "rabbit@10.0.0.2").exists()  # the next start tries again
+    assert script.logged[-1].startswith(f"queues of the former type still came after {script.MIGRATE_ROUNDS}")
