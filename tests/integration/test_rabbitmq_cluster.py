@@ -27,6 +27,8 @@ from tests.conftest import need, need_root, run_cli
 LABEL = f"undercloud.test=rabbitmq-{os.getpid()}"
 NAMES = ["rmq-a", "rmq-b", "rmq-c"]
 LIVENESS_HOST_TIMEOUT = 5.0
+# as the agent runs containers (kube.py): runc and explicit ulimits
+RUN = ["--runtime", "runc", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
 
 
 def podman(*args: str, timeout: float = 300):
@@ -71,9 +73,7 @@ class Cluster:
         if podman("container", "exists", name).returncode == 0:
             r = podman("start", name)
         else:
-            r = podman("run", "-d", "--name", name, "--label", LABEL, "--runtime", "runc",
-                       "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096",
-                       "--network", self.net, "--ip", self.nodes[i],
+            r = podman("run", "-d", "--name", name, "--label", LABEL, *RUN, "--network", self.net, "--ip", self.nodes[i],
                        "-v", f"{self.config}:/var/lib/undercloud/config:ro",
                        "-v", f"{name}-data:/var/lib/rabbitmq/mnesia",
                        self.image, *self.container["command"])
@@ -212,3 +212,35 @@ def test_first_deploy_forms_one_cluster_then_a_replaced_first_node_waits_for_the
     code, out = cluster.ctl(0, "list_vhosts", "--formatter", "json")
     assert code == 0 and "made-in-the-old-cluster" in out  # the old cluster, not a new one
     assert podman("inspect", cluster.name(0), "--format", "{{.RestartCount}}").stdout.strip() in ("0", "")
+
+
+def test_one_broker_after_a_cluster_deletes_the_quorum_queues_the_services_declare(cluster):
+    """3 -> 1: the volume of the broker left holds its former name's data (rabbit@<address>).
+    The services not yet restarted declare quorum queues in the new lone broker; it deletes
+    them (and only them), so that each restarted service declares its classic one."""
+    from tests.unit import service_support
+
+    given = {"ServiceNodes": {"rabbitmq": cluster.nodes[:1]}, "RabbitPassword": "rp", "RabbitCookie": "test-cookie-1234"}
+    files, _, _ = service_support.render("rabbitmq", given, cluster.image)
+    for name, text in files.items():
+        (cluster.config / name).write_text(text)
+    name = cluster.name(0)
+    former = f"rabbit@{cluster.nodes[0]}"
+    r = podman("run", "--rm", *RUN, "-v", f"{name}-data:/m", "--entrypoint", "sh", cluster.image, "-c",
+               f"mkdir -p /m/{former} && echo x > /m/{former}/schema.DAT")
+    assert r.returncode == 0, r.stderr
+    cluster.start(0)
+    cluster.wait("the lone broker answers", lambda: cluster.answers_amqp(0), 300)
+    declare = ('rabbit_amqqueue:declare(rabbit_misc:r(<<"/">>, queue, <<"{q}">>), {durable}, false, {args}, none, '
+               '<<"test">>).')
+    assert cluster.ctl(0, "eval", declare.format(q="conductor", durable="true",
+                                                 args='[{<<"x-queue-type">>, longstr, <<"quorum">>}]'))[0] == 0
+    assert cluster.ctl(0, "eval", declare.format(q="reply_1f", durable="false", args="[]"))[0] == 0
+    assert "one broker now, a cluster's node before" in cluster.logs(0)
+
+    def listed():
+        code, out = cluster.ctl(0, "list_queues", "-p", "/", "name", "type", "--formatter", "json", "--quiet")
+        return sorted((q["name"], q["type"]) for q in json.loads(out)) if code == 0 else None
+
+    cluster.wait("the quorum queue deleted", lambda: listed() == [("reply_1f", "classic")], 300, every=20)
+    assert "queue conductor (/) was of the former type (quorum): deleted" in cluster.logs(0)
