@@ -310,3 +310,14 @@ def test_a_migration_that_never_ends_stops_asking_and_keeps_the_former_data(scri
     assert ("delete_queue", "-p", "/", "conductor") in calls
     assert (Path(script.MNESIA) / "rabbit@10.0.0.2").exists()  # the next start tries again
     assert script.logged[-1].startswith(f"queues of the former type still came after {script.MIGRATE_ROUNDS}")
+
+
+def test_once_started_the_node_tells_when_it_wrote_before_this_start(script):
+    # RabbitMQ writes its files again as it boots: a holder started first must not look like
+    # the one that stopped last
+    data_of(script, "rabbit@10.0.0.3")
+    os.utime(Path(script.MNESIA) / "rabbit@10.0.0.3" / "schema.DAT", (1000.0, 1000.0))
+    script.PHASE["written"] = script.own_state("10.0.0.3")["written"]
+    script.PHASE["now"] = "started"
+    (Path(script.MNESIA) / "rabbit@10.0.0.3" / "LATEST.LOG").write_text("booting")
+    assert script.own_state("10.0.0.3") == {"data": True, "written": 1000.0, "phase": "started"}
