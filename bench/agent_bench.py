@@ -7,11 +7,13 @@ SoftwareDeploymentGroup). The simulated agents speak the agent's protocol over r
 X-Server-Token and If-None-Match, and POST a signal for each new deployment.
 
 Prints: set-up time; steady state at the target rate (polls/s achieved, share of 304s,
-server CPU time per poll, latency); closed-loop capacity (polls/s with nothing changed);
-and after a config change (stack update), the time until the last agent has fetched and
-applied (signalled) its new deployment, and until the stack is UPDATE_COMPLETE.
+server CPU time per poll and per agent per second, latency); closed-loop capacity (polls/s
+with nothing changed); and after a config change (stack update), the time until the last
+agent has fetched and applied (signalled) its new deployment, and until the stack is
+UPDATE_COMPLETE. With --long-poll, the same for agents holding long-polls of --hold s: the
+idle cost (CPU per held poll, per agent per second) and the change's latency.
 
-    python bench/agent_bench.py [--agents 2000] [--rate 330] [--seconds 15]
+    python bench/agent_bench.py [--agents 2000] [--rate 330] [--seconds 15] [--long-poll [--hold 25]]
 """
 
 from __future__ import annotations
@@ -120,10 +122,10 @@ class Agent:
 
 
 async def paced(agents: list[Agent], rate: float, seconds: float, stats: dict, until=None,
-                long_poll: bool = False) -> float:
+                long_poll: float = 0) -> float:
     """Each agent polls every len(agents)/rate seconds (+-25 % jitter), for `seconds` or,
     with `until` (a blocking predicate, checked every second), until it holds. With
-    `long_poll` each poll is held by the server for that long instead (?wait=)."""
+    `long_poll` (seconds) each poll asks the server to hold it that long (?wait=), +-25 %."""
     interval = len(agents) / rate
     end = time.monotonic() + seconds
     sem = asyncio.Semaphore(512)
@@ -133,7 +135,7 @@ async def paced(agents: list[Agent], rate: float, seconds: float, stats: dict, u
         await asyncio.sleep(random.uniform(0, interval))
         while long_poll and time.monotonic() < end and not stop.is_set():
             try:
-                await a.poll(stats, wait=min(interval * random.uniform(0.75, 1.25), max(end - time.monotonic(), 0.1)))
+                await a.poll(stats, wait=min(long_poll * random.uniform(0.75, 1.25), max(end - time.monotonic(), 0.1)))
             except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
                 stats["errors"] = stats.get("errors", 0) + 1
                 await asyncio.sleep(1)
@@ -182,12 +184,13 @@ def new_stats() -> dict:
     return {"latency": []}
 
 
-def report(name: str, stats: dict, elapsed: float, cpu: float) -> None:
+def report(name: str, stats: dict, elapsed: float, cpu: float, agents: int = 0) -> None:
     polls = sum(v for k, v in stats.items() if isinstance(k, int))
     lat = sorted(stats["latency"])
     print(f"{name}: {polls} polls in {elapsed:.1f} s = {polls / elapsed:.0f} polls/s; "
           f"304: {stats.get(304, 0) / max(polls, 1):.1%}, 200: {stats.get(200, 0)}, errors: {stats.get('errors', 0)}; "
           f"server CPU {cpu:.2f} s = {1000 * cpu / max(polls, 1):.3f} ms/poll"
+          + (f", idle cost {1e6 * cpu / elapsed / agents:.0f} us of CPU per agent per second" if agents else "")
           + (f"; latency p50 {1000 * statistics.median(lat):.1f} ms, p99 {1000 * lat[int(len(lat) * 0.99) - 1]:.1f} ms"
              if lat else ""), flush=True)
 
@@ -200,6 +203,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="closed-loop capacity test")
     ap.add_argument("--long-poll", action="store_true",
                     help="also measure long-polling agents (?wait=): steady state and change propagation")
+    ap.add_argument("--hold", type=float, default=25.0,
+                    help="with --long-poll: the wait each long-poll asks (the agent's `hold`, 25 s)")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="agent-bench-"))
@@ -240,7 +245,7 @@ def main() -> int:
         stats = new_stats()
         c0 = cpu_seconds(pid)
         elapsed = asyncio.run(paced(agents, args.rate, args.seconds, stats))  # nothing changes
-        report(f"steady state at {args.rate:.0f} polls/s offered", stats, elapsed, cpu_seconds(pid) - c0)
+        report(f"steady state at {args.rate:.0f} polls/s offered", stats, elapsed, cpu_seconds(pid) - c0, len(agents))
 
         stats = new_stats()
         c0 = cpu_seconds(pid)
@@ -271,9 +276,20 @@ def main() -> int:
 
         if args.long_poll:
             stats = new_stats()
-            c0 = cpu_seconds(pid)
-            elapsed = asyncio.run(paced(agents, args.rate, args.seconds, stats, long_poll=True))
-            report(f"long-poll steady state (each held ~{interval:.1f} s)", stats, elapsed, cpu_seconds(pid) - c0)
+            # every agent holding a poll: the window covers two holds and the CPU is read inside it
+            window = max(args.seconds, 2 * args.hold + interval)
+
+            async def idle_long_polls() -> tuple[float, float]:
+                task = asyncio.create_task(paced(agents, args.rate, window, stats, long_poll=args.hold))
+                await asyncio.sleep(interval)  # all started (each after up to one interval)
+                c0, t0 = cpu_seconds(pid), time.monotonic()
+                await asyncio.sleep(window - 2 * interval)
+                cpu, elapsed = cpu_seconds(pid) - c0, time.monotonic() - t0
+                await task
+                return cpu, elapsed
+            cpu, elapsed = asyncio.run(idle_long_polls())
+            report(f"long-poll steady state (each held ~{args.hold:.0f} s +-25 %, CPU over {elapsed:.0f} s "
+                   "inside the window)", stats, window, cpu * window / elapsed, len(agents))
             for a in agents:
                 a.applied_at = None
             t_done.clear()
@@ -281,7 +297,7 @@ def main() -> int:
 
             async def change_while_long_polling():
                 task = asyncio.create_task(paced(agents, args.rate, 900, new_stats(), until=converged,
-                                                 long_poll=True))
+                                                 long_poll=args.hold))
                 await asyncio.sleep(interval * 1.5)  # every agent is holding a long-poll
                 nonlocal_t[0] = time.monotonic()
                 r = await asyncio.to_thread(subprocess.run, [
@@ -305,7 +321,8 @@ def change_report(name: str, agents: list[Agent], t_change: float, t_done: list[
     applied = sorted(a.applied_at - t_change for a in agents if a.applied_at)
     if not t_done or not applied:
         raise SystemExit(f"{name}: the stack update did not complete")
-    print(f"{name}: {len(applied)}/{len(agents)} agents applied it; median {statistics.median(applied):.1f} s, "
+    print(f"{name}: {len(applied)}/{len(agents)} agents applied it; first {applied[0]:.1f} s, "
+          f"median {statistics.median(applied):.1f} s, "
           f"last {applied[-1]:.1f} s after the update request ({how}); stack UPDATE_COMPLETE seen "
           f"{t_done[0] - t_change:.1f} s after it (checked every 1 s)", flush=True)
 
