@@ -12,8 +12,8 @@ import pytest
 SERIAL = frozenset({"test_agent_watchdog.py", "test_agent_kube.py", "test_image_build.py", "test_workers.py",
                     "test_engine_crash.py"})
 # the longest first (measured: scripts/test prints each test's cost)
-LONGEST = ("test_server_baremetal.py", "test_server_vm.py", "test_server_container.py", "test_install.py",
-           "test_nova_libvirt.py", "test_image_guest.py", "test_lab.py")
+LONGEST = ("test_server_baremetal.py", "test_server_vm.py", "test_server_container.py", "test_rabbitmq_cluster.py",
+           "test_install.py", "test_podman_api_watch.py", "test_nova_libvirt.py", "test_image_guest.py", "test_lab.py")
 
 
 def pytest_collection_modifyitems(config, items):
