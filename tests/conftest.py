@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,12 +55,14 @@ def _pg_server():
 @pytest.fixture(autouse=True)
 def _test_store(request, monkeypatch):
     """With UNDERCLOUD_TEST_STORE=postgresql every test gets a new, empty database as its
-    UNDERCLOUD_DB (homes, services and own_store_url() use it); dropped after the test."""
+    UNDERCLOUD_DB (homes, services and own_store_url() use it); dropped after the test. It is
+    a copy of a migrated one (as a new store is after its first open), or, for a test marked
+    `empty_database` (the migrations' own tests), empty."""
     if TEST_STORE != "postgresql":
         yield
         return
     server = request.getfixturevalue("_pg_server")
-    url = server.new_database()
+    url = server.new_database(migrated=request.node.get_closest_marker("empty_database") is None)
     monkeypatch.setenv("UNDERCLOUD_DB", url)
     yield
     server.drop_database(url)
@@ -66,7 +71,6 @@ def _test_store(request, monkeypatch):
 @pytest.fixture
 def uc_home(tmp_path, monkeypatch):
     """An isolated UNDERCLOUD_HOME; its service (if one was started) is stopped after."""
-    from undercloud import daemon
     from undercloud.config import Home
 
     home = tmp_path / "uc"
@@ -74,7 +78,39 @@ def uc_home(tmp_path, monkeypatch):
     if TEST_STORE == "sqlite":
         monkeypatch.delenv("UNDERCLOUD_DB", raising=False)
     yield Home(home)
-    daemon.stop(Home(home))
+    stop_service(Home(home))
+
+
+def _ended(pid: int) -> bool:
+    """Whether `pid` has ended: gone, or a zombie. The service a CLI started in the background
+    is an orphan, and this machine's init reaps orphans only every second or two: daemon.stop
+    (which waits for the pid to go) would wait that out at every test's end."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def stop_service(home) -> None:
+    """A test's teardown: the home's service stopped as daemon.stop does (SIGTERM: its stop
+    hooks run; SIGKILL after 30 s), without waiting for init to reap it."""
+    from undercloud import daemon
+
+    p = daemon.pid(home)
+    if p is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while not _ended(p):
+        if time.monotonic() > deadline:
+            os.kill(p, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(p, os.WNOHANG)  # one this process started: reaped here
+    home.file("service.pid").unlink(missing_ok=True)
 
 
 def run_cli(*args: str, input: str | None = None, env: dict | None = None, timeout: float = 120):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, stop_service
 from tests.unit.agent_support import wait_for
 
 SERVER_AND_CONFIG = """
@@ -261,7 +261,6 @@ def test_agent_cli_list_and_config(uc_home, tmp_path):
 
 
 def test_undercloud_restarted_mid_deployment_completes(uc_home, agent, tmp_path):
-    from undercloud import daemon
     text = SERVER_AND_CONFIG.replace('printf "42-$who"', 'sleep 4; printf "42-$who"')
     p = stack_create_bg(write(tmp_path, text + DEPLOYMENT.replace("WHO", "x")))
     agent.start()
@@ -269,8 +268,9 @@ def test_undercloud_restarted_mid_deployment_completes(uc_home, agent, tmp_path)
                        if (agent.tmp / "state" / "deployments").exists() else None, what="the hook to start")
     assert started
     p.kill()  # the CLI waiting on the stack goes away too
-    daemon.stop(uc_home)  # the undercloud stops while the hook runs; the agent keeps retrying
-    time.sleep(5)
+    stop_service(uc_home)  # the undercloud stops while the hook runs; the agent keeps retrying
+    wait_for(lambda: "signal not acknowledged" in (agent.tmp / "agent.log").read_text(), timeout=60,
+             what="the hook to end and its signal to find no undercloud")
     r = run_cli("stack", "show", "s", "-f", "json")  # starts the service again; the engine resumes
     assert r.returncode == 0, r.stderr
     wait_for(lambda: json.loads(run_cli("stack", "show", "s", "-f", "json").stdout)["stack_status"]

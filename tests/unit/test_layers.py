@@ -7,6 +7,7 @@ is a tool beside the CLI, and host/ is the bottom."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import undercloud
@@ -20,14 +21,22 @@ def module_name(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
+@functools.cache
+def parsed() -> dict[str, ast.Module]:
+    """Module -> its syntax tree, read once for all the tests here (a second or two each)."""
+    return {module_name(p): ast.parse(p.read_text()) for p in ROOT.rglob("*.py")}
+
+
+@functools.cache  # the tests only read it
 def module_imports() -> dict[str, set[str]]:
     """Module -> what it imports when it is imported (a from-import of a submodule counts as
     that submodule, not its package; TYPE_CHECKING blocks do not count)."""
-    files = {module_name(p): p for p in ROOT.rglob("*.py")}
+    files = parsed()
+    names = set(files)
     out = {}
-    for name, path in files.items():
+    for name, tree in files.items():
         deps: set[str] = set()
-        for node in ast.parse(path.read_text()).body:
+        for node in tree.body:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
                 continue
             for n in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
@@ -35,8 +44,8 @@ def module_imports() -> dict[str, set[str]]:
                     deps |= {a.name for a in n.names}
                 elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
                     subs = {f"{n.module}.{a.name}" for a in n.names}
-                    deps |= subs & set(files)
-                    if subs - set(files):
+                    deps |= subs & names
+                    if subs - names:
                         deps.add(n.module)
         out[name] = deps - {name}
     return out
@@ -99,14 +108,14 @@ def test_provisioning_orchestration_and_the_overcloud_import_no_api_module():
         assert offenders(imports, layer, lambda d: d.startswith("undercloud.api")) == {}, layer
 
 
+@functools.cache  # the tests only read it
 def all_imports() -> dict[str, set[str]]:
     """Module -> every module it imports anywhere (inside functions too: a lazy import is
     still a dependency of the layer)."""
-    files = {module_name(p): p for p in ROOT.rglob("*.py")}
     out = {}
-    for name, path in files.items():
+    for name, tree in parsed().items():
         deps: set[str] = set()
-        for n in ast.walk(ast.parse(path.read_text())):
+        for n in ast.walk(tree):
             if isinstance(n, ast.Import):
                 deps |= {a.name for a in n.names}
             elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
