@@ -22,6 +22,9 @@ from undercloud.store.stacks import Stack
 
 LEGACY = (REPO / "tests/fixtures/store-before-alembic.sql").read_text()
 SECRET = "pw-at-rest-51"
+# On PostgreSQL every test here gets an empty database (not the migrated copy the others start
+# from, tests/pg_support.py): these test the migrations themselves.
+pytestmark = pytest.mark.empty_database
 sqlite_only = pytest.mark.skipif(TEST_STORE != "sqlite", reason="a SQLite store's file (the run tests PostgreSQL)")
 
 
