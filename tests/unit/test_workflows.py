@@ -198,3 +198,28 @@ def test_a_deploy_failing_in_the_service_prints_its_error_line_and_exit_code_as_
     assert (wf["kind"], wf["stack"], wf["status"]) == ("deploy", "inner", "FAILED")
     assert wf["result"]["error"]["where"] == "--hypervisor openstack:nocloud"
     assert r.stderr.splitlines()[-1] == f"error: --hypervisor openstack:nocloud: {wf['result']['error']['message']}"
+
+
+def test_a_workflow_interrupted_more_often_than_allowed_ends_failed_saying_so(uc_home, gate_kind, tmp_path,
+                                                                               monkeypatch):
+    from undercloud.orchestration import limits
+
+    first = Service(uc_home.path).start()
+    c = first.client()
+    wf = c.post("/v1/workflows", json={"stack": "oc", "kind": "test-gate", "input": {"gate": str(tmp_path / "g")}})
+    wait_for(lambda: c.get(f"/v1/workflows/{wf['id']}/events")["events"], what="the first line")
+    first.stop()
+    monkeypatch.setattr(limits, "LIMITS", limits.Limits({"UNDERCLOUD_MAX_RESUMES": "1"}))
+    second = Service(uc_home.path).start()  # resumed once: allowed
+    c = second.client()
+    wait_for(lambda: any("resumed" in e["text"] for e in c.get(f"/v1/workflows/{wf['id']}/events")["events"]),
+             what="the resumed run")
+    second.stop()
+    third = Service(uc_home.path).start()
+    try:
+        end, lines = follow_all(third.client(), wf["id"])
+        assert end["status"] == "FAILED" and end["runs"] == 3
+        assert end["result"]["error"]["message"].startswith("interrupted by 2 restarts of the undercloud service")
+        assert "UNDERCLOUD_MAX_RESUMES" in lines[-1][1]
+    finally:
+        third.stop()

@@ -109,9 +109,20 @@ class Runner:
 
 
 def startup(ctx: Context):
-    """Resume the RUNNING workflows of this worker (a restart) or of a dead one."""
+    """Resume the RUNNING workflows of this worker (a restart) or of a dead one; one that
+    restarts interrupted too often (UNDERCLOUD_MAX_RESUMES, as stack operations) ends FAILED."""
+    from undercloud.orchestration.limits import BY_NAME, LIMITS
+
     runner = ctx.workflow_runner = Runner(ctx)
     for wid in ctx.workflows.claim(ctx.workers.live(), ctx.workers.id):
+        runs = ctx.workflows.get(wid)["runs"]
+        if runs - 1 > LIMITS.resumes:
+            message = (f"interrupted by {runs - 1} restarts of the undercloud service without finishing; not "
+                       f"resumed again (set {BY_NAME['resumes'].env} to allow more)")
+            ctx.workflows.add_event(wid, f"workflow {wid}: {message}")
+            ctx.workflows.finish(wid, ctx.workers.id, runs, "FAILED",
+                                 {"error": {"message": message, "where": "workflow", "exit_code": 1}, "exit_code": 1})
+            continue
         runner.run(wid, resumed=True)
     return runner.stop.set
 
