@@ -223,3 +223,20 @@ def test_a_workflow_interrupted_more_often_than_allowed_ends_failed_saying_so(uc
         assert "UNDERCLOUD_MAX_RESUMES" in lines[-1][1]
     finally:
         third.stop()
+
+
+@pytest.mark.parametrize("command", [("overcloud", "update", "--service", "keystone"), ("overcloud", "rollback")])
+def test_update_and_rollback_of_a_missing_overcloud_fail_in_the_service_with_the_words_of_before(service, command):
+    r = run_cli(*command, "--stack", "nope", env={"UNDERCLOUD_HOME": str(service.live.home.path)})
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.splitlines()[-1] == "error: --stack: no overcloud stack 'nope': run `undercloud deploy`"
+    (wf,) = service.client().get("/v1/workflows")
+    assert (wf["kind"], wf["stack"], wf["status"]) == (command[1], "nope", "FAILED")
+
+
+@pytest.mark.parametrize("command", [("overcloud", "replace", "nope-0", "--yes"), ("overcloud", "delete", "--yes")])
+def test_replace_and_delete_refuse_a_missing_overcloud_before_starting_a_workflow(service, command):
+    r = run_cli(*command, "--stack", "nope", env={"UNDERCLOUD_HOME": str(service.live.home.path)})
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.splitlines()[-1].startswith("error: --stack: no overcloud stack 'nope'")
+    assert service.client().get("/v1/workflows") == []

@@ -403,3 +403,261 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
 
 # kind -> the function that runs it: (client, out, stack, input) -> result
 KINDS = {"deploy": deploy}
+
+
+# --- overcloud update, rollback, replace, delete (`undercloud overcloud ...`) ---
+
+def stack_outputs(client, stack: str) -> dict:
+    try:
+        rows = client.get(f"/v1/stacks/{stack}/outputs")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    return {o["output_key"]: o.get("output_value") for o in rows}
+
+
+def idle_stack(client, stack: str) -> dict:
+    """The overcloud's stack; refuses one that is missing or busy."""
+    try:
+        s = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
+    if s["stack_status"].endswith("_IN_PROGRESS"):
+        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
+                              f"`undercloud stack cancel {stack}`", "--stack")
+    return s
+
+
+def deployed_sets(client, stack: str) -> dict:
+    """The stack's recorded deployed sets; refuses a stack that is missing or busy."""
+    from undercloud.overcloud import deployed
+    from undercloud.overcloud.state import StackState
+
+    idle_stack(client, stack)
+    sets = deployed.load(StackState(client, stack))
+    if not sets.get("current"):
+        raise UndercloudError(f"no deployed set recorded for stack {stack}: run `undercloud deploy` first",
+                              "--stack")
+    return sets
+
+
+def replace_target(client, stack: str, node: str) -> tuple[str, str]:
+    """(role, address) of `node` in the overcloud; refuses a busy stack or an unknown node."""
+    idle_stack(client, stack)
+    out = stack_outputs(client, stack)
+    roles = {n: (role, address) for role, members in (out.get("RoleNodes") or {}).items()
+             for n, address in (members or {}).items()}
+    if node not in roles:
+        raise NotFound(f"no node {node!r} in overcloud {stack} (its nodes: {', '.join(sorted(roles)) or 'none'})",
+                       "NODE")
+    return roles[node]
+
+
+def replace(client, out: Output, stack: str, input: dict) -> dict:
+    """`overcloud replace NODE` (confirmed by the CLI): rebuild the node's server, wait until
+    every service of it is healthy."""
+    node, timeout = str(input.get("node") or ""), float(input.get("timeout") or 30)
+    role, address = replace_target(client, stack, node)
+    start = time.monotonic()
+    client.post(f"/v1/servers/{node}/action", json={"action": "rebuild"})
+    out.note(f"replace: {node} rebuilding from its image; its agent then plays its deploy steps again")
+    deadline, seen, rows = start + timeout * 60, set(), []
+    while time.monotonic() < deadline:
+        server = client.get(f"/v1/servers/{node}")
+        if server["status"] == "ERROR":
+            raise UndercloudError(f"replace: {node}'s rebuild failed: {server.get('fault') or server.get('notes')}",
+                                  "NODE")
+        if server["status"] == "ACTIVE":
+            try:
+                rows = client.get(f"/v1/overclouds/{stack}/status", params={"wait": 5, "node": node})
+            except NotFound as exc:
+                raise NotFound(exc.message, "NODE") from None
+            for r in rows:
+                if r["service"] not in seen and r["health"] == "healthy":
+                    seen.add(r["service"])
+                    out.note(f"[{time.monotonic() - start:6.1f}s] {node}: {r['service']} {r['health']}")
+            if rows and all(r["health"] == "healthy" for r in rows):
+                now = (next(iter((server.get("addresses") or {}).values()), None) or [address])[0]
+                took = time.monotonic() - start
+                out.note(f"replace: {node} replaced in {took:.1f} s: {len(rows)} service(s) healthy, "
+                         f"address {now}" + ("" if now == address else f" (was {address})"))
+                return {"node": node, "role": role, "address": now, "seconds": round(took, 1),
+                        "services": sorted(seen)}
+        time.sleep(2)
+    failing = [f"{r['service']}: {r['health']}" for r in rows if not r["health"] == "healthy"]
+    raise UndercloudError(f"replace: {node} not healthy after {timeout:g} min: "
+                          f"{'; '.join(failing) or 'its server is not ACTIVE'}", "--timeout")
+
+
+def rollout_set(client, out: Output, stack: str, new: dict, params: list[str], batch: int, timeout: float,
+                what: str, max_fail: int = 0) -> None:
+    """Roll the set `new`'s images of `params` out (a stack update the undercloud runs: the
+    deploy steps' groups `batch` nodes at a time, rolled back by itself on a failure; up to
+    `max_fail` nodes that fail are rolled back alone and the rest goes on) and follow it;
+    records `new` as the deployed set once it is complete, with the nodes rolled back."""
+    from undercloud.overcloud import deployed, rollout
+    from undercloud.overcloud.state import StackState
+
+    start = time.monotonic()
+    after = rollout.last_event(client.get, stack)
+    # parameter_defaults (the image parameters belong to the service templates), over the
+    # stored bundle's, with a rollback to it on any failure. A role's own images: the
+    # `<Role>ImageOverrides` of every role that has or had one.
+    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
+    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
+    body = {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
+            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
+    client.patch(f"/v1/stacks/{stack}", json=body)
+    follow = rollout.Follow(client.get, stack, out.note, after)
+    s = follow.run()
+    status = s["stack_status"]
+    if status == "UPDATE_COMPLETE":
+        new = {k: v for k, v in new.items() if k != "rolled_back"}
+        if follow.tolerated:
+            new["rolled_back"] = {node: failed for node, (failed, _tail) in follow.tolerated.items()}
+        deployed.record(StackState(client, stack), new)
+        done = sorted(n for n, state in follow.nodes.items() if state == "updated")
+        out.note(f"{what}: complete in {time.monotonic() - start:.1f} s ({len(done)} node(s) ran a changed step)")
+        if follow.tolerated:
+            for node, (failed, tail) in sorted(follow.tolerated.items()):
+                out.note(f"{what}: {node} failed at {failed}")
+                for t in tail:
+                    out.note(f"  | {t}")
+            nodes = sorted(follow.tolerated)
+            raise UndercloudError(
+                f"{len(nodes)} node(s) failed within --max-fail {max_fail} and run their previous images "
+                f"and configuration again: {', '.join(nodes)}; the others are updated; `undercloud overcloud "
+                f"update` again retries them", what.split()[0])
+        return
+    if follow.failure:
+        node, failed, tail = follow.failure
+        for t in tail:
+            out.note(f"  | {t}")
+        back = ("rolled back by itself: the nodes it reached run their previous images and configuration "
+                "again" if status == "ROLLBACK_COMPLETE" else f"and its rollback ended {status}: "
+                f"{s['stack_status_reason']} (see `undercloud overcloud status`)")
+        raise UndercloudError(f"{what} failed on node {node}, {failed}; {back}", what.split()[0])
+    raise UndercloudError(f"{what} ended {status}: {s['stack_status_reason']}", what.split()[0])
+
+
+def say_changes(out: Output, what: str, old: dict, new: dict, changed: list[str]) -> None:
+    from undercloud.overcloud import deployed
+
+    before, after = deployed.refs(old), deployed.refs(new)
+    for key in changed:
+        role, _, param = key.rpartition(":")
+        services = ", ".join((new["images"].get(param) or old["images"].get(param) or {}).get("services") or [param])
+        was = before.get(key) or before.get(param)  # a role without its own image ran the set's
+        now = after.get(key) or after.get(param)
+        out.note(f"{what}: {services}{' on role ' + role if role else ''}: {was} -> {now}")
+
+
+def update(client, out: Output, stack: str, input: dict) -> None:
+    """`overcloud update`: build the chosen services' images, roll them out."""
+    from undercloud.cli.image import build_targets
+    from undercloud.images import catalog
+    from undercloud.overcloud import rollout
+
+    services, roles = list(input.get("services") or []), list(input.get("roles") or [])
+    no_cache, elements_path = bool(input.get("no_cache")), tuple(input.get("elements_path") or [])
+    batch, max_fail = int(input.get("batch") or 1), int(input.get("max_fail") or 0)
+    timeout = float(input.get("timeout") or 30)
+    current = deployed_sets(client, stack)["current"]
+    retry = sorted(current.get("rolled_back") or {})
+    by_role = None
+    if roles:
+        known = {role: {svc[0] for svc in rows or []}
+                 for role, rows in (stack_outputs(client, stack).get("RoleServices") or {}).items()}
+        unknown = [r for r in roles if r not in known]
+        if unknown:
+            raise NotFound(f"no role {', '.join(unknown)} in overcloud {stack} (its roles: "
+                           f"{', '.join(sorted(known))})", "--role")
+        by_role = {r: known[r] for r in roles}
+    params = rollout.choose(current, services, by_role)
+    names = sorted({current["images"][p]["name"] for p in params})
+    out.note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
+                                                        " (cached by content)"))
+    targets = [t.with_elements_path(tuple(Path(p) for p in elements_path)) for n in names
+               for t in catalog.targets(n)]
+    records = {r["name"]: r for r in build_targets(client, targets, no_cache, say=out.note, progress=out.note)}
+    new = rollout.with_records(current, params, records, roles)
+    changed = rollout.changed(current, new)
+    if not changed and retry:
+        out.note(f"update: retrying {', '.join(retry)}: the last update rolled them back to their previous images")
+    elif not changed:
+        out.note(f"update: nothing to update: {', '.join(names)} already run(s) the image just built"
+                 + (f" on role {', '.join(roles)}" if roles else ""))
+        return None
+    say_changes(out, "update", current, new, changed)
+    rollout_set(client, out, stack, new, changed, batch, timeout, "update", max_fail)
+    return None
+
+
+def rollback(client, out: Output, stack: str, input: dict) -> None:
+    """`overcloud rollback`: roll the previous deployed set out."""
+    from undercloud.overcloud import deployed, rollout
+
+    batch, timeout = int(input.get("batch") or 1), float(input.get("timeout") or 30)
+    sets = deployed_sets(client, stack)
+    previous = sets.get("previous")
+    if not previous:
+        raise UndercloudError(f"stack {stack} has no previous deployed set to roll back to "
+                              f"(no update changed its images yet)", "--stack")
+    current = sets["current"]
+    images = {p: i for p, i in previous["images"].items() if p in current["images"]}
+    previous = {**previous, "images": {**current["images"], **images},
+                "overrides": {role: {p: i for p, i in over.items() if p in current["images"]}
+                              for role, over in (previous.get("overrides") or {}).items()}}
+    for i in deployed.every_image(previous):
+        try:
+            client.get(f"/v1/images/{i['id']}")
+        except NotFound:
+            raise UndercloudError(f"image {i['name']} ({i['ref']}) of the previous set is no longer in the "
+                                  f"image store: nothing to roll {', '.join(i['services'])} back to",
+                                  "--stack") from None
+    changed = rollout.changed(current, previous)
+    if not changed:
+        out.note("rollback: nothing to do: the previous set has the same images")
+        return None
+    say_changes(out, "rollback", current, previous, changed)
+    rollout_set(client, out, stack, previous, changed, batch, timeout, "rollback")
+    return None
+
+
+def delete(client, out: Output, stack: str, input: dict) -> None:
+    """`overcloud delete` (confirmed by the CLI): the stack, what the store kept of it, its
+    directory in the home. A stack already gone goes on with the rest (a resumed delete)."""
+    import shutil
+
+    from undercloud.overcloud.secrets import stack_dir
+    from undercloud.overcloud.state import StackState
+
+    start = time.monotonic()
+    try:
+        s = client.delete(f"/v1/stacks/{stack}")
+    except NotFound:  # gone already (a resumed delete; the CLI refused a missing one): the rest goes on
+        s = None
+    last = ""
+    while s is not None:  # the stack's progress, a line each time it changes (as `stack delete` prints it)
+        try:
+            s = client.get(f"/v1/stacks/{stack}", params={"wait": POLL})
+        except NotFound:
+            break
+        p = s.get("progress") or {}
+        busy = ", ".join(p.get("in_progress") or [])
+        more = p.get("in_progress_count", 0) - len(p.get("in_progress") or [])
+        line = (f"{s['stack_status']}: {p.get('complete', 0)}/{p.get('total', 0)} resources complete"
+                + (f", in progress: {busy}" if busy else "") + (f" (+{more})" if more > 0 else ""))
+        if line != last:
+            out.note(line)
+            last = line
+        if not s["stack_status"].endswith("_IN_PROGRESS"):
+            if s["stack_status"].endswith("_FAILED"):
+                raise UndercloudError(f"stack {s['stack_name']} {s['stack_status']}: {s['stack_status_reason']}")
+            break
+    StackState(client, stack).forget()
+    shutil.rmtree(stack_dir(client.home.path, stack), ignore_errors=True)
+    out.note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
+    return None
+
+
+KINDS.update({"update": update, "rollback": rollback, "replace": replace, "delete": delete})
