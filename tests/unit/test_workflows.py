@@ -167,11 +167,11 @@ def test_killing_the_following_client_stops_nothing_and_another_client_attaches(
     cli.communicate()
     second = subprocess.Popen([sys.executable, "-c", FOLLOW, gate], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    time.sleep(1)  # not a pass condition: lets it attach before the gate opens (it attaches either way)
+    first_line = second.stderr.readline()  # it has attached: the gate may open
+    assert first_line == f"test-gate: following workflow {wf['id']}, already running for oc with this input\n"
     open(gate, "w").close()
     out, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
-    assert f"following workflow {wf['id']}, already running for oc with this input" in err
     assert "oc: step 1" in err and "oc: step 2" in err and out == "a result line\n"
     assert c.get(f"/v1/workflows/{wf['id']}")["status"] == "SUCCEEDED"
     assert len(c.get("/v1/workflows")) == 1
