@@ -135,7 +135,7 @@ def test_a_restart_of_the_service_mid_workflow_resumes_it_to_its_end(uc_home, ga
         assert end["status"] == "SUCCEEDED" and end["runs"] == 2
         texts = [t for _, t in lines]
         assert texts[0] == "oc: step 1" and texts[-1] == "oc: step 2" and texts.count("oc: step 2") == 1
-        assert any(t.startswith(f"workflow {wf['id']}: resumed after a restart") for t in texts)
+        assert any(t.startswith(f"workflow {wf['id']}: resumed (run 2) after the undercloud service") for t in texts)
     finally:
         second.stop()
 
@@ -240,3 +240,16 @@ def test_replace_and_delete_refuse_a_missing_overcloud_before_starting_a_workflo
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr.splitlines()[-1].startswith("error: --stack: no overcloud stack 'nope'")
     assert service.client().get("/v1/workflows") == []
+
+
+def test_a_dead_workers_workflow_is_taken_over_and_run_to_its_end(service, gate_kind, tmp_path):
+    from undercloud.overcloud.workflows import input_digest
+
+    (tmp_path / "gate").touch()
+    given = {"gate": str(tmp_path / "gate")}
+    # as a worker that died mid-workflow left it: RUNNING, owned by a worker with no heartbeat
+    wf, _ = service.live.ctx.workflows.start("oc", "test-gate", given, input_digest("test-gate", given), "gone-1")
+    c = service.client()
+    end = wait_for(lambda: (w := c.get(f"/v1/workflows/{wf['id']}"))["status"] != "RUNNING" and w,
+                   what="the take-over")
+    assert (end["status"], end["worker"], end["runs"]) == ("SUCCEEDED", service.live.ctx.workers.id, 2)

@@ -62,6 +62,23 @@ class Runner:
         self.threads[wid] = t
         t.start()
 
+    def resume(self, own: bool) -> None:
+        """Claim and run again the RUNNING workflows of a dead worker (and with `own`, this
+        worker's own: at its start); one resumed too often ends FAILED instead."""
+        from undercloud.orchestration.limits import BY_NAME, LIMITS
+
+        ctx = self.ctx
+        for wid in ctx.workflows.claim(ctx.workers.live(), ctx.workers.id, own):
+            runs = ctx.workflows.get(wid)["runs"]
+            if runs - 1 > LIMITS.resumes:
+                message = (f"interrupted by {runs - 1} restarts of the undercloud service without finishing; "
+                           f"not resumed again (set {BY_NAME['resumes'].env} to allow more)")
+                ctx.workflows.add_event(wid, f"workflow {wid}: {message}")
+                ctx.workflows.finish(wid, ctx.workers.id, runs, "FAILED", {
+                    "error": {"message": message, "where": "workflow", "exit_code": 1}, "exit_code": 1})
+                continue
+            self.run(wid, resumed=True)
+
     def _client(self):
         from undercloud.cli.client import Client
 
@@ -85,8 +102,8 @@ class Runner:
         out = Events(self.ctx, wid, self.stop)
         try:
             if resumed:
-                out.note(f"workflow {wid}: resumed after a restart of the undercloud service (run {wf['runs']}): "
-                         f"its steps run again from the start")
+                out.note(f"workflow {wid}: resumed (run {wf['runs']}) after the undercloud service running it "
+                         f"stopped: its steps run again from the start")
             result = KINDS[wf["kind"]](self._client(), out, wf["stack"], self.ctx.workflows.input(wid))
             status, outcome = "SUCCEEDED", {"result": result, "exit_code": 0}
         except Stopped:
@@ -110,20 +127,19 @@ class Runner:
 
 def startup(ctx: Context):
     """Resume the RUNNING workflows of this worker (a restart) or of a dead one; one that
-    restarts interrupted too often (UNDERCLOUD_MAX_RESUMES, as stack operations) ends FAILED."""
-    from undercloud.orchestration.limits import BY_NAME, LIMITS
-
+    restarts interrupted too often (UNDERCLOUD_MAX_RESUMES, as stack operations) ends FAILED.
+    Then, every heartbeat, those of a worker that stopped beating."""
     runner = ctx.workflow_runner = Runner(ctx)
-    for wid in ctx.workflows.claim(ctx.workers.live(), ctx.workers.id):
-        runs = ctx.workflows.get(wid)["runs"]
-        if runs - 1 > LIMITS.resumes:
-            message = (f"interrupted by {runs - 1} restarts of the undercloud service without finishing; not "
-                       f"resumed again (set {BY_NAME['resumes'].env} to allow more)")
-            ctx.workflows.add_event(wid, f"workflow {wid}: {message}")
-            ctx.workflows.finish(wid, ctx.workers.id, runs, "FAILED",
-                                 {"error": {"message": message, "where": "workflow", "exit_code": 1}, "exit_code": 1})
-            continue
-        runner.run(wid, resumed=True)
+    runner.resume(own=True)
+
+    def take_over() -> None:  # a dead worker's workflows, as its stack operations (api/workers.py)
+        while not runner.stop.wait(ctx.workers.interval) and not ctx.stopping.is_set():
+            try:
+                runner.resume(own=False)
+            except Exception:  # noqa: BLE001 - the loop must survive one bad pass
+                log.exception("workflow take-over failed")
+
+    threading.Thread(target=take_over, name="workflow-take-over", daemon=True).start()
     return runner.stop.set
 
 
