@@ -66,7 +66,8 @@ class Workflows:
                 if running.kind == kind and running.digest == digest:
                     return _show(running), False
                 raise Conflict(f"overcloud {stack}: workflow {running.id} ({running.kind}) is running with "
-                               f"another input; wait for it to end (the same command again follows it)", "workflow")
+                               f"another input; wait for it to end (the command that started it, run again, follows it)",
+                               "workflow")
             now = time.time()
             w = Workflow(id=uuid.uuid4().hex, stack=stack, kind=kind, input=input, digest=digest, status="RUNNING",
                          worker_id=worker, runs=1, created_at=now, updated_at=now)
