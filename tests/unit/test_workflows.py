@@ -253,3 +253,12 @@ def test_a_dead_workers_workflow_is_taken_over_and_run_to_its_end(service, gate_
     end = wait_for(lambda: (w := c.get(f"/v1/workflows/{wf['id']}"))["status"] != "RUNNING" and w,
                    what="the take-over")
     assert (end["status"], end["worker"], end["runs"]) == ("SUCCEEDED", service.live.ctx.workers.id, 2)
+
+
+def test_a_deploy_input_of_the_wrong_shape_fails_the_workflow_with_one_line(service):
+    c = service.client()
+    wf = c.post("/v1/workflows", json={"stack": "oc", "kind": "deploy", "input": {"environments": "e.yaml"}})
+    end, _ = follow_all(c, wf["id"])
+    assert end["status"] == "FAILED"
+    assert end["result"]["error"] == {"message": "roles: a path; environments: a list of paths", "where": "input",
+                                      "exit_code": 1}

@@ -39,8 +39,9 @@ def input_digest(kind: str, input: dict) -> str:
     """What makes two requests the same workflow: the kind, the input and the content of the
     files it names (an environment edited since is another deploy)."""
     files = {}
-    for p in [input.get("roles"), *(input.get("environments") or [])]:
-        if p:
+    named = [input.get("roles"), *(input.get("environments") or [])] if kind == "deploy" else []
+    for p in named:
+        if isinstance(p, str) and p:
             try:
                 files[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
             except OSError:
@@ -290,6 +291,12 @@ def check_deploy(stack: str, input: dict):
 
     stack_dir(Path("."), stack)
     example, roles = input.get("example"), input.get("roles")
+    # an API client's input, in the options' words (the CLI's options are checked by click)
+    if example not in (None, "minimal", "ha", "hypervisor-host"):
+        raise InvalidInput(f"{str(example)[:64]!r}: one of minimal, ha, hypervisor-host", "--example")
+    if not (roles is None or isinstance(roles, str)) or not isinstance(input.get("environments") or [], list) \
+            or not all(isinstance(e, str) for e in input.get("environments") or []):
+        raise InvalidInput("roles: a path; environments: a list of paths", "input")
     hypervisor = input.get("hypervisor") or "container"
     if hypervisor not in op.HYPERVISOR_FLAVORS and not op.node_cloud(hypervisor):
         raise InvalidInput(f"{hypervisor!r}: one of {', '.join(op.HYPERVISOR_FLAVORS)}, or openstack:<cloud>",
