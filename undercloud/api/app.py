@@ -47,6 +47,7 @@ ROUTERS: list[str] = [
     "undercloud.api.stacks",
     "undercloud.api.stack_signals",
     "undercloud.api.workers",
+    "undercloud.api.workflows",
 ]
 # Callables "module:function" taking the Context, run once when the service starts
 # (e.g. resume operations interrupted by a crash) and, if they return a callable, at stop.
@@ -56,6 +57,7 @@ STARTUP: list[str] = [
     "undercloud.provisioning.periodic:startup",
     "undercloud.api.deploy:startup",
     "undercloud.api.servers:startup",
+    "undercloud.api.workflows:startup",
 ]
 
 # the first class that matches decides: subclasses before their bases

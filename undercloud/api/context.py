@@ -108,6 +108,12 @@ class Context:
         return crypto_of(self.store.engine.dialect).derived("undercloud worker request")
 
     @cached_property
+    def workflows(self):
+        from undercloud.store.workflows import Workflows
+
+        return Workflows(self.store)
+
+    @cached_property
     def overcloud_states(self):
         from undercloud.store.overcloud import OvercloudStates
 

@@ -30,12 +30,15 @@ def _query(params: Mapping[str, Any] | None) -> str:
 
 
 class Client:
-    def __init__(self, home: Home | None = None, timeout: float = 60.0):
+    def __init__(self, home: Home | None = None, timeout: float = 60.0, start: bool = True):
+        """`start`: start the service when none answers (False: the service's own workflows,
+        which call its API over loopback)."""
         self.home = home or Home.current()
-        h, started = daemon.start(self.home, details=False)  # h['pid'] only when it started
+        if start:
+            h, started = daemon.start(self.home, details=False)  # h['pid'] only when it started
+            if started:
+                note(f"undercloud: started the service in the background (pid {h['pid']}, {daemon.url(self.home)})")
         self.base_url = daemon.url(self.home)
-        if started:
-            note(f"undercloud: started the service in the background (pid {h['pid']}, {self.base_url})")
         self.host = self.base_url.removeprefix("http://")
         self.token = self.home.admin_token()
         self.timeout = timeout

@@ -212,8 +212,9 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
     return build_targets(Client(timeout=600), [t.with_elements_path(elements_path) for t in targets], no_cache)
 
 
-def build_targets(client: Client, targets: list, no_cache: bool = False) -> list[dict]:
-    """Build (or find up to date) and register each target; returns the image records."""
+def build_targets(client: Client, targets: list, no_cache: bool = False, say=note, progress=None) -> list[dict]:
+    """Build (or find up to date) and register each target; returns the image records.
+    `say` and `progress` take its lines (a workflow's events in the service; stderr here)."""
     from undercloud.images import build as builder
     from undercloud.overcloud import deployed
 
@@ -221,10 +222,10 @@ def build_targets(client: Client, targets: list, no_cache: bool = False) -> list
     for t in targets:
         existing = client.get("/v1/images", params={"name": t.name})
         start = time.monotonic()
-        result = builder.build(t, no_cache=no_cache, registered=existing, progress=_progress,
+        result = builder.build(t, no_cache=no_cache, registered=existing, progress=progress or _progress,
                                log_dir=client.home.path / "images" / "logs")
         if result.up_to_date:
-            note(f"{t.label}: up to date ({result.key[:12]}), nothing to do")
+            say(f"{t.label}: up to date ({result.key[:12]}), nothing to do")
             done += result.current
             continue
         for art in result.artifacts:
@@ -236,7 +237,7 @@ def build_targets(client: Client, targets: list, no_cache: bool = False) -> list
         sets = client.get("/v1/overcloud-state", params={"name": deployed.NAME})
         done += client.post("/v1/images", json={"images": result.registrations(), "replace": True,
                                                 "keep": deployed.kept(sets.values())})
-        note(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")
+        say(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")
     return done
 
 

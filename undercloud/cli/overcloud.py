@@ -4,9 +4,7 @@ removal)."""
 from __future__ import annotations
 
 import re
-import shutil
 import socket
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -128,9 +126,7 @@ def delete(stack, yes):
     """Delete the overcloud: its stack (servers and the services on them), what the store
     kept of it (secrets, deployed sets) and its plan and clouds.yaml in the home. Nothing of
     it is left on the host."""
-    from undercloud.cli.stack import wait_for
-    from undercloud.overcloud.secrets import stack_dir
-    from undercloud.overcloud.state import StackState
+    from undercloud.cli import workflows
 
     client = Client()
     try:
@@ -139,24 +135,7 @@ def delete(stack, yes):
         raise NotFound(f"no overcloud stack {stack!r}", "--stack") from None
     if not yes and not click.confirm(f"Delete the overcloud {stack} and everything on its nodes?", err=True):
         raise UndercloudError("not confirmed", "overcloud delete")
-    start = time.monotonic()
-    s = client.delete(f"/v1/stacks/{stack}")
-    wait_for(client, s["id"], deleting=True)
-    StackState(client, stack).forget()
-    shutil.rmtree(stack_dir(client.home.path, stack), ignore_errors=True)
-    note(f"overcloud {stack} deleted in {time.monotonic() - start:.1f} s")
-
-
-def _idle_stack(client: Client, stack: str) -> dict:
-    """The overcloud's stack; refuses one that is missing or busy."""
-    try:
-        s = client.get(f"/v1/stacks/{stack}")
-    except NotFound:
-        raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
-    if s["stack_status"].endswith("_IN_PROGRESS"):
-        raise UndercloudError(f"stack {stack} is {s['stack_status']}: wait for it or "
-                              f"`undercloud stack cancel {stack}`", "--stack")
-    return s
+    workflows.run(client, stack, "delete", {})
 
 
 @overcloud.command()
@@ -180,109 +159,15 @@ def replace(stack, node, yes, timeout):
     Example:
       undercloud overcloud replace overcloud-controller-1 --yes
     """
+    from undercloud.cli import workflows
+    from undercloud.overcloud.workflows import replace_target
+
     client = Client(timeout=300)
-    _idle_stack(client, stack)
-    out = _outputs(client, stack)
-    roles = {n: (role, address) for role, members in (out.get("RoleNodes") or {}).items()
-             for n, address in (members or {}).items()}
-    if node not in roles:
-        raise NotFound(f"no node {node!r} in overcloud {stack} (its nodes: {', '.join(sorted(roles)) or 'none'})",
-                       "NODE")
-    role, address = roles[node]
+    role, address = replace_target(client, stack, node)
     if not yes and not click.confirm(f"Replace {node} ({role}, {address}) by a new node? What is on it "
                                      f"outside its persistent volumes is lost.", err=True):
         raise UndercloudError("not confirmed", "overcloud replace")
-    start = time.monotonic()
-    client.post(f"/v1/servers/{node}/action", json={"action": "rebuild"})
-    note(f"replace: {node} rebuilding from its image; its agent then plays its deploy steps again")
-    deadline, seen, rows = start + timeout * 60, set(), []
-    while time.monotonic() < deadline:
-        server = client.get(f"/v1/servers/{node}")
-        if server["status"] == "ERROR":
-            raise UndercloudError(f"replace: {node}'s rebuild failed: {server.get('fault') or server.get('notes')}",
-                                  "NODE")
-        if server["status"] == "ACTIVE":
-            rows = service_health(client, stack, only=node, wait=5)
-            for r in rows:
-                if r["service"] not in seen and r["health"] == "healthy":
-                    seen.add(r["service"])
-                    note(f"[{time.monotonic() - start:6.1f}s] {node}: {r['service']} {r['health']}")
-            if rows and all(r["health"] == "healthy" for r in rows):
-                now = (next(iter((server.get("addresses") or {}).values()), None) or [address])[0]
-                took = time.monotonic() - start
-                note(f"replace: {node} replaced in {took:.1f} s: {len(rows)} service(s) healthy, "
-                     f"address {now}" + ("" if now == address else f" (was {address})"))
-                return {"node": node, "role": role, "address": now, "seconds": round(took, 1),
-                        "services": sorted(seen)}
-        time.sleep(2)
-    failing = [f"{r['service']}: {r['health']}" for r in rows if not r["health"] == "healthy"]
-    raise UndercloudError(f"replace: {node} not healthy after {timeout:g} min: "
-                          f"{'; '.join(failing) or 'its server is not ACTIVE'}", "--timeout")
-
-
-def _rollout(client: Client, stack: str, new: dict, params: list[str], batch: int, timeout: float,
-             what: str, max_fail: int = 0) -> None:
-    """Roll the set `new`'s images of `params` out (a stack update the undercloud runs: the
-    deploy steps' groups `batch` nodes at a time, rolled back by itself on a failure; up to
-    `max_fail` nodes that fail are rolled back alone and the rest goes on) and follow it;
-    records `new` as the deployed set once it is complete, with the nodes rolled back."""
-    from undercloud.overcloud import deployed, rollout
-
-    start = time.monotonic()
-    after = rollout.last_event(client.get, stack)
-    # parameter_defaults (the image parameters belong to the service templates), over the
-    # stored bundle's, with a rollback to it on any failure. A role's own images: the
-    # `<Role>ImageOverrides` of every role that has or had one.
-    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
-    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
-    body = {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
-            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
-    client.patch(f"/v1/stacks/{stack}", json=body)
-    follow = rollout.Follow(client.get, stack, note, after)
-    s = follow.run()
-    status = s["stack_status"]
-    if status == "UPDATE_COMPLETE":
-        new = {k: v for k, v in new.items() if k != "rolled_back"}
-        if follow.tolerated:
-            new["rolled_back"] = {node: failed for node, (failed, _tail) in follow.tolerated.items()}
-        from undercloud.overcloud.state import StackState
-
-        deployed.record(StackState(client, stack), new)
-        done = sorted(n for n, state in follow.nodes.items() if state == "updated")
-        note(f"{what}: complete in {time.monotonic() - start:.1f} s ({len(done)} node(s) ran a changed step)")
-        if follow.tolerated:
-            for node, (failed, tail) in sorted(follow.tolerated.items()):
-                note(f"{what}: {node} failed at {failed}")
-                for t in tail:
-                    note(f"  | {t}")
-            nodes = sorted(follow.tolerated)
-            raise UndercloudError(
-                f"{len(nodes)} node(s) failed within --max-fail {max_fail} and run their previous images "
-                f"and configuration again: {', '.join(nodes)}; the others are updated; `undercloud overcloud "
-                f"update` again retries them", what.split()[0])
-        return
-    if follow.failure:
-        node, failed, tail = follow.failure
-        for t in tail:
-            note(f"  | {t}")
-        back = ("rolled back by itself: the nodes it reached run their previous images and configuration "
-                "again" if status == "ROLLBACK_COMPLETE" else f"and its rollback ended {status}: "
-                f"{s['stack_status_reason']} (see `undercloud overcloud status`)")
-        raise UndercloudError(f"{what} failed on node {node}, {failed}; {back}", what.split()[0])
-    raise UndercloudError(f"{what} ended {status}: {s['stack_status_reason']}", what.split()[0])
-
-
-def _deployed_set(client: Client, stack: str) -> dict:
-    """The stack's recorded deployed sets; refuses a stack that is missing or busy."""
-    from undercloud.overcloud import deployed
-    from undercloud.overcloud.state import StackState
-
-    _idle_stack(client, stack)
-    sets = deployed.load(StackState(client, stack))
-    if not sets.get("current"):
-        raise UndercloudError(f"no deployed set recorded for stack {stack}: run `undercloud deploy` first",
-                              "--stack")
-    return sets
+    return workflows.run(client, stack, "replace", {"node": node, "timeout": float(timeout)})
 
 
 BATCH_OPTION = click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
@@ -336,50 +221,12 @@ def update(stack, services, roles, batch, no_cache, elements_path, max_fail, tim
       undercloud overcloud update --elements-path ./my-elements --batch 2 --max-fail 1
       undercloud overcloud rollback                               # back to the previous images
     """
-    from undercloud.cli.image import build_targets
-    from undercloud.images import catalog
-    from undercloud.overcloud import rollout
+    from undercloud.cli import workflows
 
-    client = Client(timeout=600)
-    current = _deployed_set(client, stack)["current"]
-    retry = sorted(current.get("rolled_back") or {})
-    by_role = None
-    if roles:
-        known = {role: {svc[0] for svc in rows or []}
-                 for role, rows in (_outputs(client, stack).get("RoleServices") or {}).items()}
-        unknown = [r for r in roles if r not in known]
-        if unknown:
-            raise NotFound(f"no role {', '.join(unknown)} in overcloud {stack} (its roles: "
-                           f"{', '.join(sorted(known))})", "--role")
-        by_role = {r: known[r] for r in roles}
-    params = rollout.choose(current, services, by_role)
-    names = sorted({current["images"][p]["name"] for p in params})
-    note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
-                                                    " (cached by content)"))
-    targets = [t.with_elements_path(tuple(elements_path)) for n in names for t in catalog.targets(n)]
-    records = {r["name"]: r for r in build_targets(client, targets, no_cache)}
-    new = rollout.with_records(current, params, records, list(roles))
-    changed = rollout.changed(current, new)
-    if not changed and retry:
-        note(f"update: retrying {', '.join(retry)}: the last update rolled them back to their previous images")
-    elif not changed:
-        note(f"update: nothing to update: {', '.join(names)} already run(s) the image just built"
-             + (f" on role {', '.join(roles)}" if roles else ""))
-        return
-    _say_changes("update", current, new, changed)
-    _rollout(client, stack, new, changed, batch, timeout, "update", max_fail)
-
-
-def _say_changes(what: str, old: dict, new: dict, changed: list[str]) -> None:
-    from undercloud.overcloud import deployed
-
-    before, after = deployed.refs(old), deployed.refs(new)
-    for key in changed:
-        role, _, param = key.rpartition(":")
-        services = ", ".join((new["images"].get(param) or old["images"].get(param) or {}).get("services") or [param])
-        was = before.get(key) or before.get(param)  # a role without its own image ran the set's
-        now = after.get(key) or after.get(param)
-        note(f"{what}: {services}{' on role ' + role if role else ''}: {was} -> {now}")
+    workflows.run(Client(timeout=600), stack, "update", {
+        "services": list(services), "roles": list(roles), "batch": batch, "no_cache": bool(no_cache),
+        "elements_path": [str(p.resolve()) for p in elements_path], "max_fail": max_fail,
+        "timeout": float(timeout)})
 
 
 @overcloud.command()
@@ -397,29 +244,6 @@ def rollback(stack, batch, timeout):
     Example:
       undercloud overcloud update --service keystone && undercloud overcloud rollback
     """
-    from undercloud.overcloud import deployed, rollout
+    from undercloud.cli import workflows
 
-    client = Client(timeout=600)
-    sets = _deployed_set(client, stack)
-    previous = sets.get("previous")
-    if not previous:
-        raise UndercloudError(f"stack {stack} has no previous deployed set to roll back to "
-                              f"(no update changed its images yet)", "--stack")
-    current = sets["current"]
-    images = {p: i for p, i in previous["images"].items() if p in current["images"]}
-    previous = {**previous, "images": {**current["images"], **images},
-                "overrides": {role: {p: i for p, i in over.items() if p in current["images"]}
-                              for role, over in (previous.get("overrides") or {}).items()}}
-    for i in deployed.every_image(previous):
-        try:
-            client.get(f"/v1/images/{i['id']}")
-        except NotFound:
-            raise UndercloudError(f"image {i['name']} ({i['ref']}) of the previous set is no longer in the "
-                                  f"image store: nothing to roll {', '.join(i['services'])} back to",
-                                  "--stack") from None
-    changed = rollout.changed(current, previous)
-    if not changed:
-        note("rollback: nothing to do: the previous set has the same images")
-        return
-    _say_changes("rollback", current, previous, changed)
-    _rollout(client, stack, previous, changed, batch, timeout, "rollback")
+    workflows.run(Client(timeout=600), stack, "rollback", {"batch": batch, "timeout": float(timeout)})

@@ -17,4 +17,5 @@ from undercloud.store import (  # noqa: F401
     servers,
     stacks,
     workers,
+    workflows,
 )
