@@ -322,6 +322,8 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
+    if input.get("dry_run"):
+        return dry_run(client, out, stack, input)
     start = time.monotonic()
     role_list, env_paths, library = check_deploy(stack, input)
     example, hypervisor = input.get("example"), input.get("hypervisor") or "container"
@@ -406,6 +408,83 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     if drift:
         report_repairs(client, out, stack)
     return {"stack": stack, "stack_status": s["stack_status"], "changed": True, **finish(client, out, stack, secrets)}
+
+
+def dry_run(client, out: Output, stack: str, input: dict) -> dict:
+    """`undercloud deploy --dry-run`: the deploy's planning (roles, library, image parameters,
+    plan, secrets) with every step that writes skipped or simulated, then the engine's dry
+    run of the update; returns {stack, rows} (overcloud/dryrun.py). Writes nothing: no image
+    is built ("would build NAME"), no VIP is claimed for a stack that holds none yet, no
+    secret is made (a missing one is a placeholder), the plan is rendered into a temporary
+    directory, and the stack is only asked what it would do."""
+    import tempfile
+
+    from undercloud.masking import Mask
+    from undercloud.orchestration.template import Bundle
+    from undercloud.overcloud import deploy as od
+    from undercloud.overcloud import deployed, dryrun, scale
+    from undercloud.overcloud import plan as op
+    from undercloud.overcloud.secrets import secrets_given, stack_dir
+    from undercloud.overcloud.state import StackState
+
+    role_list, env_paths, library = check_deploy(stack, input)
+    example, hypervisor = input.get("example"), input.get("hypervisor") or "container"
+    state = StackState(client, stack)
+    try:
+        current = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        current = None
+    if current is not None and current["stack_status"].endswith("_IN_PROGRESS"):
+        raise UndercloudError(f"stack {stack} is {current['stack_status']}: wait for it or "
+                              f"`undercloud stack cancel {stack}`", "deploy")
+    current_set = deployed.load(state).get("current")
+    records = deployed_records(client, library, current_set)
+    for name in od.service_images(library):
+        if name not in records:
+            out.note(f"images: would build {name}")
+            records[name] = {"id": f"would-build-{name}", "properties": {"podman_image": f"(would build {name})"}}
+    images = od.image_parameters(library, records)
+    overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
+    images.update(deployed.override_parameters(images, overrides, list(overrides)))
+    if "ServiceImageSources" in images:
+        images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
+    if current is not None:  # the VIP the stack holds already (asking again claims nothing new)
+        images.update(network_parameters(client, stack, hypervisor))
+    images.update(lab_network_parameters(client, out, library))
+    kinds = library.secrets()
+    kept = dict(state.get("secrets", {}))
+    kept.update(secrets_given(env_paths, set(kinds)))
+    secrets = {k: kept.get(k, f"(would generate {k})") for k in kinds}
+    if current is None:
+        if not input.get("rows_only"):
+            out.echo(f"stack {stack}: not deployed yet: a deploy would create it")
+        return {"stack": stack, "rows": []}
+    with tempfile.TemporaryDirectory(prefix="undercloud-dry-run-") as home:
+        plan = op.render(Path(home), stack, role_list, library, images, hypervisor, example, env_paths, secrets)
+        bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
+        # named as the deploy names its plan's files (the engine compares template paths)
+        real = json.dumps(str(stack_dir(client.home.path, stack) / "plan"))[1:-1]
+        bundle = json.loads(json.dumps(bundle).replace(json.dumps(str(plan.dir))[1:-1], real))
+    last = state.get("last-deploy", {})
+    params = {**{k: secrets[k] for k in plan.secret_names},
+              "DeployIdentifier": last.get("deploy_identifier") or new_identifier()}
+    body = {"bundle": bundle, "parameters": params, "dry_run": True}
+    answer = client.patch(f"/v1/stacks/{stack}", json=body)
+    removed = scale.removed_nodes(stack, answer, client.get)
+    role_nodes = {role: sorted(members or {}) for role, members in (outputs(client, stack).get("RoleNodes") or {}).items()}
+
+    def now(path: str):
+        try:
+            return client.get(f"/v1/stacks/{stack}/resources/{path}").get("properties")
+        except NotFound:
+            return None
+
+    rows = dryrun.rows(answer, dryrun.service_resources(library, role_list), role_nodes, removed, now,
+                       Mask([str(v) for v in secrets.values()]))
+    if not input.get("rows_only"):
+        for line in dryrun.lines(rows):
+            out.echo(line)
+    return {"stack": stack, "rows": rows}
 
 
 # kind -> the function that runs it: (client, out, stack, input) -> result
