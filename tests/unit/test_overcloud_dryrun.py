@@ -188,3 +188,15 @@ def test_the_deploy_command_offers_dry_run_and_json():
     assert "--dry-run" in r.stdout and "--format" in r.stdout
 
 
+
+
+def test_a_dry_run_of_a_stack_not_deployed_builds_nothing_and_says_so(uc_home):
+    r = run_cli("deploy", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "stack overcloud: not deployed yet: a deploy would create it\n"
+    assert "images: would build service-memcached" in r.stderr
+    j = run_cli("deploy", "--dry-run", "-f", "json")
+    assert j.returncode == 0 and json.loads(j.stdout) == [], j.stderr
+    for what in (["image", "list"], ["stack", "list"]):
+        listed = run_cli(*what, "-f", "json")
+        assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == [], (what, listed.stdout)
