@@ -200,3 +200,24 @@ def test_a_dry_run_of_a_stack_not_deployed_builds_nothing_and_says_so(uc_home):
     for what in (["image", "list"], ["stack", "list"]):
         listed = run_cli(*what, "-f", "json")
         assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == [], (what, listed.stdout)
+
+
+def test_without_the_library_services_are_named_by_their_pod(cloud):
+    """`overcloud update --dry-run` has no library at hand: the role by its name, the
+    service by its Pod's."""
+    plan = cloud.svc.update("overcloud", cloud.bundle_with(ContainerDbImage="db:2"), {"DbPassword": SECRET},
+                            dry_run=True)
+    rows = dryrun.rows(plan, None, NODES, {}, cloud.now, Mask([SECRET]))
+    assert [(r["node"], r["role"], r["service"], r["change"], r["restart"]) for r in rows] == [
+        ("cmp-0", "Compute", "db", "image", True), ("ctl-0", "Controller", "db", "image", True),
+        ("ctl-1", "Controller", "db", "image", True)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dry-run"], "no overcloud stack 'overcloud': run `undercloud deploy`"),
+    (["-f", "json"], "-f/--format is for --dry-run's rows"),
+])
+def test_update_dry_run_bad_input_is_one_line(uc_home, args, message):
+    r = run_cli("overcloud", "update", *args)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""

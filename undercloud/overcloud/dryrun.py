@@ -71,21 +71,28 @@ def restarts(pod_before: dict, files_before: dict, pod_after: dict, files_after:
     return digest(pod_before, files_before) != digest(pod_after, files_after)
 
 
-def rows(plan: dict, resources: dict[str, tuple[str, str]], role_nodes: dict[str, list[str]],
+def rows(plan: dict, resources: dict[str, tuple[str, str]] | None, role_nodes: dict[str, list[str]],
          removed: dict[str, str], current: Callable[[str], Any], secrets: Mask) -> list[dict]:
     """One row per node and service that would change, and per node added or removed:
     {node, role, service, change (added|removed|config|image|config+image), restart,
     image_before, image_after, diff}. `current(path)`: a deployed resource's properties
-    (for the part of a service the update leaves as it is); `secrets`: masked everywhere."""
+    (for the part of a service the update leaves as it is); `secrets`: masked everywhere.
+    `resources` (see service_resources) None: services named by their Pod."""
     changes = plan.get("changes") or {}
     out: list[dict] = []
     touched: dict[str, dict[str, dict]] = {}
     for path, change in changes.items():
         head, _, part = path.rpartition(".")
-        if part in PARTS and head in resources:
+        if part in PARTS and (head in resources if resources is not None else
+                              "." not in head and any(head.startswith(r) for r in role_nodes)):
             touched.setdefault(head, {})[part] = change
     for head, parts in sorted(touched.items()):
-        role, service = resources[head]
+        if resources is not None:
+            role, service = resources[head]
+        else:  # no library at hand (`overcloud update`): the role by name, the service by its Pod's
+            role = max((r for r in role_nodes if head.startswith(r)), key=len)
+            pod = ((parts.get("Pod") or {}).get("after") or current(f"{head}.Pod") or {}).get("value") or {}
+            service = (pod.get("metadata") or {}).get("name") or head[len(role):]
         side = {}
         for part in PARTS:
             if part in parts:

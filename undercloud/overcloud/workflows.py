@@ -419,10 +419,9 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     directory, and the stack is only asked what it would do."""
     import tempfile
 
-    from undercloud.masking import Mask
     from undercloud.orchestration.template import Bundle
     from undercloud.overcloud import deploy as od
-    from undercloud.overcloud import deployed, dryrun, scale
+    from undercloud.overcloud import deployed, dryrun
     from undercloud.overcloud import plan as op
     from undercloud.overcloud.secrets import secrets_given, stack_dir
     from undercloud.overcloud.state import StackState
@@ -468,23 +467,9 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     last = state.get("last-deploy", {})
     params = {**{k: secrets[k] for k in plan.secret_names},
               "DeployIdentifier": last.get("deploy_identifier") or new_identifier()}
-    body = {"bundle": bundle, "parameters": params, "dry_run": True}
-    answer = client.patch(f"/v1/stacks/{stack}", json=body)
-    removed = scale.removed_nodes(stack, answer, client.get)
-    role_nodes = {role: sorted(members or {}) for role, members in (outputs(client, stack).get("RoleNodes") or {}).items()}
-
-    def now(path: str):
-        try:
-            return client.get(f"/v1/stacks/{stack}/resources/{path}").get("properties")
-        except NotFound:
-            return None
-
-    rows = dryrun.rows(answer, dryrun.service_resources(library, role_list), role_nodes, removed, now,
-                       Mask([str(v) for v in secrets.values()]))
-    if not input.get("rows_only"):
-        for line in dryrun.lines(rows):
-            out.echo(line)
-    return {"stack": stack, "rows": rows}
+    body = {"bundle": bundle, "parameters": params}
+    return dry_run_rows(client, out, stack, body, dryrun.service_resources(library, role_list), secrets,
+                        bool(input.get("rows_only")))
 
 
 # kind -> the function that runs it: (client, out, stack, input) -> result
@@ -574,6 +559,43 @@ def replace(client, out: Output, stack: str, input: dict) -> dict:
                           f"{'; '.join(failing) or 'its server is not ACTIVE'}", "--timeout")
 
 
+def rollout_body(new: dict, params: list[str], batch: int, timeout: float, max_fail: int = 0) -> dict:
+    """The stack update that rolls the set `new`'s images of `params` out (see rollout_set)."""
+    from undercloud.overcloud import deployed
+
+    # parameter_defaults (the image parameters belong to the service templates), over the
+    # stored bundle's, with a rollback to it on any failure. A role's own images: the
+    # `<Role>ImageOverrides` of every role that has or had one.
+    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
+    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
+    return {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
+            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
+
+
+def dry_run_rows(client, out: Output, stack: str, body: dict, resources: dict | None, secrets: dict,
+                 quiet: bool) -> dict:
+    """The engine's dry run of the stack update `body`, as rows per node and service
+    (overcloud/dryrun.py), printed unless `quiet`; returns {stack, rows}."""
+    from undercloud.masking import Mask
+    from undercloud.overcloud import dryrun, scale
+
+    answer = client.patch(f"/v1/stacks/{stack}", json={**body, "dry_run": True})
+    removed = scale.removed_nodes(stack, answer, client.get)
+    role_nodes = {role: sorted(members or {}) for role, members in (outputs(client, stack).get("RoleNodes") or {}).items()}
+
+    def now(path: str):
+        try:
+            return client.get(f"/v1/stacks/{stack}/resources/{path}").get("properties")
+        except NotFound:
+            return None
+
+    rows = dryrun.rows(answer, resources, role_nodes, removed, now, Mask([str(v) for v in secrets.values()]))
+    if not quiet:
+        for line in dryrun.lines(rows):
+            out.echo(line)
+    return {"stack": stack, "rows": rows}
+
+
 def rollout_set(client, out: Output, stack: str, new: dict, params: list[str], batch: int, timeout: float,
                 what: str, max_fail: int = 0) -> None:
     """Roll the set `new`'s images of `params` out (a stack update the undercloud runs: the
@@ -585,13 +607,7 @@ def rollout_set(client, out: Output, stack: str, new: dict, params: list[str], b
 
     start = time.monotonic()
     after = rollout.last_event(client.get, stack)
-    # parameter_defaults (the image parameters belong to the service templates), over the
-    # stored bundle's, with a rollback to it on any failure. A role's own images: the
-    # `<Role>ImageOverrides` of every role that has or had one.
-    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
-    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
-    body = {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
-            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
+    body = rollout_body(new, params, batch, timeout, max_fail)
     client.patch(f"/v1/stacks/{stack}", json=body)
     follow = rollout.Follow(client.get, stack, out.note, after)
     s = follow.run()
@@ -637,6 +653,24 @@ def say_changes(out: Output, what: str, old: dict, new: dict, changed: list[str]
         out.note(f"{what}: {services}{' on role ' + role if role else ''}: {was} -> {now}")
 
 
+def would_build(client, out: Output, targets: list, no_cache: bool) -> dict[str, dict]:
+    """`overcloud update --dry-run`'s images: the records a build would find up to date
+    (by content key, nothing built), a placeholder for each it would build."""
+    from undercloud.images.build import registered_build
+
+    records: dict[str, dict] = {}
+    for t in targets:
+        found = None if no_cache else registered_build(t, client.get("/v1/images", params={"name": t.name}))
+        if found:
+            records.update((r["name"], r) for r in found)
+            out.note(f"images: {t.label}: up to date, nothing to build")
+        else:
+            out.note(f"images: would build {t.name}")
+            records[t.name] = {"id": f"would-build-{t.name}", "name": t.name,
+                               "properties": {"podman_image": f"(would build {t.name})"}}
+    return records
+
+
 def update(client, out: Output, stack: str, input: dict) -> None:
     """`overcloud update`: build the chosen services' images, roll them out."""
     from undercloud.cli.image import build_targets
@@ -646,7 +680,7 @@ def update(client, out: Output, stack: str, input: dict) -> None:
     services, roles = list(input.get("services") or []), list(input.get("roles") or [])
     no_cache, elements_path = bool(input.get("no_cache")), tuple(input.get("elements_path") or [])
     batch, max_fail = int(input.get("batch") or 1), int(input.get("max_fail") or 0)
-    timeout = float(input.get("timeout") or 30)
+    timeout, dry_run = float(input.get("timeout") or 30), bool(input.get("dry_run"))
     current = deployed_sets(client, stack)["current"]
     retry = sorted(current.get("rolled_back") or {})
     by_role = None
@@ -660,13 +694,25 @@ def update(client, out: Output, stack: str, input: dict) -> None:
         by_role = {r: known[r] for r in roles}
     params = rollout.choose(current, services, by_role)
     names = sorted({current["images"][p]["name"] for p in params})
-    out.note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
-                                                        " (cached by content)"))
     targets = [t.with_elements_path(tuple(Path(p) for p in elements_path)) for n in names
                for t in catalog.targets(n)]
-    records = {r["name"]: r for r in build_targets(client, targets, no_cache, say=out.note, progress=out.note)}
+    if dry_run:
+        records = would_build(client, out, targets, no_cache)
+    else:
+        out.note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
+                                                            " (cached by content)"))
+        records = {r["name"]: r for r in build_targets(client, targets, no_cache, say=out.note, progress=out.note)}
     new = rollout.with_records(current, params, records, roles)
     changed = rollout.changed(current, new)
+    if dry_run:
+        from undercloud.overcloud.state import StackState
+
+        if not changed and not retry:
+            if not input.get("rows_only"):
+                out.echo("nothing would change")
+            return {"stack": stack, "rows": []}
+        return dry_run_rows(client, out, stack, rollout_body(new, changed, batch, timeout, max_fail), None,
+                            StackState(client, stack).get("secrets", {}), bool(input.get("rows_only")))
     if not changed and retry:
         out.note(f"update: retrying {', '.join(retry)}: the last update rolled them back to their previous images")
     elif not changed:
