@@ -221,3 +221,24 @@ def test_update_dry_run_bad_input_is_one_line(uc_home, args, message):
     r = run_cli("overcloud", "update", *args)
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_the_plan_rendered_aside_is_the_deploys_bundle(tmp_path):
+    """The dry run renders its plan in a temporary directory; its bundle must be the one the
+    deploy sends (a nested template named otherwise would be a type change: every service
+    replaced, and the dry run blind)."""
+    from undercloud.orchestration.template import Bundle
+    from undercloud.overcloud import plan as op
+    from undercloud.overcloud import roles as oroles
+    from undercloud.overcloud.workflows import plan_bundle_aside
+
+    roles = oroles.load_roles(oroles.roles_file_for("minimal", None))
+    lib = op.resolve(roles, op.environments_for("minimal", []))
+    images = {**{p: f"{n}:1" for p, n in lib.images().items()}, "ServiceImageSources": {}}
+    secrets = {k: f"secret-{k}" for k in lib.secrets()}
+    args = (roles, lib, images, "container", "minimal", [], secrets)
+    plan = op.render(tmp_path / "home", "overcloud", *args)
+    deployed = Bundle.from_paths(str(plan.template), env_paths=[str(e) for e in plan.environments]).to_json()
+    assert plan_bundle_aside(tmp_path / "home", "overcloud", *args) == deployed
+    other = plan_bundle_aside(tmp_path / "elsewhere", "overcloud", *args)
+    assert other != deployed  # the comparison can fail

@@ -410,6 +410,23 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     return {"stack": stack, "stack_status": s["stack_status"], "changed": True, **finish(client, out, stack, secrets)}
 
 
+def plan_bundle_aside(home: Path, stack: str, *args) -> dict:
+    """The bundle of the plan `op.render(home, stack, *args)` makes, rendered in a temporary
+    directory (the home's plan stays as the last deploy left it) and named as the deploy
+    names its files: the engine compares the template paths of nested stacks."""
+    import tempfile
+
+    from undercloud.orchestration.template import Bundle
+    from undercloud.overcloud import plan as op
+    from undercloud.overcloud.secrets import stack_dir
+
+    with tempfile.TemporaryDirectory(prefix="undercloud-dry-run-") as aside:
+        plan = op.render(Path(aside), stack, *args)
+        bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
+        real = json.dumps(str(stack_dir(home, stack) / "plan"))[1:-1]
+        return json.loads(json.dumps(bundle).replace(json.dumps(str(plan.dir))[1:-1], real))
+
+
 def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     """`undercloud deploy --dry-run`: the deploy's planning (roles, library, image parameters,
     plan, secrets) with every step that writes skipped or simulated, then the engine's dry
@@ -417,13 +434,9 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     is built ("would build NAME"), no VIP is claimed for a stack that holds none yet, no
     secret is made (a missing one is a placeholder), the plan is rendered into a temporary
     directory, and the stack is only asked what it would do."""
-    import tempfile
-
-    from undercloud.orchestration.template import Bundle
     from undercloud.overcloud import deploy as od
     from undercloud.overcloud import deployed, dryrun
-    from undercloud.overcloud import plan as op
-    from undercloud.overcloud.secrets import secrets_given, stack_dir
+    from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
     role_list, env_paths, library = check_deploy(stack, input)
@@ -458,14 +471,10 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
         if not input.get("rows_only"):
             out.echo(f"stack {stack}: not deployed yet: a deploy would create it")
         return {"stack": stack, "rows": []}
-    with tempfile.TemporaryDirectory(prefix="undercloud-dry-run-") as home:
-        plan = op.render(Path(home), stack, role_list, library, images, hypervisor, example, env_paths, secrets)
-        bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
-        # named as the deploy names its plan's files (the engine compares template paths)
-        real = json.dumps(str(stack_dir(client.home.path, stack) / "plan"))[1:-1]
-        bundle = json.loads(json.dumps(bundle).replace(json.dumps(str(plan.dir))[1:-1], real))
+    bundle = plan_bundle_aside(client.home.path, stack, role_list, library, images, hypervisor, example,
+                               env_paths, secrets)
     last = state.get("last-deploy", {})
-    params = {**{k: secrets[k] for k in plan.secret_names},
+    params = {**{k: secrets[k] for k in sorted(kinds)},
               "DeployIdentifier": last.get("deploy_identifier") or new_identifier()}
     body = {"bundle": bundle, "parameters": params}
     return dry_run_rows(client, out, stack, body, dryrun.service_resources(library, role_list), secrets,
