@@ -99,10 +99,16 @@ class Cloud(Eng):
             return [sorted(map(tuple, c.execute(select(t)).all()), key=repr) for t in (Stack, StackResource, StackEvent)]
 
     def digests(self) -> dict[str, str]:
-        """resource -> the agent's digest of its Pod as the node runs it now."""
+        """resource -> the agent's digest of its Pod as the node runs it now (the stored
+        values themselves: reads mask the hidden ones)."""
+        with self.store.engine.connect() as c:
+            found = c.execute(select(Stack.name, StackResource.name, StackResource.properties)
+                              .join(Stack, Stack.id == StackResource.stack_id)
+                              .where(StackResource.name.in_(["Pod", "ConfigFiles"]))).all()
+        values = {(stack.removeprefix("overcloud-"), name): props["value"] for stack, name, props in found}
         out = {}
         for head in RESOURCES:
-            pod, files = self.now(f"{head}.Pod")["value"], self.now(f"{head}.ConfigFiles")["value"]
+            pod, files = values[head, "Pod"], values[head, "ConfigFiles"]
             out[head] = pod_digest(pod, {f"{pod['metadata']['name']}-config": files})
         return out
 
@@ -242,3 +248,16 @@ def test_the_plan_rendered_aside_is_the_deploys_bundle(tmp_path):
     assert plan_bundle_aside(tmp_path / "home", "overcloud", *args) == deployed
     other = plan_bundle_aside(tmp_path / "elsewhere", "overcloud", *args)
     assert other != deployed  # the comparison can fail
+
+
+def test_a_changed_secret_restarts_its_services_and_shows_as_masked(cloud):
+    new = "pw-0b81d2e4aa"
+    plan = cloud.svc.update("overcloud", cloud.bundle_with(DbPassword=new), {"DbPassword": new}, dry_run=True)
+    rows = dryrun.rows(plan, RESOURCES, NODES, {}, cloud.now, Mask([SECRET, new]))
+    assert [(r["node"], r["service"], r["change"], r["restart"]) for r in rows] == [
+        ("cmp-0", "db", "secret", True), ("ctl-0", "db", "secret", True), ("ctl-1", "db", "secret", True)]
+    assert SECRET not in json.dumps(rows) and new not in json.dumps(rows)
+    before = cloud.digests()
+    cloud.update("overcloud", cloud.bundle_with(DbPassword=new), {"DbPassword": new})
+    after = cloud.digests()
+    assert {RESOURCES[h] for h in RESOURCES if before[h] != after[h]} == {("Controller", "db"), ("Compute", "db")}

@@ -74,7 +74,7 @@ def restarts(pod_before: dict, files_before: dict, pod_after: dict, files_after:
 def rows(plan: dict, resources: dict[str, tuple[str, str]] | None, role_nodes: dict[str, list[str]],
          removed: dict[str, str], current: Callable[[str], Any], secrets: Mask) -> list[dict]:
     """One row per node and service that would change, and per node added or removed:
-    {node, role, service, change (added|removed|config|image|config+image), restart,
+    {node, role, service, change (added|removed, or config, secret, image joined by +), restart,
     image_before, image_after, diff}. `current(path)`: a deployed resource's properties
     (for the part of a service the update leaves as it is); `secrets`: masked everywhere.
     `resources` (see service_resources) None: services named by their Pod."""
@@ -104,9 +104,13 @@ def rows(plan: dict, resources: dict[str, tuple[str, str]] | None, role_nodes: d
         files_a, files_b = files_a or {}, files_b or {}
         if pod_a is None:  # a service new to the role: its nodes get it as a new Pod
             continue
-        restart = restarts(pod_a, files_a, pod_b or {}, files_b)
+        # a part the engine recorded differs; equal here, only a hidden value in it changed
+        # (both sides masked): the agent's digest, over the real values, changes
+        secret = any(side[part][0] == side[part][1] for part in parts)
+        restart = secret or restarts(pod_a, files_a, pod_b or {}, files_b)
         img_a, img_b = images(pod_a), images(pod_b)
-        kind = "+".join(k for k, differs in (("config", files_a != files_b), ("image", img_a != img_b)) if differs)
+        kind = "+".join(k for k, differs in (("config", files_a != files_b), ("secret", secret),
+                                             ("image", img_a != img_b)) if differs)
         diff = file_diff(service, files_a, files_b)
         if pod_a != pod_b:
             diff += file_diff(service, {"pod.json": pod_a}, {"pod.json": pod_b})
