@@ -22,6 +22,7 @@ from typing import Any
 from undercloud.masking import Mask
 
 NEW_SERVER = re.compile(r"^(\w+)Servers\.([^.\s]+)$")
+MAY_CHANGE = re.compile(r"^(\w+)\.\* \(may change with inputs from (.+)\)$")
 PARTS = ("ConfigFiles", "Pod")
 
 
@@ -74,7 +75,8 @@ def restarts(pod_before: dict, files_before: dict, pod_after: dict, files_after:
 def rows(plan: dict, resources: dict[str, tuple[str, str]] | None, role_nodes: dict[str, list[str]],
          removed: dict[str, str], current: Callable[[str], Any], secrets: Mask) -> list[dict]:
     """One row per node and service that would change, and per node added or removed:
-    {node, role, service, change (added|removed, or config, secret, image joined by +), restart,
+    {node, role, service, change (added|removed, or config, secret, image joined by +; or
+    "inputs from X": known only once X changed, restart None), restart,
     image_before, image_after, diff}. `current(path)`: a deployed resource's properties
     (for the part of a service the update leaves as it is); `secrets`: masked everywhere.
     `resources` (see service_resources) None: services named by their Pod."""
@@ -120,6 +122,25 @@ def rows(plan: dict, resources: dict[str, tuple[str, str]] | None, role_nodes: d
             out.append({"node": node, "role": role, "service": service, "change": kind or "pod",
                         "restart": restart, "image_before": ", ".join(img_a), "image_after": ", ".join(img_b),
                         "diff": secrets.text(diff)})
+    for path in plan.get("update") or []:
+        # a service whose inputs come from resources the update changes (the virtual IP, a
+        # node's address): what it gets is known only once they exist: said, not guessed
+        m = MAY_CHANGE.match(path)
+        if not m or m.group(1) in touched:
+            continue
+        head = m.group(1)
+        if resources is not None:
+            if head not in resources:
+                continue
+            role, service = resources[head]
+        else:
+            role = max((r for r in role_nodes if head.startswith(r)), key=len, default=None)
+            if role is None:
+                continue
+            service = head[len(role):]
+        for node in sorted(set(role_nodes.get(role) or []) - set(removed)):
+            out.append({"node": node, "role": role, "service": service, "change": f"inputs from {m.group(2)}",
+                        "restart": None, "image_before": "", "image_after": "", "diff": ""})
     for path, change in sorted(changes.items()):
         m = NEW_SERVER.match(path)
         if m and change.get("before") is None and m.group(1) in role_nodes:
@@ -140,6 +161,10 @@ def lines(rows: list[dict]) -> list[str]:
     for r in rows:
         if r["service"] is None:
             out.append(f"{r['node']} ({r['role']}): would be {r['change']}")
+            continue
+        if r["restart"] is None:
+            out.append(f"{r['node']} ({r['role']}): {r['service']}: may change with its {r['change']} "
+                       f"(known once they change): restart unknown")
             continue
         what = [f"{r['change']} changes"]
         if r["image_before"] != r["image_after"]:
