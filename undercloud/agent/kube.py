@@ -912,12 +912,19 @@ def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
         return _play_locked(name, pod, configmaps, mode, options)
 
 
+def pod_digest(pod: dict, configmaps: dict) -> str:
+    """What decides whether a played Pod is replaced: the Pod and the data of the ConfigMaps
+    it mounts (name -> data). The deploy's dry run (overcloud/dryrun.py) calls this too, so
+    the restarts it announces are the ones the agent makes."""
+    return hashlib.sha256(json.dumps([pod, {k: configmaps.get(k) for k in _configmap_names(pod)}],
+                                     sort_keys=True).encode()).hexdigest()
+
+
 def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
     """Play the Pod unless its config is unchanged and it runs and is ready. With the config
     unchanged (a re-run to converge), what drifted is repaired and said in `repairs`: stopped
     containers are started again, a Pod not ready or with containers missing is re-created."""
-    digest = hashlib.sha256(json.dumps([pod, {k: configmaps.get(k) for k in _configmap_names(pod)}],
-                                       sort_keys=True).encode()).hexdigest()
+    digest = pod_digest(pod, configmaps)
     spec_file = state_dir() / f"{name}.json"
     hash_file = state_dir() / f"{name}.sha256"
     existed = hash_file.exists()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from undercloud.cli.client import Client
-from undercloud.cli.output import note
+from undercloud.cli.output import emit, format_option, note
 
 
 class _Console:
@@ -66,7 +66,12 @@ def outputs(client: Client, stack: str) -> dict:
 @click.option("-y", "--yes", is_flag=True,
               help="Scale-in: delete the instances on the compute nodes being removed (without it, a "
                    "removal that would take instances with it is refused, naming them).")
-def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
+@click.option("--dry-run", is_flag=True,
+              help="Show what the deploy would change, per node and service (image, a diff of the "
+                   "rendered config files with secrets masked, restart or not, nodes added or "
+                   "removed), and change nothing: no image built, no stack update.")
+@format_option
+def deploy(example, roles, environments, hypervisor, stack, timeout, yes, dry_run, fmt):
     """Deploy the overcloud, or bring it to what the roles and environments now say.
 
     Builds the images that are missing (node image, one image per service the roles run),
@@ -94,6 +99,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
           # store.yaml: {parameter_defaults: {UndercloudStoreUrl: postgresql://...}}
       undercloud deploy --roles my_roles.yaml -e counts.yaml   # e.g. {ComputeCount: 2}
       undercloud deploy -e one-compute.yaml --yes   # scale in, deleting the removed node's instances
+      undercloud deploy -e tuned.yaml --dry-run     # what would change, and nothing changes
       openstack --os-cloud overcloud server list   # with OS_CLIENT_CONFIG_FILE=<path shown>
       undercloud deploy --hypervisor openstack:host --stack inner -e inner.yaml
           # nodes are servers of cloud `host`; inner.yaml: {parameter_defaults:
@@ -102,7 +108,16 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes):
     from undercloud.cli import workflows as wf
     from undercloud.overcloud.workflows import check_deploy, deploy_input
 
+    if fmt != "table" and not dry_run:
+        raise click.UsageError("-f/--format is for --dry-run's rows")
     given = deploy_input(example, roles, environments, hypervisor, timeout, yes)
     # What can be refused here is refused before the service is asked anything (or started).
     check_deploy(stack, {**given, "roles": roles, "environments": list(environments)})  # as given
-    wf.run(Client(timeout=600), stack, "deploy", given)
+    if dry_run:  # the rows for scripts; the workflow prints the text itself
+        given.update(dry_run=True, rows_only=fmt != "table")
+    result = wf.run(Client(timeout=600), stack, "deploy", given)
+    if dry_run and fmt != "table":
+        emit((result or {}).get("rows") or [], fmt, DRY_RUN_COLUMNS)
+
+
+DRY_RUN_COLUMNS = ["node", "role", "service", "change", "restart", "image_before", "image_after", "diff"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from undercloud.cli.client import Client
-from undercloud.cli.output import formatted, note
+from undercloud.cli.output import emit, format_option, formatted, note
 from undercloud.errors import NotFound, UndercloudError
 
 STACK_OPTION = click.option("--stack", default="overcloud", show_default=True, help="The overcloud's stack name.")
@@ -198,7 +198,12 @@ TIMEOUT_OPTION = click.option("--timeout", type=float, default=30, show_default=
                    "and rolls every node back. The command exits 1 naming the nodes rolled back; run it "
                    "again to retry them.")
 @TIMEOUT_OPTION
-def update(stack, services, roles, batch, no_cache, elements_path, max_fail, timeout):
+@click.option("--dry-run", is_flag=True,
+              help="Show what the update would change, per node and service (image before -> after, "
+                   "restart or not; an image not built yet shows as `would build NAME`), and change "
+                   "nothing: no image built, no stack update.")
+@format_option
+def update(stack, services, roles, batch, no_cache, elements_path, max_fail, timeout, dry_run, fmt):
     """Roll new service images out, node by node, and roll back by itself on a failure.
 
     Builds the images of the chosen services (cached by content: an unchanged element
@@ -219,14 +224,22 @@ def update(stack, services, roles, batch, no_cache, elements_path, max_fail, tim
       undercloud overcloud update --service keystone --no-cache   # new Debian packages
       undercloud overcloud update --service neutron_linuxbridge_agent --role Compute
       undercloud overcloud update --elements-path ./my-elements --batch 2 --max-fail 1
+      undercloud overcloud update --service keystone --dry-run    # what would change
       undercloud overcloud rollback                               # back to the previous images
     """
     from undercloud.cli import workflows
+    from undercloud.cli.deploy import DRY_RUN_COLUMNS
 
-    workflows.run(Client(timeout=600), stack, "update", {
-        "services": list(services), "roles": list(roles), "batch": batch, "no_cache": bool(no_cache),
-        "elements_path": [str(p.resolve()) for p in elements_path], "max_fail": max_fail,
-        "timeout": float(timeout)})
+    if fmt != "table" and not dry_run:
+        raise click.UsageError("-f/--format is for --dry-run's rows")
+    given = {"services": list(services), "roles": list(roles), "batch": batch, "no_cache": bool(no_cache),
+             "elements_path": [str(p.resolve()) for p in elements_path], "max_fail": max_fail,
+             "timeout": float(timeout)}
+    if dry_run:  # the rows for scripts; the workflow prints the text itself
+        given.update(dry_run=True, rows_only=fmt != "table")
+    result = workflows.run(Client(timeout=600), stack, "update", given)
+    if dry_run and fmt != "table":
+        emit((result or {}).get("rows") or [], fmt, DRY_RUN_COLUMNS)
 
 
 @overcloud.command()

@@ -478,6 +478,21 @@ def build(target: Target, *, no_cache: bool = False, registered: list[dict] | No
             b.log_file.close()
 
 
+def registered_build(target: Target, registered: list[dict]) -> list[dict] | None:
+    """The registered images `build` would find up to date for `target` (its content key,
+    computed without building: a dry run), or None when it would build."""
+    b = Builder(target, lambda _line: None, rootfs.cache_dir() / "logs", False)
+    try:
+        key = b.key
+    except (OSError, UndercloudError):
+        return None  # the key needs a layer not built yet: it would build
+    finally:
+        b.held.close()
+    current = [r for r in registered if r.get("properties", {}).get("build_key") == key
+               and r.get("status") == "active"]
+    return current if _covers(current, target) else None
+
+
 def _covers(current: list[dict], target: Target) -> bool:
     if target.type == "ramdisk":
         return any(r["disk_format"] == "iso" for r in current)

@@ -322,6 +322,8 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
+    if input.get("dry_run"):
+        return dry_run(client, out, stack, input)
     start = time.monotonic()
     role_list, env_paths, library = check_deploy(stack, input)
     example, hypervisor = input.get("example"), input.get("hypervisor") or "container"
@@ -406,6 +408,77 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     if drift:
         report_repairs(client, out, stack)
     return {"stack": stack, "stack_status": s["stack_status"], "changed": True, **finish(client, out, stack, secrets)}
+
+
+def plan_bundle_aside(home: Path, stack: str, *args) -> dict:
+    """The bundle of the plan `op.render(home, stack, *args)` makes, rendered in a temporary
+    directory (the home's plan stays as the last deploy left it) and named as the deploy
+    names its files: the engine compares the template paths of nested stacks."""
+    import tempfile
+
+    from undercloud.orchestration.template import Bundle
+    from undercloud.overcloud import plan as op
+    from undercloud.overcloud.secrets import stack_dir
+
+    with tempfile.TemporaryDirectory(prefix="undercloud-dry-run-") as aside:
+        plan = op.render(Path(aside), stack, *args)
+        bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
+        real = json.dumps(str(stack_dir(home, stack) / "plan"))[1:-1]
+        return json.loads(json.dumps(bundle).replace(json.dumps(str(plan.dir))[1:-1], real))
+
+
+def dry_run(client, out: Output, stack: str, input: dict) -> dict:
+    """`undercloud deploy --dry-run`: the deploy's planning (roles, library, image parameters,
+    plan, secrets) with every step that writes skipped or simulated, then the engine's dry
+    run of the update; returns {stack, rows} (overcloud/dryrun.py). Writes nothing: no image
+    is built ("would build NAME"), no VIP is claimed for a stack that holds none yet, no
+    secret is made (a missing one is a placeholder), the plan is rendered into a temporary
+    directory, and the stack is only asked what it would do."""
+    from undercloud.overcloud import deploy as od
+    from undercloud.overcloud import deployed, dryrun
+    from undercloud.overcloud.secrets import secrets_given
+    from undercloud.overcloud.state import StackState
+
+    role_list, env_paths, library = check_deploy(stack, input)
+    example, hypervisor = input.get("example"), input.get("hypervisor") or "container"
+    state = StackState(client, stack)
+    try:
+        current = client.get(f"/v1/stacks/{stack}")
+    except NotFound:
+        current = None
+    if current is not None and current["stack_status"].endswith("_IN_PROGRESS"):
+        raise UndercloudError(f"stack {stack} is {current['stack_status']}: wait for it or "
+                              f"`undercloud stack cancel {stack}`", "deploy")
+    current_set = deployed.load(state).get("current")
+    records = deployed_records(client, library, current_set)
+    for name in od.service_images(library):
+        if name not in records:
+            out.note(f"images: would build {name}")
+            records[name] = {"id": f"would-build-{name}", "properties": {"podman_image": f"(would build {name})"}}
+    images = od.image_parameters(library, records)
+    overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
+    images.update(deployed.override_parameters(images, overrides, list(overrides)))
+    if "ServiceImageSources" in images:
+        images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
+    if current is not None:  # the VIP the stack holds already (asking again claims nothing new)
+        images.update(network_parameters(client, stack, hypervisor))
+    images.update(lab_network_parameters(client, out, library))
+    kinds = library.secrets()
+    kept = dict(state.get("secrets", {}))
+    kept.update(secrets_given(env_paths, set(kinds)))
+    secrets = {k: kept.get(k, f"(would generate {k})") for k in kinds}
+    if current is None:
+        if not input.get("rows_only"):
+            out.echo(f"stack {stack}: not deployed yet: a deploy would create it")
+        return {"stack": stack, "rows": []}
+    bundle = plan_bundle_aside(client.home.path, stack, role_list, library, images, hypervisor, example,
+                               env_paths, secrets)
+    last = state.get("last-deploy", {})
+    params = {**{k: secrets[k] for k in sorted(kinds)},
+              "DeployIdentifier": last.get("deploy_identifier") or new_identifier()}
+    body = {"bundle": bundle, "parameters": params}
+    return dry_run_rows(client, out, stack, body, dryrun.service_resources(library, role_list), secrets,
+                        bool(input.get("rows_only")))
 
 
 # kind -> the function that runs it: (client, out, stack, input) -> result
@@ -495,6 +568,43 @@ def replace(client, out: Output, stack: str, input: dict) -> dict:
                           f"{'; '.join(failing) or 'its server is not ACTIVE'}", "--timeout")
 
 
+def rollout_body(new: dict, params: list[str], batch: int, timeout: float, max_fail: int = 0) -> dict:
+    """The stack update that rolls the set `new`'s images of `params` out (see rollout_set)."""
+    from undercloud.overcloud import deployed
+
+    # parameter_defaults (the image parameters belong to the service templates), over the
+    # stored bundle's, with a rollback to it on any failure. A role's own images: the
+    # `<Role>ImageOverrides` of every role that has or had one.
+    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
+    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
+    return {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
+            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
+
+
+def dry_run_rows(client, out: Output, stack: str, body: dict, resources: dict | None, secrets: dict,
+                 quiet: bool) -> dict:
+    """The engine's dry run of the stack update `body`, as rows per node and service
+    (overcloud/dryrun.py), printed unless `quiet`; returns {stack, rows}."""
+    from undercloud.masking import Mask
+    from undercloud.overcloud import dryrun, scale
+
+    answer = client.patch(f"/v1/stacks/{stack}", json={**body, "dry_run": True})
+    removed = scale.removed_nodes(stack, answer, client.get)
+    role_nodes = {role: sorted(members or {}) for role, members in (outputs(client, stack).get("RoleNodes") or {}).items()}
+
+    def now(path: str):
+        try:
+            return client.get(f"/v1/stacks/{stack}/resources/{path}").get("properties")
+        except NotFound:
+            return None
+
+    rows = dryrun.rows(answer, resources, role_nodes, removed, now, Mask([str(v) for v in secrets.values()]))
+    if not quiet:
+        for line in dryrun.lines(rows):
+            out.echo(line)
+    return {"stack": stack, "rows": rows}
+
+
 def rollout_set(client, out: Output, stack: str, new: dict, params: list[str], batch: int, timeout: float,
                 what: str, max_fail: int = 0) -> None:
     """Roll the set `new`'s images of `params` out (a stack update the undercloud runs: the
@@ -506,13 +616,7 @@ def rollout_set(client, out: Output, stack: str, new: dict, params: list[str], b
 
     start = time.monotonic()
     after = rollout.last_event(client.get, stack)
-    # parameter_defaults (the image parameters belong to the service templates), over the
-    # stored bundle's, with a rollback to it on any failure. A role's own images: the
-    # `<Role>ImageOverrides` of every role that has or had one.
-    roles = sorted({k.split(":")[0] for k in params if ":" in k} | set(new.get("overrides") or {}))
-    chosen = deployed.parameters(new, [k for k in params if ":" not in k], roles)
-    body = {"existing": True, "rollback": True, "timeout": timeout * 60, "max_fail": max_fail,
-            "environment": {"parameter_defaults": {**chosen, "UpdateBatchSize": batch}}}
+    body = rollout_body(new, params, batch, timeout, max_fail)
     client.patch(f"/v1/stacks/{stack}", json=body)
     follow = rollout.Follow(client.get, stack, out.note, after)
     s = follow.run()
@@ -558,6 +662,24 @@ def say_changes(out: Output, what: str, old: dict, new: dict, changed: list[str]
         out.note(f"{what}: {services}{' on role ' + role if role else ''}: {was} -> {now}")
 
 
+def would_build(client, out: Output, targets: list, no_cache: bool) -> dict[str, dict]:
+    """`overcloud update --dry-run`'s images: the records a build would find up to date
+    (by content key, nothing built), a placeholder for each it would build."""
+    from undercloud.images.build import registered_build
+
+    records: dict[str, dict] = {}
+    for t in targets:
+        found = None if no_cache else registered_build(t, client.get("/v1/images", params={"name": t.name}))
+        if found:
+            records.update((r["name"], r) for r in found)
+            out.note(f"images: {t.label}: up to date, nothing to build")
+        else:
+            out.note(f"images: would build {t.name}")
+            records[t.name] = {"id": f"would-build-{t.name}", "name": t.name,
+                               "properties": {"podman_image": f"(would build {t.name})"}}
+    return records
+
+
 def update(client, out: Output, stack: str, input: dict) -> None:
     """`overcloud update`: build the chosen services' images, roll them out."""
     from undercloud.cli.image import build_targets
@@ -567,7 +689,7 @@ def update(client, out: Output, stack: str, input: dict) -> None:
     services, roles = list(input.get("services") or []), list(input.get("roles") or [])
     no_cache, elements_path = bool(input.get("no_cache")), tuple(input.get("elements_path") or [])
     batch, max_fail = int(input.get("batch") or 1), int(input.get("max_fail") or 0)
-    timeout = float(input.get("timeout") or 30)
+    timeout, dry_run = float(input.get("timeout") or 30), bool(input.get("dry_run"))
     current = deployed_sets(client, stack)["current"]
     retry = sorted(current.get("rolled_back") or {})
     by_role = None
@@ -581,13 +703,25 @@ def update(client, out: Output, stack: str, input: dict) -> None:
         by_role = {r: known[r] for r in roles}
     params = rollout.choose(current, services, by_role)
     names = sorted({current["images"][p]["name"] for p in params})
-    out.note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
-                                                        " (cached by content)"))
     targets = [t.with_elements_path(tuple(Path(p) for p in elements_path)) for n in names
                for t in catalog.targets(n)]
-    records = {r["name"]: r for r in build_targets(client, targets, no_cache, say=out.note, progress=out.note)}
+    if dry_run:
+        records = would_build(client, out, targets, no_cache)
+    else:
+        out.note(f"images: building {', '.join(names)}" + (" from scratch (--no-cache)" if no_cache else
+                                                            " (cached by content)"))
+        records = {r["name"]: r for r in build_targets(client, targets, no_cache, say=out.note, progress=out.note)}
     new = rollout.with_records(current, params, records, roles)
     changed = rollout.changed(current, new)
+    if dry_run:
+        from undercloud.overcloud.state import StackState
+
+        if not changed and not retry:
+            if not input.get("rows_only"):
+                out.echo("nothing would change")
+            return {"stack": stack, "rows": []}
+        return dry_run_rows(client, out, stack, rollout_body(new, changed, batch, timeout, max_fail), None,
+                            StackState(client, stack).get("secrets", {}), bool(input.get("rows_only")))
     if not changed and retry:
         out.note(f"update: retrying {', '.join(retry)}: the last update rolled them back to their previous images")
     elif not changed:

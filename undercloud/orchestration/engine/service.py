@@ -197,7 +197,7 @@ class StackService:
             bundle = with_environment(bundle, environment)
         tmpl = self._load(bundle, parameters or {}, root["name"], root["id"])
         if dry_run:
-            return self.plan(root, bundle, parameters or {})
+            return self.plan(root, bundle, parameters or {}, self._hidden(tmpl))
         if not isinstance(max_fail, int) or isinstance(max_fail, bool) or max_fail < 0:
             raise InvalidInput(f"max_fail must be a whole number of 0 or more, not {str(max_fail)[:50]!r}",
                                "max_fail")
@@ -506,12 +506,16 @@ class StackService:
             if name is not None:
                 conn.execute(delete(Address).where(Address.holder == vip_holder(name)))
 
-    def plan(self, root: dict, bundle: dict, params: dict) -> dict:
+    def plan(self, root: dict, bundle: dict, params: dict, hidden: list[str] = ()) -> dict:
         p = Plan()
         previous = root["bundle"] if root["status"] == "COMPLETE" else None
         self._forward(dict(root), bundle, params, threading.Event(), DEFAULT_TIMEOUT, False, plan=p,
                       previous=previous)
-        return {"stack_name": root["name"], "dry_run": True, **p.as_dict()}
+        # the properties hold hidden values (stored ones and the update's own): masked as reads mask them
+        from undercloud.orchestration.template.parameters import secret_texts
+
+        mask = Mask(secrets_of(root).order + tuple(secret_texts([params[n] for n in hidden if n in params])))
+        return {"stack_name": root["name"], "dry_run": True, **mask.value(p.as_dict())}
 
     def resume_all(self) -> list[str]:
         """At service start: continue every operation this worker's previous run, a dead worker

@@ -242,12 +242,16 @@ class Plan:
         self.unchanged = 0
         self.changed_nodes: set[tuple[str, str]] = set()  # (stack id, name): attributes may change
         self.new_refs: set[tuple[str, str]] = set()       # references change (created, replaced)
+        # path -> {type, before, after}: the resolved properties of a plain resource (not a
+        # nested stack) this update would create or change, as the walk would hand its plugin
+        self.changes: dict[str, dict] = {}
 
     def add(self, kind: str, path: str, note: str = "") -> None:
         self.actions[kind].append(path + (f" ({note})" if note else ""))
 
     def as_dict(self) -> dict:
-        return {**{k: sorted(v) for k, v in self.actions.items()}, "unchanged": self.unchanged}
+        return {**{k: sorted(v) for k, v in self.actions.items()}, "unchanged": self.unchanged,
+                "changes": dict(sorted(self.changes.items()))}
 
 
 class ResTask:
@@ -419,6 +423,10 @@ class ResTask:
             w.plan.unchanged += 1
         if decision == Decision.REPLACE and self.row:
             w.plan.add("delete", self.path, "replaced")
+        nested = cls is TemplateResource or cls.nested_template is not Plugin.nested_template
+        before = self.row.properties if self.row is not None else None
+        if kind and not nested and before != self.props:
+            w.plan.changes[self.path] = {"type": self.rd.type, "before": before, "after": self.props}
         descend = self.row is None or decision != Decision.REPLACE or not self.row.nested_id
         if note.startswith("inputs from") and descend and (
                 cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
