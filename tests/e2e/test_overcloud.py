@@ -788,6 +788,45 @@ def test_a_broken_service_fails_at_its_step_and_a_fixed_deploy_recovers(cloud):
     assert ok_json(clouds, "image", "show", "guest")["status"] == "active"  # the file store kept it
 
 
+def container_starts(instance: str) -> dict[str, str]:
+    """Every container of the overcloud on this host -> when it last started."""
+    out = subprocess.run(["podman", "ps", "-a", "--format", "json"], capture_output=True, text=True).stdout
+    return {c["Names"][0]: str(c.get("StartedAt")) for c in json.loads(out or "[]")
+            if c["Names"][0].startswith(f"{instance}-overcloud-")}
+
+
+def test_a_dry_run_names_what_the_deploy_then_restarts(cloud):
+    """`deploy --dry-run` after one service's configuration changed: exactly that service on
+    exactly the nodes that run it, with the diff, and nothing changes; the deploy that follows
+    restarts exactly those containers."""
+    work, inst = cloud["work"], cloud["home"].instance
+    fixed, tuned = work / "one-compute.yaml", work / "memcached.yaml"
+    tuned.write_text("parameter_defaults:\n  MemcachedMaxMemory: '96'\n")
+    args = ("--example", "minimal", "-e", str(fixed), "-e", str(tuned))
+    runs = sorted(x["node"] for x in status_rows() if x["service"] == "memcached")
+    assert runs
+    before = container_starts(inst)
+    stack_before = json.loads(run_cli("stack", "show", "overcloud", "-f", "json").stdout)
+    dry = run_cli("deploy", *args, "--dry-run", "-f", "json", timeout=600)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    rows = json.loads(dry.stdout)
+    assert sorted((r["node"], r["service"]) for r in rows) == [(n, "memcached") for n in runs], rows
+    assert all(r["restart"] is True for r in rows), rows
+    assert all("96" in r["diff"] and "64" in r["diff"] for r in rows), rows
+    text = run_cli("deploy", *args, "--dry-run", timeout=600)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert "memcached" in text.stdout + text.stderr and "restart" in text.stdout + text.stderr
+    # changed nothing: no container restarted, the stack as it was
+    assert container_starts(inst) == before
+    stack_after = json.loads(run_cli("stack", "show", "overcloud", "-f", "json").stdout)
+    assert stack_after.get("updated_time") == stack_before.get("updated_time")
+    real = deploy(*args)
+    assert real.returncode == 0, real.stderr[-3000:]
+    after = container_starts(inst)
+    restarted = sorted(n for n in after if after[n] != before.get(n))
+    assert restarted == sorted(f"{inst}-{n}-memcached-memcached" for n in runs), restarted
+
+
 def test_delete_leaves_nothing_behind(cloud):
     uc_home = cloud["home"]
     libvirt = f"{uc_home.instance}-overcloud-novacompute-0-nova-libvirt-nova-libvirt"
