@@ -208,7 +208,13 @@ def _exited(p: int) -> bool:
         os.kill(p, 0)
     except ProcessLookupError:
         return True
-    return False
+    # A zombie has ended: it only waits for its parent (for an orphan, an init that may reap
+    # every second or two) and holds no port, lock or file.
+    try:
+        with open(f"/proc/{p}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def stop(home: Home, timeout: float = 30.0) -> int | None:

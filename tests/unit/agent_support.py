@@ -43,6 +43,7 @@ class LiveService:
 
     def stop(self) -> None:
         if self.server:
+            self.ctx.server_metadata.release()  # as the service's own stop (daemon.py): held long-polls answer now
             self.server.should_exit = True
             self.thread.join(20)
             self.ctx.store.engine.dispose()

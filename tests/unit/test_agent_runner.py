@@ -169,6 +169,7 @@ def test_undercloud_restarted_while_agents_poll(tmp_path, svc):
         assert all(svc.meta.signal_of(f"b{i}")["deploy_stdout"] == "two\n" for i in range(3))
     finally:
         stop.set()
+        svc.meta.release()  # the agents' held long-polls answer now: their rounds see the stop
         for t in threads:
             t.join(30)
 

@@ -149,9 +149,11 @@ def test_a_request_wakes_a_long_poll_and_outlives_a_change_of_the_metadata(svc):
     agent.collect()
     etag = (agent.state / "metadata.etag").read_text()
     asked = []
-    threading.Timer(0.5, lambda: asked.append(svc.meta.request_health(["id-9", "no-such-server"]))).start()
+    timer = threading.Timer(0.5, lambda: asked.append(svc.meta.request_health(["id-9", "no-such-server"])))
+    timer.start()
     t0 = time.monotonic()
     got = agent.uc.fetch(etag, wait=20)
+    timer.join(10)  # the request wakes the poll before request_health returns its time to the timer
     assert got.changed and got.metadata[HEALTH_REQUEST] == asked[0]
     print(f"a held long-poll woken by the request in {time.monotonic() - t0:.2f} s (0.5 s after it began)")
     svc.meta.set_extra("id-9", {"role": "x", HEALTH_REQUEST: 1.0})  # a deploy's change keeps the request

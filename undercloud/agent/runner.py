@@ -88,6 +88,7 @@ class Agent:
         self.failures = 0  # consecutive collect failures, for backoff
         self.cuts = 0  # long-polls in a row not held or cut while held
         self.probe = False  # the last long-poll was cut: this round polls plainly, to tell why
+        self.started = False  # the first round (of this process) is a plain poll
         self.plain_until = 0.0  # monotonic: poll plainly until then (the long-poll did not work)
         self.changed = False  # the last collect brought a new document
         self.fetch_took = 0.0  # and how long its request took
@@ -304,7 +305,9 @@ class Agent:
         self.log(f"started: server {self.s.server_id}, undercloud {self.s.url}")
         while not (stop and stop()):
             t0 = time.monotonic()
-            hold = self.hold()
+            # The agent's first round polls plainly: a restarted agent acts on what it finds (a
+            # deployment its stop interrupted) at once, not after a hold on an unchanged document.
+            hold, self.started = (self.hold() if self.started else 0.0), True
             ok = self.cycle(hold)
             took = time.monotonic() - t0
             self.judge(hold, ok, self.fetch_took)
