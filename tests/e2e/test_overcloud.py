@@ -1,7 +1,8 @@
 """Whole overcloud deploys on container nodes, checked with the real OpenStack client.
 
 minimal (one deployment serves the checks of this module, in order; the ones that break
-things run last): deployed from nothing (images built or taken from the cache); identity,
+things run last): deployed from nothing (images built or taken from the cache), its CLI
+killed during an image build and the deploy attached to again (it went on in the service); identity,
 the catalog and placement; every service healthy, the VIP on keepalived; a cloud: the guest
 image uploaded to Glance, a network, a flavor, two instances that take their DHCP address,
 read their instance id from the metadata service and ping each other, consoles through
@@ -29,6 +30,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -230,6 +232,44 @@ def deploy(*args: str) -> subprocess.CompletedProcess:
     return run_cli("deploy", *args, timeout=2000)
 
 
+def drop_cached_output(name: str) -> str | None:
+    """Remove image `name`'s made outputs from the build cache (its layers stay), so the
+    next deploy builds it; returns its content key (None: not built yet, built anyway)."""
+    from undercloud.errors import UndercloudError
+    from undercloud.images import build, catalog, rootfs
+
+    b = build.Builder(catalog.targets(name)[0], lambda _line: None, rootfs.cache_dir() / "logs", False)
+    try:
+        key = b.key
+    except (OSError, UndercloudError):
+        return None
+    finally:
+        b.held.close()
+    shutil.rmtree(rootfs.cache_dir() / "outputs" / key, ignore_errors=True)
+    return key
+
+
+def deploy_killed_while_building(limit: float = 1200) -> list[str]:
+    """`undercloud deploy` killed (SIGKILL: a closed laptop) once it prints that an image
+    build started; returns the lines it had printed."""
+    p = subprocess.Popen([sys.executable, "-m", "undercloud", "deploy"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    timer = threading.Timer(limit, p.kill)  # bounded: never waits forever on a silent CLI
+    timer.start()
+    try:
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if "] building from elements" in line:
+                p.kill()
+                break
+    finally:
+        timer.cancel()
+        p.kill()
+        p.wait()
+    return lines
+
+
 def secrets_of(uc_home) -> dict:
     from undercloud.cli.client import Client
 
@@ -253,6 +293,11 @@ def cloud(tmp_path_factory):
              "work": tmp_path_factory.mktemp("cloud-work")}
     try:
         start = time.monotonic()
+        # The first deploy must build an image (memcached's output is dropped from the build
+        # cache); its CLI is killed while that build runs, and a second `undercloud deploy`
+        # attaches to the workflow, which goes on in the service (checked below).
+        state["dropped_key"] = drop_cached_output("service-memcached")
+        state["killed"] = deploy_killed_while_building()
         state["deploy"] = deploy()
         state["deploy_seconds"] = time.monotonic() - start
         yield state
@@ -284,6 +329,36 @@ def test_minimal_deploys_a_controller_and_a_compute_node(cloud):
                          "network": f"http://{vip}:9696", "metadata": f"http://{vip}:8775"}
     assert f"clouds.yaml: {cloud['clouds']}" in r.stderr
     print(f"minimal deploy from this home's nothing: {cloud['deploy_seconds']:.0f} s")
+
+
+def test_the_first_deploy_went_on_after_its_client_was_killed(cloud):
+    """The CLI killed during an image build stopped nothing: the image was built and the
+    deploy finished in the service; `undercloud deploy` again attached to it and printed
+    the same lines as the killed one, and a client of the API sees those same events."""
+    from undercloud.cli.client import Client
+
+    killed, again = cloud["killed"], cloud["deploy"]
+    assert any("] building from elements" in x for x in killed), killed[-20:]
+    assert again.returncode == 0, again.stderr[-3000:]
+    lines = again.stderr.splitlines()
+    assert lines[0].startswith("deploy: following workflow ") and "already running for overcloud" in lines[0]
+    printed = [x for x in killed if not x.startswith("undercloud: started the service")]  # the CLI's own line
+    assert lines[1:len(printed) + 1] == printed
+    wid = lines[0].split()[3].rstrip(",")
+    client = Client(cloud["home"])
+    wf = client.get(f"/v1/workflows/{wid}")
+    assert (wf["kind"], wf["stack"], wf["status"]) == ("deploy", "overcloud", "SUCCEEDED"), wf
+    events, after = [], 0
+    while page := client.get(f"/v1/workflows/{wid}/events", params={"after": after})["events"]:
+        events, after = events + page, page[-1]["seq"]
+    assert [e["text"] for e in events if e["stream"] != "out"] == lines[1:]
+    assert [e["text"] for e in events if e["stream"] == "out"] == again.stdout.splitlines()
+    built = [r for r in client.get("/v1/images", params={"name": "service-memcached"})
+             if r["status"] == "active"]
+    assert built, "service-memcached was not registered"
+    if cloud["dropped_key"]:
+        assert cloud["dropped_key"] in {r["properties"]["build_key"] for r in built}
+        assert any("service-memcached (oci): built and registered" in x for x in lines), lines
 
 
 def test_identity_catalog_and_placement(cloud):
