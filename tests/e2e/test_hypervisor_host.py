@@ -8,7 +8,9 @@ In order, on one deployment: the node registers as a container hypervisor host w
 own capacity (`server hypervisors`) and as a hypervisor-only worker; neither the store's
 password nor its key shows in any output or log; a stack of a role whose flavor pins that
 host gets its container server made there by the node's worker (not on this machine), with
-its agent checking in with the node's worker, and the host's node refused deletion under it;
+its agent checking in with the node's worker and its service (memcached, its image loaded
+from the undercloud's store into the host's podman) healthy in `overcloud status`, and the
+host's node refused deletion under it;
 with the node powered off, the server's stack is deleted at once (Nova's local delete) and the
 node's worker, back, removes the container; deleting the host leaves no server or domain
 behind, and the retired host can then be forgotten.
@@ -33,10 +35,10 @@ pytestmark = pytest.mark.timeout(2400)
 HOST = "hosts-hypervisor-0"  # the node's name, %stackname%-hypervisor-%index%
 PINNED = """\
 - name: Remote
-  description: Servers only, on the hypervisor host its flavor pins.
+  description: A node on the hypervisor host its flavor pins, running one service.
   CountDefault: 1
   HostnameFormatDefault: '%stackname%-remote-%index%'
-  ServicesDefault: []
+  ServicesDefault: [OS::TripleO::Services::Memcached]
 """
 
 
@@ -105,9 +107,13 @@ def test_a_server_of_a_role_pinned_to_that_host_runs_there_and_its_agent_checks_
     server = cli_json("server", "show", "remote-remote-0")
     assert server["host"] == HOST and server["status"] == "ACTIVE"
     assert server["agent_checked_in"], server
+    # Its service's health comes from its agent (on the host, through the node's worker's
+    # network), as for any node: the CLI runs nothing on the host.
+    rows = cli_json("overcloud", "status", "--stack", "remote", "--wait", "30")
+    assert [(x["node"], x["service"], x["health"]) for x in rows] == [("remote-remote-0", "memcached", "healthy")], rows
     # Made by the node's worker, in the node's podman: nothing of it on this machine.
     here = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout
-    assert "remote-remote-0" not in here
+    assert "remote-remote-0" not in here  # neither the node nor its service's container
     assert cli_json("server", "hypervisors")  # still answers with a server on another host
     used = {h["name"]: h for h in cli_json("server", "hypervisors") if h["hypervisor_type"] == "container"}
     assert used[HOST]["servers"] == 1 and used[HOST]["vcpus_used"] == 1
