@@ -142,7 +142,7 @@ class _Serve:
                 start = int(rng.split("=")[1].rstrip("-")) if rng else 0
                 body = DATA[start:]
                 if corrupt:
-                    body = b"\xff" + body[1:]
+                    body = bytes([body[0] ^ 0xFF]) + body[1:]  # never the byte it was (random DATA)
                 self.send_response(206 if rng else 200)
                 if header:
                     self.send_header("X-Image-Sha256", header)
