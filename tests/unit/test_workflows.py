@@ -262,3 +262,24 @@ def test_a_deploy_input_of_the_wrong_shape_fails_the_workflow_with_one_line(serv
     assert end["status"] == "FAILED"
     assert end["result"]["error"] == {"message": "roles: a path; environments: a list of paths", "where": "input",
                                       "exit_code": 1}
+
+
+def test_a_hypervisor_hosts_worker_takes_over_no_workflow(uc_home, gate_kind, tmp_path):
+    """A worker that runs servers only (`serve --hypervisor-only`) leaves a dead worker's
+    workflow to a worker of the control plane, as it leaves their stacks."""
+    from undercloud.api.context import Context
+    from undercloud.overcloud.workflows import input_digest
+
+    (tmp_path / "gate").touch()
+    given = {"gate": str(tmp_path / "gate")}
+    ctx = Context(uc_home.ensure(), hypervisor_only=True)
+    ctx.workers.interval = 0.05
+    ctx.workers.join()
+    wf, _ = ctx.workflows.start("oc", "test-gate", given, input_digest("test-gate", given), "gone-1")
+    stop = api_workflows.startup(ctx)
+    try:
+        time.sleep(1)  # 20 take-over passes of a worker that would take it
+        assert (ctx.workflows.get(wf["id"])["worker"], ctx.workflows.get(wf["id"])["runs"]) == ("gone-1", 1)
+    finally:
+        stop()
+        ctx.workers.leave()

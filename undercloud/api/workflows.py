@@ -68,7 +68,8 @@ class Runner:
         from undercloud.orchestration.limits import BY_NAME, LIMITS
 
         ctx = self.ctx
-        for wid in ctx.workflows.claim(ctx.workers.live(), ctx.workers.id, own):
+        # a hypervisor host's worker resumes only its own (as for stacks): it runs servers
+        for wid in ctx.workflows.claim(ctx.workers.live(), ctx.workers.id, own, others=not ctx.hypervisor_only):
             runs = ctx.workflows.get(wid)["runs"]
             if runs - 1 > LIMITS.resumes:
                 message = (f"interrupted by {runs - 1} restarts of the undercloud service without finishing; "
@@ -131,6 +132,8 @@ def startup(ctx: Context):
     Then, every heartbeat, those of a worker that stopped beating."""
     runner = ctx.workflow_runner = Runner(ctx)
     runner.resume(own=True)
+    if ctx.hypervisor_only:
+        return runner.stop.set
 
     def take_over() -> None:  # a dead worker's workflows, as its stack operations (api/workers.py)
         while not runner.stop.wait(ctx.workers.interval) and not ctx.stopping.is_set():

@@ -115,15 +115,15 @@ class Workflows:
                                                        Workflow.runs == run, Workflow.status == "RUNNING")
                                 .values(status=status, result=result, updated_at=time.time())).rowcount == 1
 
-    def claim(self, live: set[str], worker: str, own: bool = True) -> list[str]:
-        """The RUNNING workflows whose worker is not alive (and with `own`, those this worker
-        ran before: at its start), claimed by this one (one conditional update each: of two
-        claimants one wins)."""
+    def claim(self, live: set[str], worker: str, own: bool = True, others: bool = True) -> list[str]:
+        """The RUNNING workflows whose worker is not alive (with `others`) and those this
+        worker ran before (with `own`: at its start), claimed by this one (one conditional
+        update each: of two claimants one wins)."""
         with self.store.session() as s:
             rows = [(w.id, w.worker_id, w.runs) for w in s.scalars(select(Workflow).where(Workflow.status == "RUNNING"))]
         taken = []
         for wid, owner, runs in rows:
-            if (owner == worker and not own) or (owner != worker and owner in live):
+            if (owner == worker and not own) or (owner != worker and (owner in live or not others)):
                 continue
             with self.store.engine.begin() as conn:
                 if conn.execute(update(Workflow).where(Workflow.id == wid, Workflow.worker_id == owner,
