@@ -139,6 +139,9 @@ def test_servers_here_and_on_that_host_share_the_lab_network(hv, tmp_path):
     print(f"servers here and on {HOST}, one fetching from the other: {time.monotonic() - start:.1f} s")
     out = {o["output_key"]: o["output_value"] for o in cli_json("stack", "output", "list", "spanned")}
     assert len(out["served"]) == 64 and out["fetched"] == out["served"], out
+    # Its agent called the host's worker, which stores such marks at its next heartbeat.
+    wait_for("span-b's agent to show as checked in", lambda: cli_json("server", "show", "span-b")["agent_checked_in"],
+             timeout=30, every=1)
     there, here = cli_json("server", "show", "span-b"), cli_json("server", "show", "span-a")
     assert there["host"] == HOST and here["host"] != HOST and there["agent_checked_in"]
     held = address_table(hv["home"]).on(f"{hv['home'].instance}-lab")

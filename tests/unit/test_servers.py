@@ -418,6 +418,25 @@ def test_a_server_of_another_host_is_asked_of_its_hosts_worker_or_waits_for_it(u
                                                                                ("host-c", "vm")}
 
 
+def test_a_server_whose_hosts_worker_does_not_answer_in_time_shows_as_last_known(uc):
+    """A status asked of a busy host's worker (an emulated VM loading an image) that times
+    out is no failure: the server shows as last known, and the stack waiting for it asks
+    again (a ServiceUnavailable here failed the server's stack resource)."""
+    uc.image("overcloud-full", "container", "oci")
+    uc.servers.create(id="s-3", name="slow", flavor="container", image="overcloud-full", first_boot={})
+    assert uc.servers.wait("slow", {"ACTIVE"}, 5)["status"] == "ACTIVE"
+    uc.servers._save("s-3", host="host-b", status="BUILD")
+    register_host(uc, "host-b")
+    uc.servers.env.workers_on = lambda host: ["wb"] if host == "host-b" else []
+
+    def timed_out(worker, method, path, body):
+        raise ServiceUnavailable(f"worker {worker} did not answer (timed out); try again later")
+    uc.servers.env.forward = timed_out
+    assert uc.servers.refresh("slow")["status"] == "BUILD"
+    with pytest.raises(ServiceUnavailable, match="did not answer"):  # what must reach the machine still fails
+        uc.servers.power("slow", True)
+
+
 def test_a_server_of_a_host_that_is_down_is_deleted_here_and_its_machine_removed_when_the_host_returns(
         uc, monkeypatch):
     """Nova's local delete: with no live worker on its host, a delete removes the record and

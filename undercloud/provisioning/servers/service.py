@@ -695,9 +695,15 @@ class ServersService:
         """Ask the realiser how the server is; store status, addresses and fault."""
         with self.store.session() as s:
             row = self._find(s, ref)
-        if self._elsewhere(row):  # its host's worker asks; without one, as last known
+        if self._elsewhere(row):  # its host's worker asks; without one, or no answer, as last known
             worker = self._worker_of(row)
-            return self._on_its_host(row, "GET", f"/v1/servers/{row.id}", worker=worker) if worker else view(row)
+            if worker is None:
+                return view(row)
+            try:
+                return self._on_its_host(row, "GET", f"/v1/servers/{row.id}", worker=worker)
+            except ServiceUnavailable as exc:  # a busy host (an emulated VM loading an image): ask again later
+                log.info("server %s: %s; shown as last known", row.name, exc.message)
+                return view(row)
         if row.task == "deleting":
             return view(row)
         seen = (row.status, row.task, dict(row.state or {}))
