@@ -283,3 +283,35 @@ def test_a_hypervisor_hosts_worker_takes_over_no_workflow(uc_home, gate_kind, tm
     finally:
         stop()
         ctx.workers.leave()
+
+
+def test_workflow_list_show_and_follow_from_the_command_line(service, gate_kind, tmp_path):
+    """`undercloud workflow`: any client lists, shows and follows a workflow it did not start;
+    `follow` of an ended one prints its lines and exits as it ended."""
+    import json
+
+    env = {"UNDERCLOUD_HOME": str(service.live.home.path)}
+    c = service.client()
+    (tmp_path / "open").touch()
+    ok = c.post("/v1/workflows", json={"stack": "oc", "kind": "test-gate", "input": {"gate": str(tmp_path / "open")}})
+    follow_all(c, ok["id"])
+    bad = c.post("/v1/workflows", json={"stack": "oc", "kind": "test-gate",
+                                        "input": {"gate": str(tmp_path / "open"), "fail": True}})
+    follow_all(c, bad["id"])
+    listed = run_cli("workflow", "list", "--stack", "oc", "-f", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["id"], r["kind"], r["status"], r["runs"]) for r in rows] == [
+        (ok["id"], "test-gate", "SUCCEEDED", 1), (bad["id"], "test-gate", "FAILED", 1)]
+    assert all(r["created_at"].endswith("Z") for r in rows)
+    assert json.loads(run_cli("workflow", "list", "--stack", "other", "-f", "json", env=env).stdout) == []
+    shown = run_cli("workflow", "show", bad["id"], "-f", "json", env=env)
+    assert json.loads(shown.stdout)["result"]["error"] == {"message": "the gate said no", "where": "gate",
+                                                           "exit_code": 1}
+    good = run_cli("workflow", "follow", ok["id"], env=env)
+    assert (good.returncode, good.stdout, good.stderr) == (0, "a result line\n", "oc: step 1\noc: step 2\n")
+    failed = run_cli("workflow", "follow", bad["id"], env=env)
+    assert failed.returncode == 1 and failed.stdout == "a result line\n"
+    assert failed.stderr.splitlines() == ["oc: step 1", "oc: step 2", "error: gate: the gate said no"]
+    unknown = run_cli("workflow", "show", "nosuch", env=env)
+    assert unknown.returncode != 0 and unknown.stderr.strip() == "error: workflow: no workflow 'nosuch'"

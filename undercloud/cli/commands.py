@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Start, stop and inspect the undercloud service (API, engine, background loops)."),
     "stack": ("undercloud.cli.stack", "stack", "Create, update and delete stacks of resources from HOT templates."),
     "template": ("undercloud.cli.template", "template", "Work with HOT templates (Heat Orchestration Templates)."),
+    "workflow": ("undercloud.cli.workflows", "workflow",
+                 "The overcloud's workflows the service runs: list them, show one, follow its lines."),
 }
 
 

@@ -2,19 +2,22 @@
 to the one running with the same input, prints its lines as they come (progress to
 stderr, results to stdout, as the command printed them when it ran them itself) and ends
 as it ended: its result, or its error line and exit code. Interrupting the CLI stops
-nothing: the workflow goes on in the service, and the same command again follows it."""
+nothing: the workflow goes on in the service, and the same command again follows it.
+`undercloud workflow list/show/follow` reads them."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import click
 
 from undercloud.cli.client import Client
-from undercloud.cli.output import note
+from undercloud.cli.output import formatted, note
 from undercloud.errors import UndercloudError
 
 WAIT = 10.0  # seconds a long poll for events is held
+COLUMNS = ["id", "stack", "kind", "status", "runs", "created_at", "updated_at"]
 
 
 def run(client: Client, stack: str, kind: str, input: dict) -> Any:
@@ -46,3 +49,50 @@ def follow(client: Client, wid: str, kind: str = "workflow") -> Any:
         exc.exit_code = int(outcome.get("exit_code") or 1)
         raise exc
     return outcome.get("result")
+
+
+def _when(row: dict) -> dict:
+    return {**row, **{k: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row[k]))
+                      for k in ("created_at", "updated_at") if isinstance(row.get(k), (int, float))}}
+
+
+@click.group()
+def workflow() -> None:
+    """The overcloud's workflows the service runs: list them, show one, follow its lines.
+
+    `undercloud deploy`, `overcloud update`, `rollback`, `replace` and `delete` each start
+    one (or attach to the one running with the same input) and follow it; a workflow goes
+    on when its command is interrupted, and survives a restart of the service. Any client
+    can follow one here or through the API (GET /v1/workflows/ID/events?after=N&wait=S).
+
+    \b
+    Examples:
+      undercloud workflow list --stack overcloud
+      undercloud workflow follow 3f0c...   # its lines from the first; exits as it ended
+    """
+
+
+@workflow.command("list")
+@click.option("--stack", help="Only the workflows of this overcloud stack.")
+@formatted(COLUMNS)
+def list_(stack: str | None):
+    """List workflows, oldest first (RUNNING, SUCCEEDED or FAILED)."""
+    return [_when(w) for w in Client().get("/v1/workflows", params={"stack": stack} if stack else None)]
+
+
+@workflow.command("show")
+@click.argument("workflow_id")
+@formatted()
+def show(workflow_id: str):
+    """Show one workflow: status, runs (1 + the restarts it was resumed after), result."""
+    return _when(Client().get(f"/v1/workflows/{workflow_id}"))
+
+
+@workflow.command("follow")
+@click.argument("workflow_id")
+def follow_cmd(workflow_id: str):
+    """Print a workflow's lines from its first (progress on stderr, results on stdout) as
+    they come, and exit as it ended: 0, or its error line and exit code. Interrupting this
+    stops nothing."""
+    client = Client()
+    follow(client, workflow_id, client.get(f"/v1/workflows/{workflow_id}")["kind"])
