@@ -278,3 +278,27 @@ def test_the_command_shows_the_rows_and_says_what_is_wrong(uc_home, tmp_path):
     r = run_cli("overcloud", "status", "--wait", "61")
     assert r.returncode == 2 and "--wait" in r.stderr
     assert "agent" in run_cli("overcloud", "status", "--help").stdout
+
+
+def test_the_command_says_when_this_hosts_container_engine_was_restarted(tmp_path, monkeypatch):
+    """The podman API service the container nodes drive, restarted by the undercloud
+    (host/podman.ApiWatch), is said in `overcloud status` (and nothing while it is fine)."""
+    from tests.unit.agent_support import LiveService
+    from undercloud.config import host_name
+
+    live = LiveService(tmp_path / "uc").start()
+    env = {"UNDERCLOUD_HOME": str(live.home.path)}
+    try:
+        live.ctx.servers.ensure_local_hosts()
+        (tmp_path / "t.yaml").write_text(STACK)
+        assert run_cli("stack", "create", "overcloud", "-t", str(tmp_path / "t.yaml"), "--wait", env=env).returncode == 0
+        quiet = run_cli("overcloud", "status", "--wait", "0", env=env)
+        assert quiet.returncode == 0 and "container engine" not in quiet.stderr, quiet.stderr
+        said = "podman API ok, restarted 1x (last 12:00:00: dead: nothing listens (1 in a row))"
+        monkeypatch.setattr(live.ctx.servers, "engine_health", lambda summary=False: said if summary else {})
+        told = run_cli("overcloud", "status", "--wait", "0", "-f", "json", env=env)
+        assert told.returncode == 0, told.stderr
+        assert f"container engine on {host_name()}: {said}" in told.stderr.splitlines()
+        assert len(json.loads(told.stdout)) == 4  # the rows as before
+    finally:
+        live.stop()

@@ -108,7 +108,8 @@ def status(stack, wait):
     versions (a half-rolled change shows as mixed versions). Health is "healthy", "failing
     (why)", or "unknown (why)" for a node whose agent did not answer within --wait seconds
     (its last report's age is shown, never an older result as now). `-f json` adds the last
-    restart's reason."""
+    restart's reason. A podman API service the container nodes rely on that the undercloud
+    had to restart (or that still fails) is said on stderr."""
     client = Client(timeout=60 + wait)
     try:
         s = client.get(f"/v1/stacks/{stack}")
@@ -116,6 +117,9 @@ def status(stack, wait):
         raise NotFound(f"no overcloud stack {stack!r}: run `undercloud deploy`", "--stack") from None
     note(f"stack {stack}: {s['stack_status']}" + (f" ({s['stack_status_reason']})"
                                                   if s["stack_status"].endswith("FAILED") else ""))
+    for h in client.get("/v1/hypervisors"):  # the podman API the container nodes' hooks drive, if it went bad
+        if h.get("engine") and h["engine"] != "podman API ok":
+            note(f"container engine on {h['name']}: {h['engine']}")
     return service_health(client, stack, wait=wait)
 
 
