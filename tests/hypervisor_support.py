@@ -80,6 +80,16 @@ def lab_store(root: Path, stacks: tuple[str, ...] = ()) -> Iterator[LabStore]:
                     run_cli("overcloud", "delete", "--stack", stack, "--yes", timeout=900)
         daemon.stop(home)
         server.stop()
+        # what a failed test left on this host (its stack's delete failed or never ran): the
+        # containers and lab network of this home's instance, so no later run meets them
+        left = subprocess.run(["podman", "ps", "-aq", "--filter", f"label=undercloud.instance={home.instance}"],
+                              capture_output=True, text=True).stdout.split()
+        if left:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", *left], capture_output=True)
+        for net in (f"{home.instance}-lab", f"{home.instance}-provider"):
+            subprocess.run(["podman", "network", "rm", net], capture_output=True)
+        for link in (f"{home.instance}-vx", f"{home.instance}-br"):
+            subprocess.run(["ip", "link", "del", link], capture_output=True)
         for name in domains(home.instance):
             subprocess.run(["virsh", "-c", "qemu:///system", "destroy", name], capture_output=True)
             subprocess.run(["virsh", "-c", "qemu:///system", "undefine", name, "--remove-all-storage"],

@@ -61,7 +61,7 @@ def hv(tmp_path_factory):
     if why:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("hv")
-    with hypervisor_support.lab_store(root, stacks=("probe", "remote", "hosts")) as ls:
+    with hypervisor_support.lab_store(root, stacks=("probe", "spanned", "remote", "hosts")) as ls:
         yield {"home": ls.home, "root": root, "lab": ls.lab, "store_env": ls.store_env}
 
 
