@@ -64,6 +64,15 @@ def template_options(f: Callable, template_required: bool = True) -> Callable:
 POLL = 0.5  # seconds between progress lines; the service answers at once when the operation ends
 
 
+def progress_line(s: dict) -> str:
+    """One line of a stack's progress (`stack create/update/delete --wait`, overcloud delete)."""
+    p = s.get("progress") or {}
+    busy = ", ".join(p.get("in_progress") or [])
+    more = p.get("in_progress_count", 0) - len(p.get("in_progress") or [])
+    return (f"{s['stack_status']}: {p.get('complete', 0)}/{p.get('total', 0)} resources complete"
+            + (f", in progress: {busy}" if busy else "") + (f" (+{more})" if more > 0 else ""))
+
+
 def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
     """Follow the stack, showing progress on stderr; raise with the reason when it fails."""
     tty = sys.stderr.isatty()
@@ -78,11 +87,7 @@ def wait_for(client: Client, name: str, deleting: bool = False) -> dict | None:
                     click.echo("", err=True)
                 return None
             raise
-        p = s.get("progress") or {}
-        busy = ", ".join(p.get("in_progress") or [])
-        more = p.get("in_progress_count", 0) - len(p.get("in_progress") or [])
-        line = (f"{s['stack_status']}: {p.get('complete', 0)}/{p.get('total', 0)} resources complete"
-                + (f", in progress: {busy}" if busy else "") + (f" (+{more})" if more > 0 else ""))
+        line = progress_line(s)
         if line != last:
             if tty:
                 click.echo("\r\033[K" + line[:200], err=True, nl=False)

@@ -769,6 +769,7 @@ def delete(client, out: Output, stack: str, input: dict) -> None:
     directory in the home. A stack already gone goes on with the rest (a resumed delete)."""
     import shutil
 
+    from undercloud.cli.stack import progress_line
     from undercloud.overcloud.secrets import stack_dir
     from undercloud.overcloud.state import StackState
 
@@ -783,11 +784,7 @@ def delete(client, out: Output, stack: str, input: dict) -> None:
             s = client.get(f"/v1/stacks/{stack}", params={"wait": POLL})
         except NotFound:
             break
-        p = s.get("progress") or {}
-        busy = ", ".join(p.get("in_progress") or [])
-        more = p.get("in_progress_count", 0) - len(p.get("in_progress") or [])
-        line = (f"{s['stack_status']}: {p.get('complete', 0)}/{p.get('total', 0)} resources complete"
-                + (f", in progress: {busy}" if busy else "") + (f" (+{more})" if more > 0 else ""))
+        line = progress_line(s)
         if line != last:
             out.note(line)
             last = line
