@@ -23,6 +23,7 @@ import time
 import pytest
 
 from tests.conftest import need, need_root, run_cli
+from tests.integration.test_workers import wait_for
 
 LABEL = f"undercloud.test=rabbitmq-{os.getpid()}"
 NAMES = ["rmq-a", "rmq-b", "rmq-c"]
@@ -34,16 +35,6 @@ RUN = ["--runtime", "runc", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc
 def podman(*args: str, timeout: float = 300):
     import subprocess
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def wait(what: str, ok, timeout: float = 420, every: float = 3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = ok()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 class Cluster:
@@ -129,7 +120,7 @@ class Cluster:
 
     def wait(self, what: str, ok, timeout: float = 420, every: float = 3):
         try:
-            return wait(what, ok, timeout, every)
+            return wait_for(what, ok, timeout, every)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n" + "\n".join(f"--- {self.name(i)}:\n{self.logs(i)[-3000:]}"
                                                          for i in range(3))) from None
