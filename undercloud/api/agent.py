@@ -124,5 +124,5 @@ async def health(server_id: str, request: Request):
         answers = body["answers"]
         report["answers"] = float(answers) if isinstance(answers, (int, float)) and not isinstance(answers, bool) \
             and math.isfinite(answers) else None
-    meta.record_health(server_id, report)
+    await run_in_threadpool(meta.record_health, server_id, report)  # a store write: not on the event loop
     return {"acknowledged": True}

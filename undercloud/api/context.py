@@ -80,7 +80,13 @@ class Context:
             address = route_source(self.store.engine.url.host) or "127.0.0.1"
         elif address == "localhost":
             address = "127.0.0.1"
-        return f"http://{address}:{self.home.api_port()}"
+        return f"http://{address}:{self._api_port}"
+
+    @cached_property
+    def _api_port(self) -> int:
+        # read once: every published deployment names this URL, and the port is the one
+        # the service listens on until it stops
+        return self.home.api_port()
 
     @cached_property
     def nodes(self):

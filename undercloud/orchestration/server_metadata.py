@@ -38,6 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from undercloud.errors import NotFound
 from undercloud.store import Store
 from undercloud.store.agent import AgentDeployment, AgentServer
+from undercloud.store.group_commit import GroupCommit
 
 SKEW = 10.0  # seconds: signals written this long before the last refresh are read again (clocks, commits)
 # seconds: an agent's calls (long-polls, signals) mark its stored last_seen this often; the
@@ -49,6 +50,12 @@ REVOKED = "revoked"  # the token hash of a server being deleted: no token hashes
 HEALTH_REQUEST = "health_request"
 log = logging.getLogger("undercloud.agents")
 _SERVERS, _DEPLOYMENTS = AgentServer.__table__, AgentDeployment.__table__
+# Statements built once, their values bound at each call: a fleet's update runs thousands,
+# and building one anew (`.values(...)`) costs more than running it.
+_INSERT_DEPLOYMENT = _DEPLOYMENTS.insert()
+_SET_REVISION = _SERVERS.update().where(_SERVERS.c.id == bindparam("sid")).values(revision=bindparam("rev"))
+_SET_SIGNAL = (_DEPLOYMENTS.update().where(_DEPLOYMENTS.c.id == bindparam("did"))
+               .values(signal=bindparam("body", type_=_DEPLOYMENTS.c.signal.type), signalled_at=bindparam("at")))
 
 
 def hash_token(token: str) -> str:
@@ -79,12 +86,16 @@ class _Server:
 class ServerMetadata:
     def __init__(self, store: Store, url: Callable[[], str]):
         self.store = store
+        self._writes = GroupCommit(store.engine)  # deployments published and signals stored
         self._url = url
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the maps and their rows; held across store writes
+        # the held long-polls alone, never across a store write: the event loop takes it
+        self._waiters_lock = threading.Lock()
         self._servers: dict[str, _Server] | None = None
         self._signals: dict[str, dict] = {}  # deployment id -> signal body
         self._owner: dict[str, str] = {}     # deployment id -> server id
         self._owner_of: dict[str, str] = {}  # deployment id -> publishing resource
+        self._published: dict[str, set[str]] = {}  # publishing resource -> its deployment ids
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._refreshed = time.time()  # signals from about then on are taken up by `refresh`
         self._seen: dict[str, float] = {}  # server id -> last call, not stored yet
@@ -105,7 +116,7 @@ class ServerMetadata:
                                 srv.deployments[d.id] = d.document
                                 self._owner[d.id] = d.server_id
                                 if d.owner:
-                                    self._owner_of[d.id] = d.owner
+                                    self._own(d.id, d.owner)
                                 if d.signal is not None:
                                     self._signals[d.id] = d.signal
                     for srv in servers.values():
@@ -137,7 +148,7 @@ class ServerMetadata:
                     srv.deployments[d.id] = d.document
                     self._owner[d.id] = server_id
                     if d.owner:
-                        self._owner_of[d.id] = d.owner
+                        self._own(d.id, d.owner)
                     if d.signal is not None:
                         self._signals[d.id] = d.signal
             if old is not None:
@@ -313,40 +324,64 @@ class ServerMetadata:
     def put_deployment(self, server_id: str, entry: dict, owner: str | None = None) -> None:
         """Publish a deployment entry on the server. Entries earlier published by the same
         `owner` (on any server) go in the same change, so an agent never sees two revisions.
-        Publishing an id that exists already changes nothing (and keeps its signal)."""
+        Publishing an id that exists already changes nothing (and keeps its signal). Agents
+        see it once it is stored."""
         with self._lock:
             srv = self._get(server_id)
             if self._owner.get(entry["id"]) == server_id:
                 return
-            stale = [d for d, o in self._owner_of.items() if owner and o == owner]
+            stale = list(self._published.get(owner, ())) if owner else []
             touched = {server_id} | {self._owner[d] for d in stale if d in self._owner}
-            # plain statements, no row loaded: a fleet's update publishes thousands of these
-            # one after another, and loading a server row decrypts its extra and health
-            with self.store.engine.begin() as conn:
-                if stale:
-                    conn.execute(_DEPLOYMENTS.delete().where(_DEPLOYMENTS.c.id.in_(stale)))
-                conn.execute(_DEPLOYMENTS.insert().values(
-                    id=entry["id"], server_id=server_id, name=entry.get("name") or "", owner=owner,
-                    document=entry, created_at=time.time()))
-                for sid in touched:
-                    if sid in self._servers:
-                        conn.execute(_SERVERS.update().where(_SERVERS.c.id == sid)
-                                     .values(revision=self._bump(self._servers[sid])))
+            revisions = {sid: self._bump(self._servers[sid]) for sid in touched if sid in self._servers}
             for d in stale:
                 self._drop(d)
             srv.deployments[entry["id"]] = entry
             self._owner[entry["id"]] = server_id
             if owner:
-                self._owner_of[entry["id"]] = owner
+                self._own(entry["id"], owner)
+
+            # plain statements, no row loaded: a fleet's update publishes thousands of these
+            # at once, and loading a server row decrypts its extra and health
+            def write(conn) -> None:
+                if stale:
+                    conn.execute(_DEPLOYMENTS.delete().where(_DEPLOYMENTS.c.id.in_(stale)))
+                conn.execute(_INSERT_DEPLOYMENT, {"id": entry["id"], "server_id": server_id,
+                                                  "name": entry.get("name") or "", "owner": owner,
+                                                  "document": entry, "created_at": time.time()})
+                if revisions:
+                    conn.execute(_SET_REVISION, [{"sid": sid, "rev": rev} for sid, rev in revisions.items()])
+            pending = self._writes.submit(write)
+        self._committed(pending, touched)
+
+    def _committed(self, pending, touched: set[str]) -> None:
+        """Wait for a change's write; then its servers' documents are rebuilt and their
+        long-polls woken, or, refused by the store, the servers are read back from it."""
+        try:
+            self._writes.wait(pending)
+        except Exception:
+            for sid in touched:
+                self._reload(sid)
+            raise
+        with self._lock:
             for sid in touched:
                 if sid in self._servers:
                     self._servers[sid].rebuild()
         for sid in touched:
             self._wake(sid)
 
+    def _own(self, deployment_id: str, owner: str) -> None:
+        self._owner_of[deployment_id] = owner
+        self._published.setdefault(owner, set()).add(deployment_id)
+
     def _drop(self, deployment_id: str) -> None:
         sid = self._owner.pop(deployment_id, None)
-        self._owner_of.pop(deployment_id, None)
+        owner = self._owner_of.pop(deployment_id, None)
+        if owner is not None:
+            ids = self._published.get(owner)
+            if ids is not None:
+                ids.discard(deployment_id)
+                if not ids:
+                    del self._published[owner]
         self._signals.pop(deployment_id, None)
         if sid and sid in self._servers:
             self._servers[sid].deployments.pop(deployment_id, None)
@@ -357,7 +392,7 @@ class ServerMetadata:
     def remove_owner(self, owner: str) -> None:
         """Remove every deployment `owner` published (a deleted deployment resource)."""
         self._all()
-        self._remove([d for d, o in self._owner_of.items() if o == owner])
+        self._remove(list(self._published.get(owner, ())))
 
     def _remove(self, ids: list[str]) -> None:
         with self._lock:
@@ -437,11 +472,12 @@ class ServerMetadata:
         with self._lock:
             if self._owner.get(deployment_id) != server_id:
                 raise NotFound(f"no deployment {deployment_id!r} on this server")
-            with self.store.engine.begin() as conn:  # an UPDATE: loading the row would decrypt its document
-                done = conn.execute(_DEPLOYMENTS.update().where(_DEPLOYMENTS.c.id == deployment_id)
-                                    .values(signal=body, signalled_at=time.time()))
-                if done.rowcount == 0:
-                    raise NotFound(f"no deployment {deployment_id!r} on this server")
+            # an UPDATE (loading the row would decrypt its document), committed with others
+            pending = self._writes.submit(lambda conn: conn.execute(
+                _SET_SIGNAL, {"did": deployment_id, "body": body, "at": time.time()}).rowcount)
+        if self._writes.wait(pending) == 0:
+            raise NotFound(f"no deployment {deployment_id!r} on this server")
+        with self._lock:
             self._signals[deployment_id] = body
 
     async def wait_change(self, server_id: str, etag: str, timeout: float,
@@ -456,7 +492,7 @@ class ServerMetadata:
             return
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        with self._lock:
+        with self._waiters_lock:
             self._waiters.setdefault(server_id, []).append((loop, fut))
             if srv.etag != etag:  # changed while registering
                 fut.set_result(None)
@@ -468,7 +504,7 @@ class ServerMetadata:
         except TimeoutError:
             pass
         finally:
-            with self._lock:
+            with self._waiters_lock:
                 lst = self._waiters.get(server_id, [])
                 if (loop, fut) in lst:
                     lst.remove((loop, fut))
@@ -477,20 +513,20 @@ class ServerMetadata:
 
     def waiting(self) -> int:
         """How many long-polls are held now."""
-        with self._lock:
+        with self._waiters_lock:
             return sum(len(v) for v in self._waiters.values())
 
     def release(self) -> None:
         """The service stops: every held long-poll answers now (its agent asks again, of
         another worker or of the restarted service) instead of holding the stop for its wait."""
         self._released = True
-        with self._lock:
+        with self._waiters_lock:
             ids = list(self._waiters)
         for server_id in ids:
             self._wake(server_id)
 
     def _wake(self, server_id: str) -> None:
-        with self._lock:
+        with self._waiters_lock:
             waiters = list(self._waiters.get(server_id, []))
         for loop, fut in waiters:
             def _set(f=fut):
