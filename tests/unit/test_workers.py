@@ -268,6 +268,27 @@ def test_agents_metadata_written_by_one_worker_is_served_right_by_another(tmp_pa
     assert b.refresh() == 0  # nothing moved: nothing reloaded
 
 
+def test_a_publish_the_store_refuses_changes_no_document_an_agent_sees(tmp_path):
+    """Publishing is group-committed; a write the store refuses (here: b, behind a, publishes
+    an id a stored already) raises, and b's view becomes the store's, not its own guess."""
+    from sqlalchemy.exc import IntegrityError
+
+    from undercloud.orchestration.server_metadata import ServerMetadata
+
+    store = Store(own_store_url(tmp_path / "uc.db")).create_schema()
+    a, b = (ServerMetadata(store, lambda: "http://127.0.0.1:1") for _ in range(2))
+    a.register("s1", "node-1")
+    assert b.exists("s1")
+    before = b._get("s1").etag
+    a.put_deployment("s1", {"id": "d1", "name": "from-a", "config": "a"}, owner="res-1")
+    with pytest.raises(IntegrityError):
+        b.put_deployment("s1", {"id": "d1", "name": "from-b", "config": "b"}, owner="res-2")
+    assert b._get("s1").etag != before and b._get("s1").doc == a._get("s1").doc  # read back: a's
+    assert b.deployment_server("d1") == "s1" and "from-b" not in b._get("s1").doc.decode()
+    b.put_deployment("s1", {"id": "d2", "name": "next", "config": "c"}, owner="res-2")  # b goes on
+    assert b.refresh() == 0 and a.refresh() == 1 and a._get("s1").doc == b._get("s1").doc
+
+
 def test_an_agents_last_call_and_health_report_show_on_every_worker(tmp_path):
     from undercloud.orchestration import server_metadata
     from undercloud.orchestration.server_metadata import ServerMetadata
