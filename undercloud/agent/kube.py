@@ -67,7 +67,7 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import quote, urljoin
 
-from undercloud.agent import files
+from undercloud.agent import files, node_contract
 from undercloud.agent.settings import state_base
 
 # podman's settings on nodes and on the undercloud's host (undercloud/host/podman.py uses
@@ -196,9 +196,10 @@ def capabilities(container: dict, key: str) -> list[str]:
 
 def node_target() -> tuple[str, str] | None:
     """(podman API socket, node container) on a container node, else None."""
-    host, netns = os.environ.get("CONTAINER_HOST", ""), os.environ.get("UNDERCLOUD_NODE_NETNS", "")
-    if host.startswith("unix://") and netns.startswith("container:"):
-        return host[len("unix://"):], netns[len("container:"):]
+    host = os.environ.get("CONTAINER_HOST", "")
+    node = node_contract.netns_node(os.environ.get(node_contract.NETNS_ENV, ""))
+    if host.startswith("unix://") and node is not None:
+        return host[len("unix://"):], node
     return None
 
 
@@ -369,7 +370,7 @@ def as_played(pod: dict) -> dict:
 
 def play_podman(name: str, pod: dict, spec_file: Path) -> tuple[int, str, str]:
     cmd = ["podman", "kube", "play", "--replace"]
-    netns = os.environ.get("UNDERCLOUD_NODE_NETNS")
+    netns = os.environ.get(node_contract.NETNS_ENV)
     if netns and not (pod.get("spec") or {}).get("hostNetwork"):
         cmd += ["--network", netns]
     p = _run(cmd + [str(spec_file)])
@@ -561,11 +562,10 @@ def node_containers(mode: str) -> dict[tuple[str, str], dict]:
         target = node_target()
         if not target:
             return found
-        for c in PodmanAPI(target[0]).containers(f"undercloud.node={target[1]}"):
-            labels = c.get("Labels") or {}
-            prefix, container = labels.get("undercloud.pod", ""), labels.get("undercloud.container")
-            if container and prefix.startswith(target[1] + "-"):
-                found[(prefix[len(target[1]) + 1:], container)] = _container_info(c)
+        for c in PodmanAPI(target[0]).containers(node_contract.node_label(target[1])):
+            parts = node_contract.pod_and_container(c.get("Labels") or {}, target[1])
+            if parts:
+                found[parts] = _container_info(c)
     elif mode == "podman":
         p = _run(["podman", "ps", "-a", "--pod", "--format", "json"], timeout=60)
         if p.returncode != 0:
@@ -743,7 +743,7 @@ def _config_tar(mounts: list[tuple[str, dict]]) -> bytes:
 
 def netns_prefix(name: str) -> str:
     target = node_target()
-    return f"{target[1]}-{name}" if target else name
+    return node_contract.pod_prefix(target[1], name) if target else name
 
 
 def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | None:
@@ -753,7 +753,7 @@ def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | Non
         return None
     api = PodmanAPI(target[0])
     for c in pod["spec"]["containers"]:
-        status, data = api.call("GET", f"/containers/{netns_prefix(name)}-{c['name']}/json")
+        status, data = api.call("GET", f"/containers/{node_contract.container_name(target[1], name, c['name'])}/json")
         if status != 200:
             continue
         info = json.loads(data)
@@ -770,7 +770,7 @@ def netns_exec(name: str, container: str):
         target = node_target()
         if not target:
             raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
-        return PodmanAPI(target[0]).exec(f"{netns_prefix(name)}-{container}", argv, timeout)
+        return PodmanAPI(target[0]).exec(node_contract.container_name(target[1], name, container), argv, timeout)
     return run
 
 
@@ -778,10 +778,10 @@ def claim_volume(api: PodmanAPI, node: str, claim: str) -> str:
     """The named volume behind a persistentVolumeClaim on this node, made when missing.
     Per node (`NODE-<claim>`): two container nodes on one host never share one; the label
     lets deleting the node remove it, and replacing a Pod keeps it."""
-    vname = f"{node}-{claim}"
+    vname = node_contract.claim_volume(node, claim)
     status, _ = api.call("GET", f"/volumes/{vname}/exists")
     if status != 204:
-        api.ok("POST", "/volumes/create", {"Name": vname, "Label": {"undercloud.node": node, "undercloud.claim": claim}},
+        api.ok("POST", "/volumes/create", {"Name": vname, "Label": node_contract.claim_labels(node, claim)},
                what=f"create volume {vname}")
     return vname
 
@@ -820,21 +820,19 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
     if not target:
         raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
     api, node = PodmanAPI(target[0]), target[1]
-    prefix = netns_prefix(name)
-    for old in api.containers(f"undercloud.pod={prefix}"):
+    for old in api.containers(node_contract.pod_label(node, name)):
         api.call("DELETE", f"/containers/{old['Id']}?force=true&timeout=5")
     spec = pod.get("spec") or {}
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
     empty = {}  # emptyDir: a volume of this Pod's own, shared by its containers, empty at each play
     for vname in (n for n, v in volumes.items() if isinstance(v, dict) and "emptyDir" in v):
-        empty[vname] = f"{prefix}-{vname}"
+        empty[vname] = node_contract.empty_dir_volume(node, name, vname)
         api.call("DELETE", f"/volumes/{empty[vname]}?force=true")
-        api.ok("POST", "/volumes/create", {"Name": empty[vname], "Label": {"undercloud.node": node,
-                                                                          "undercloud.pod": prefix}},
+        api.ok("POST", "/volumes/create", {"Name": empty[vname], "Label": node_contract.empty_dir_labels(node, name)},
                what=f"create volume {empty[vname]}")
     started = []
     for c in spec["containers"]:
-        cname = f"{prefix}-{c['name']}"
+        cname = node_contract.container_name(node, name, c["name"])
         mounts, binds, named = [], [], []
         for m in c.get("volumeMounts") or []:
             v = volumes.get(m.get("name")) or {}
@@ -852,7 +850,7 @@ def play_netns(name: str, pod: dict, configmaps: dict) -> str:
         create = {
             "name": cname, "image": c["image"],
             "netns": {"nsmode": "container", "value": node},
-            "labels": {"undercloud.pod": prefix, "undercloud.node": node, "undercloud.container": c["name"]},
+            "labels": node_contract.container_labels(node, name, c["name"]),
             "env": {e["name"]: str(e.get("value", "")) for e in c.get("env") or []},
             "oci_runtime": "runc",
             "r_limits": RLIMITS,
@@ -885,7 +883,8 @@ def log_tail(mode: str, name: str, container: str, lines: int = 20) -> str:
     try:
         if mode == "netns":
             target = node_target()
-            return PodmanAPI(target[0]).logs_tail(f"{netns_prefix(name)}-{container}", lines) if target else ""
+            return (PodmanAPI(target[0]).logs_tail(node_contract.container_name(target[1], name, container), lines)
+                    if target else "")
         if mode == "podman":
             p = _run(["podman", "logs", "--tail", str(lines), f"{name}-{container}"], timeout=30)
             return p.stdout + p.stderr

@@ -45,6 +45,7 @@ import os
 import threading
 from pathlib import Path
 
+from undercloud.agent import node_contract
 from undercloud.agent.files import write_atomic
 from undercloud.config import host_name
 from undercloud.host import podman as hp
@@ -368,7 +369,7 @@ class ContainerRealiser(Realiser):
     def _name(self, spec: Spec) -> str:
         if spec.state.get("container"):
             return spec.state["container"]
-        name = f"{self.instance}-{spec.name}"
+        name = node_contract.node_name(self.instance, spec.name)
         other = hp.podman("container", "inspect", "--format", "{{index .Config.Labels \"undercloud.server\"}}",
                           name, check=False)
         if other.returncode == 0 and other.stdout.strip() != spec.id:
@@ -401,7 +402,7 @@ class ContainerRealiser(Realiser):
                 "--stop-signal", "SIGINT", "--stop-timeout", "5",
                 "-v", f"{spec.state['first_boot']}:{CONFIG_DIR}:ro",
                 "-e", f"UNDERCLOUD_AGENT_CONFIG={CONFIG_DIR}/config.json",
-                "-e", f"UNDERCLOUD_NODE_NETNS=container:{name}"]
+                "-e", f"{node_contract.NETNS_ENV}={node_contract.netns(name)}"]
         args += ["--label", f"undercloud.ip={spec.state['ip']}"]
         if limits:
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
@@ -557,7 +558,7 @@ class ContainerRealiser(Realiser):
         otherwise run on without it. The node first both ways: off, its agent's watchdog
         would start them again; on, they join its namespace when they start."""
         name = spec.state.get("container") or self._name(spec)
-        joined = hp.podman("ps", "-a", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
+        joined = hp.podman("ps", "-a", "-q", "--filter", node_contract.node_filter(name)).stdout.split()
         if on:
             spec.state["powered_off"] = False
             with self._lock:
@@ -584,7 +585,7 @@ class ContainerRealiser(Realiser):
         # hook made for it (labelled undercloud.node=NAME; kept by rebuild and Pod replacement).
         vols = hp.podman("volume", "ls", "-q", "--filter", f"label={_label(spec)}").stdout.split()
         for name in sorted(names):
-            vols += hp.podman("volume", "ls", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
+            vols += hp.podman("volume", "ls", "-q", "--filter", node_contract.node_filter(name)).stdout.split()
         for v in vols:
             hp.podman("volume", "rm", "-f", v, check=False)
         self.env.addresses.release(spec.id)
@@ -593,7 +594,7 @@ class ContainerRealiser(Realiser):
         """The node container and the service containers the kube hook joined to its network
         namespace (labelled undercloud.node=NAME): those first, as a restarting one makes
         `rm --depend` fail."""
-        deps = hp.podman("ps", "-a", "-q", "--filter", f"label=undercloud.node={name}").stdout.split()
+        deps = hp.podman("ps", "-a", "-q", "--filter", node_contract.node_filter(name)).stdout.split()
         if deps:
             hp.podman("rm", "-f", "-t", "0", *deps, timeout=120, check=False)
         hp.podman("rm", "-f", "--depend", "-t", "0", name, timeout=120)
