@@ -25,10 +25,9 @@ from hypothesis import strategies as st  # noqa: E402
 from undercloud.errors import InvalidInput  # noqa: E402
 from undercloud.orchestration.limits import override  # noqa: E402
 from undercloud.orchestration.template import Bundle, PlaceholderResolver, TemplateError, load  # noqa: E402
-from undercloud.orchestration.template.functions import all_function_names  # noqa: E402
 from undercloud.orchestration.template.preview import preview  # noqa: E402
 from undercloud.orchestration.template.source import parse_yaml  # noqa: E402
-from undercloud.orchestration.template.versions import ALL_VERSIONS  # noqa: E402
+from undercloud.orchestration.template.versions import ALL_VERSIONS, all_function_names  # noqa: E402
 
 FUZZ_EXAMPLES = int(os.environ.get("UNDERCLOUD_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, print_blob=True,

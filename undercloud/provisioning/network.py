@@ -164,6 +164,14 @@ def _inspection_range(text: str, cidr, dhcp: tuple, held: tuple, bad) -> tuple[s
     return tuple(str(ipaddress.ip_address(i)) for i in range(int(start), int(end) + 1))
 
 
+def lab_network_info(home) -> dict:
+    """`Realiser.network_info()` of VM servers: the lab network, made if missing, and the
+    addresses it keeps for virtual IPs (bare-metal servers: their provisioning network's)."""
+    from undercloud.provisioning.servers.vm_net import lab_network
+
+    return lab(home, lab_network(home)).info()
+
+
 def lab(home, made: tuple[str, str, str]) -> ProvisioningNetwork:
     """The virtual lab's network as the provisioning network; `made`: (netns, bridge, the
     undercloud's address) from servers/vm_net.lab_network, which makes it when missing."""

@@ -10,7 +10,6 @@ snippet, so preview shows what is left to resolve.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
@@ -1291,9 +1290,3 @@ class CfnResourceFacade(ResourceFacade):
         return ev.facade({"Metadata": "metadata", "DeletionPolicy": "deletion_policy",
                           "UpdatePolicy": "update_policy"}[self.args])
 
-
-@functools.lru_cache(maxsize=1)
-def all_function_names() -> frozenset[str]:
-    from undercloud.orchestration.template.versions import VERSIONS
-
-    return frozenset(itertools.chain.from_iterable(v.functions for v in VERSIONS.values()))

@@ -53,7 +53,7 @@ from undercloud.orchestration.template.source import (
     problem,
 )
 from undercloud.orchestration.template.validation import find_cycle, validate_resource
-from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version
+from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version, all_function_names
 
 MAX_NESTING_DEPTH = LIMITS.nested_depth  # the default; the limit in force is LIMITS.nested_depth
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
@@ -290,7 +290,7 @@ class StackTemplate:
                     if cls.macro:
                         return cls(self, k, v, p).chosen
                     return cls(self, k, self.parse(v, p, table), p)
-                if isinstance(k, str) and k in fn.all_function_names() and k not in self.version.functions:
+                if isinstance(k, str) and k in all_function_names() and k not in self.version.functions:
                     raise FnError(self._not_in_version(k), path + (k,))
             out = {}
             changed = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import dataclass, field
 
 from undercloud.orchestration.template import functions as f
@@ -96,3 +98,9 @@ def condition_table(v: Version) -> dict[str, type[f.Function]]:
     table: dict[str, type[f.Function]] = {n: f.Invalid for n in v.functions}
     table.update(v.condition_functions)
     return table
+
+
+@functools.lru_cache(maxsize=1)
+def all_function_names() -> frozenset[str]:
+    """Every function name of any version (to tell "not in this version" from "unknown")."""
+    return frozenset(itertools.chain.from_iterable(v.functions for v in VERSIONS.values()))

@@ -43,7 +43,6 @@ from undercloud.provisioning.servers.vm_net import (
     NETWORK,
     Addresses,
     lab_network,
-    lab_network_info,
     serve_api,
     server_mac,
 )
@@ -97,6 +96,8 @@ class VMRealiser(Realiser):
         return None
 
     def network_info(self) -> dict:
+        from undercloud.provisioning.network import lab_network_info
+
         return lab_network_info(self.env.home)
 
     def agent_url(self, spec: Spec) -> str:

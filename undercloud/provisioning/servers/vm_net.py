@@ -52,14 +52,6 @@ def lab_network(home) -> tuple[str, str, str]:
     return ns, net.bridge, gateway
 
 
-def lab_network_info(home) -> dict:
-    """`Realiser.network_info()` of VM servers: the lab network, made if missing, and the
-    addresses it keeps for virtual IPs (bare-metal servers: their provisioning network's)."""
-    from undercloud.provisioning.network import lab
-
-    return lab(home, lab_network(home)).info()
-
-
 def server_mac(server_id: str) -> str:
     """A stable MAC per server in OpenStack's fa:16:3e range."""
     h = hashlib.sha256(server_id.encode()).digest()
