@@ -6,9 +6,13 @@ import logging
 
 
 class UndercloudError(Exception):
-    """A user-facing error: shown as one line, never as a traceback."""
+    """A user-facing error: shown as one line, never as a traceback.
+
+    `status`: what the API answers for it (api/app.py); a subclass sets its own, or
+    inherits its base's. The clients map a status back with `by_status`."""
 
     exit_code = 1
+    status = 400
 
     def __init__(self, message: str, where: str | None = None):
         super().__init__(message)
@@ -20,19 +24,19 @@ class UndercloudError(Exception):
 
 
 class NotFound(UndercloudError):
-    pass
+    status = 404
 
 
 class Conflict(UndercloudError):
-    pass
+    status = 409
 
 
 class InvalidInput(UndercloudError):
-    pass
+    status = 400
 
 
 class ServiceUnavailable(UndercloudError):
-    pass
+    status = 503
 
 
 class Elsewhere(ServiceUnavailable):
@@ -47,13 +51,28 @@ class NeedsFirstBoot(Conflict):
     """A resumed server create must be given its first-boot data again (a new token): the
     data was lost before it was written (the API answers 428)."""
 
+    status = 428
+
 
 class Unauthorized(UndercloudError):
     """A missing or wrong credential (the API answers 401)."""
 
+    status = 401
+
 
 class InternalError(UndercloudError):
     """Something unexpected (a bug): shown as "internal error <id>", details only in the log."""
+
+    status = 500
+
+
+def by_status(*classes: type[UndercloudError]) -> dict[int, type[UndercloudError]]:
+    """Status -> error class, for a client turning an answer back into the error: `classes`
+    are the ones it tells apart (one per status)."""
+    out = {c.status: c for c in classes}
+    if len(out) != len(classes):
+        raise ValueError(f"two of {[c.__name__ for c in classes]} have one status")
+    return out
 
 
 def internal_error(exc: BaseException, log: logging.Logger | None = None, what: str = "") -> InternalError:

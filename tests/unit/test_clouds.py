@@ -181,6 +181,23 @@ def test_the_clouds_yaml_found_as_openstacksdk_finds_it_with_its_secure_yaml(uc_
     assert json.loads(r.stdout)["source"] == f"{conf / 'clouds.yaml'} (host)"
 
 
+def test_a_secure_yaml_is_deep_merged_into_the_entry_as_openstacksdk_does(tmp_path):
+    from undercloud.cli.cloud import read_entry
+    from undercloud.errors import InvalidInput
+
+    (tmp_path / "clouds.yaml").write_text(yaml.safe_dump({"clouds": {"c": {
+        "auth": {"auth_url": "http://k:5000/v3", "username": "u", "password": ""}, "regions": ["a", "b"]}}}))
+    secure = tmp_path / "secure.yaml"
+    secure.write_text(yaml.safe_dump({"clouds": {"c": {"auth": {"password": "p"}, "regions": ["c"],
+                                                        "verify": False}}}))
+    entry, _ = read_entry(str(tmp_path / "clouds.yaml"), "c")
+    assert entry == {"auth": {"auth_url": "http://k:5000/v3", "username": "u", "password": "p"},
+                     "regions": ["c"], "verify": False}  # maps merge; anything else replaces
+    secure.write_text(yaml.safe_dump({"clouds": {"c": "p"}}))
+    with pytest.raises(InvalidInput, match=r"secure\.yaml: clouds\.c is not a map$"):
+        read_entry(str(tmp_path / "clouds.yaml"), "c")
+
+
 def test_masked_hides_every_secret_named_value():
     entry = {"auth": {"password": "p", "application_credential_secret": "s", "token": "t", "username": "u"},
              "key": "/etc/client.key", "region_name": "R", "list": [{"password": "q"}], "empty_password": ""}

@@ -18,9 +18,11 @@ from cryptography.fernet import Fernet
 from tests.conftest import run_cli
 from tests.unit.test_overcloud_plan import images_for, loaded
 from undercloud.agent import kube
-from undercloud.api.context import Context, route_source
+from undercloud.api import context
+from undercloud.api.context import Context
 from undercloud.config import Home
-from undercloud.errors import InvalidInput
+from undercloud.errors import InvalidInput, UndercloudError
+from undercloud.host.run import route_source
 from undercloud.images import build, catalog, elements, payload
 from undercloud.overcloud import library
 from undercloud.overcloud import plan as op
@@ -47,8 +49,25 @@ def test_a_worker_is_reached_at_its_listen_address(tmp_path, monkeypatch, listen
 def test_the_route_source_is_this_hosts_address_towards_a_store():
     assert route_source(None) is None  # SQLite
     assert route_source("/var/run/postgresql") is None  # a Unix socket's directory
-    assert route_source("127.0.0.1") is None  # loopback: no address another host reaches
-    assert route_source("no.such.host.invalid") is None
+    assert route_source("127.0.0.1") == "127.0.0.1"  # loopback: its own address
+    with pytest.raises(UndercloudError, match=r"^no route from this host to no\.such\.host\.invalid: "):
+        route_source("no.such.host.invalid")
+
+
+@pytest.mark.parametrize("route, want", [("10.1.2.3", "10.1.2.3"), ("127.0.1.1", "127.0.0.1"),
+                                         (None, "127.0.0.1"), (UndercloudError("no route"), "127.0.0.1")])
+def test_a_worker_on_every_address_is_reached_where_it_reaches_its_store(tmp_path, monkeypatch, route, want):
+    # loopback, no host (SQLite, a Unix socket) or no route: no address another host reaches
+    monkeypatch.delenv("UNDERCLOUD_AGENT_URL", raising=False)
+
+    def source(host):
+        if isinstance(route, Exception):
+            raise route
+        return route
+
+    monkeypatch.setattr(context, "route_source", source)
+    ctx = Context(Home(tmp_path / "h"), f"sqlite:///{tmp_path / 'uc.db'}", listen="0.0.0.0")
+    assert ctx.api_url == f"http://{want}:{ctx.home.api_port()}"
 
 
 def test_a_listener_on_a_guest_network_is_not_opened_again_when_every_address_is_served(tmp_path):

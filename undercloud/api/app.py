@@ -17,19 +17,9 @@ from starlette.exceptions import HTTPException
 
 from undercloud import __version__
 from undercloud.api.context import Context
-from undercloud.api.guard import Guard, PayloadTooLarge, admin
+from undercloud.api.guard import Guard, admin
 from undercloud.daemon import health_proof
-from undercloud.errors import (
-    Conflict,
-    InternalError,
-    InvalidInput,
-    NeedsFirstBoot,
-    NotFound,
-    ServiceUnavailable,
-    Unauthorized,
-    UndercloudError,
-    internal_error,
-)
+from undercloud.errors import Unauthorized, UndercloudError, internal_error
 
 log = logging.getLogger("undercloud.api")
 
@@ -59,11 +49,6 @@ STARTUP: list[str] = [
     "undercloud.api.servers:startup",
     "undercloud.api.workflows:startup",
 ]
-
-# the first class that matches decides: subclasses before their bases
-STATUS = {NeedsFirstBoot: 428, NotFound: 404, Conflict: 409, InvalidInput: 400, ServiceUnavailable: 503,
-          PayloadTooLarge: 413, InternalError: 500, Unauthorized: 401}
-
 
 def get_context(request: Request) -> Context:
     return request.app.state.ctx
@@ -135,8 +120,8 @@ def create_app(ctx: Context) -> FastAPI:
 
     @app.exception_handler(UndercloudError)
     async def user_error(_req: Request, exc: UndercloudError):
-        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
-        return JSONResponse({"error": exc.message, "where": exc.where}, status_code=status)
+        # the status is the error class's own (errors.py): a subclass inherits its base's
+        return JSONResponse({"error": exc.message, "where": exc.where}, status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(_req: Request, exc: RequestValidationError):

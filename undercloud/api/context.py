@@ -7,11 +7,12 @@ start, say, the power-sync loop. Each is one attribute here.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from functools import cached_property
 
 from undercloud.config import Home
+from undercloud.errors import UndercloudError
+from undercloud.host.run import route_source
 from undercloud.store import Store
 
 
@@ -77,7 +78,11 @@ class Context:
             return url
         address = self.listen
         if address in ("0.0.0.0", ""):
-            address = route_source(self.store.engine.url.host) or "127.0.0.1"
+            try:  # no host (SQLite), a Unix socket's directory, no route: none another host reaches
+                source = route_source(self.store.engine.url.host)
+            except UndercloudError:
+                source = None
+            address = source if source and not source.startswith("127.") else "127.0.0.1"
         elif address == "localhost":
             address = "127.0.0.1"
         return f"http://{address}:{self._api_port}"
@@ -182,16 +187,3 @@ class Context:
 
         return Scheduler(self.store)
 
-
-def route_source(host: str | None) -> str | None:
-    """This host's address on its route to `host` (a UDP connect sends nothing), or None for
-    no host, a Unix socket's directory, or a loopback host."""
-    if not host or host.startswith("/"):
-        return None
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((host, 9))
-            address = s.getsockname()[0]
-    except OSError:
-        return None
-    return None if address.startswith("127.") else address

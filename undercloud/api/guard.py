@@ -54,7 +54,7 @@ LENIENT = {"signal_body_bytes"}  # what agents send back (command output) may ho
 
 
 class PayloadTooLarge(UndercloudError):
-    pass
+    status = 413
 
 
 async def reply(send, status: int, message: str, where: str | None = None, headers=()) -> None:
@@ -158,10 +158,10 @@ class Guard:
             await self.app(scope, receive, send_)
         except Exception as exc:  # noqa: BLE001 - the last line of defence: never a traceback
             if isinstance(exc, PayloadTooLarge) and not started:
-                return await reply(send_, 413, exc.message, exc.where)
+                return await reply(send_, exc.status, exc.message, exc.where)
             err = internal_error(exc, log, f"{method} {path}")
             if not started:
-                await reply(send_, 500, err.message)
+                await reply(send_, err.status, err.message)
 
 
 def admin(ctx, headers) -> bool:

@@ -19,11 +19,22 @@ from fastapi import APIRouter, Depends, Request
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
-from undercloud.errors import Conflict, Elsewhere, InvalidInput, NeedsFirstBoot, NotFound, ServiceUnavailable
+from undercloud.errors import (
+    Conflict,
+    Elsewhere,
+    InvalidInput,
+    NeedsFirstBoot,
+    NotFound,
+    ServiceUnavailable,
+    by_status,
+)
 
 log = logging.getLogger("undercloud.workers")
 router = APIRouter()
 FORWARD_TIMEOUT = 40.0  # the owner waits up to 30 s for its walk to apply a signal
+# the owner's refusals raised here as its own errors (their status, errors.py); any other
+# status is this worker's ServiceUnavailable naming the owner
+FORWARDED_ERRORS = by_status(InvalidInput, NotFound, Conflict, NeedsFirstBoot)
 
 
 @router.get("/v1/workers")
@@ -80,7 +91,7 @@ def _forward(workers, owner: str, method: str, path: str, payload: Any, headers:
     if r.status < 300:
         return answer
     message = (str(answer.get("error") or "") if isinstance(answer, dict) else "") or f"HTTP {r.status}"
-    error = {400: InvalidInput, 404: NotFound, 409: Conflict, 428: NeedsFirstBoot}.get(r.status)
+    error = FORWARDED_ERRORS.get(r.status)
     if error is not None:
         raise error(message)
     raise ServiceUnavailable(f"worker {owner}: {message}")

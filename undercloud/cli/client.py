@@ -16,9 +16,10 @@ from urllib.parse import urlencode
 from undercloud import daemon
 from undercloud.cli.output import note
 from undercloud.config import Home
-from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError
+from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError, by_status
 
-ERRORS = {404: NotFound, 409: Conflict, 400: InvalidInput, 503: ServiceUnavailable}
+# an answer's status -> the error raised (its class's status, errors.py); any other: UndercloudError
+ERRORS = by_status(NotFound, Conflict, InvalidInput, ServiceUnavailable)
 
 
 def _query(params: Mapping[str, Any] | None) -> str:

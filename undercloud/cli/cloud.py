@@ -37,13 +37,6 @@ def _clouds(path: Path) -> dict:
     return clouds
 
 
-def _merged(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 def read_entry(clouds_yaml: str | None, cloud: str) -> tuple[dict, str]:
     """(the entry of `cloud`, where it came from): from the file given, else the first
     clouds.yaml openstacksdk would read; secrets from a secure.yaml beside it are merged in,
@@ -66,7 +59,12 @@ def read_entry(clouds_yaml: str | None, cloud: str) -> tuple[dict, str]:
         raise InvalidInput(f"{path}: clouds.{cloud} is not a map", "--cloud")
     secure = path.with_name("secure.yaml")
     if secure.is_file():
-        entry = _merged(entry, _clouds(secure).get(cloud) or {})
+        from undercloud.agent.apply import deep_merge  # here: only when there is a secure.yaml
+
+        extra = _clouds(secure).get(cloud) or {}
+        if not isinstance(extra, dict):
+            raise InvalidInput(f"{secure}: clouds.{cloud} is not a map", "--cloud")
+        entry = deep_merge(entry, extra)
     return entry, f"{path.resolve()} ({cloud})"
 
 

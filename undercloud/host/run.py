@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import shutil
+import socket
 import subprocess
 from collections.abc import Sequence
 
@@ -41,10 +41,16 @@ def run(argv: Sequence[str], *, check: bool = True, input: str | bytes | None = 
     return proc
 
 
-def route_source(address: str) -> str:
-    """This host's source address towards `address` (the kernel's route choice)."""
-    out = run(["ip", "-j", "route", "get", address], check=False, timeout=10)
+def route_source(host: str | None) -> str | None:
+    """This host's source address on its route to `host`, an IPv4 address or a name (the
+    kernel's route choice: a UDP connect, which sends nothing). None for no host or a Unix
+    socket's directory (a store URL's host may be either); a loopback host gives its loopback
+    address. No route, or a name that does not resolve, raises UndercloudError."""
+    if not host or host.startswith("/"):
+        return None
     try:
-        return json.loads(out.stdout)[0]["prefsrc"]
-    except (ValueError, LookupError):
-        raise UndercloudError(f"no route from this host to {address}: {out.stderr.strip()}") from None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, 9))
+            return s.getsockname()[0]
+    except OSError as exc:
+        raise UndercloudError(f"no route from this host to {host}: {exc.strerror or exc}") from None

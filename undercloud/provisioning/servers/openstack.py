@@ -11,7 +11,7 @@ networks of that cloud (by name or id). Through openstacksdk only:
   `{"undercloud": <agent configuration>}` (a real Nova passes no vendor data of ours); the
   node image's `firstboot` reads it there. The server's own user data is inside it.
 - **Where the agent reaches the undercloud**: the undercloud's address on its route to the
-  cloud's auth host (`ip route get`), where it then also serves its API. For a cloud on one
+  cloud's auth host (`route_source`), where it then also serves its API. For a cloud on one
   of the undercloud's lab networks (its own overcloud, whose flat provider network
   `datacentre` is bridged to the lab bridge) that is the bridge's address; for a cloud
   elsewhere the instances must be able to reach that address (docs/quintupleo.md).
