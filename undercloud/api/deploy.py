@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
 from undercloud.api.nodes import Inventory
+from undercloud.server_types import BAREMETAL
 
 PUBLIC = True
 router = APIRouter(prefix="/v1/deploy")
@@ -35,7 +36,7 @@ class CallbackBody(BaseModel):
 def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context = Depends(get_context)):
     from undercloud.provisioning.servers.baremetal import DeployDenied
 
-    realiser = ctx.servers.realiser("baremetal")
+    realiser = ctx.servers.realiser(BAREMETAL)
     try:
         inventory = body.inventory.model_dump(exclude_none=True) if body.inventory is not None else None
         return realiser.callback(server_id, request.headers.get("x-deploy-token"), body.ok, body.error, inventory)
@@ -45,7 +46,7 @@ def callback(server_id: str, body: CallbackBody, request: Request, ctx: Context 
 
 @router.get("/boot/{mac}")
 def boot_script(mac: str, request: Request, ctx: Context = Depends(get_context)):
-    script = ctx.servers.realiser("baremetal").netboot.script(mac, client_address(request))
+    script = ctx.servers.realiser(BAREMETAL).netboot.script(mac, client_address(request))
     if script is None:
         # repr: whatever the path holds (a new line, a control character) stays on one line
         return JSONResponse({"error": f"no network boot is armed for {mac[:17]!r}", "where": None}, status_code=404)
@@ -56,7 +57,7 @@ def boot_script(mac: str, request: Request, ctx: Context = Depends(get_context))
 def boot_file(mac: str, secret: str, name: str, request: Request, ctx: Context = Depends(get_context)):
     from undercloud.provisioning.servers.baremetal_netboot import BootRefused
 
-    realiser = ctx.servers.realiser("baremetal")
+    realiser = ctx.servers.realiser(BAREMETAL)
     client = client_address(request)
     if name == "request":
         try:
@@ -83,4 +84,4 @@ def client_address(request: Request) -> str:
 def startup(ctx: Context) -> None:
     """The bare-metal realiser drives the nodes' deploy, undeploy and inspection from the
     start (an inspection needs no server), so it is made with the service."""
-    ctx.servers.realiser("baremetal")
+    ctx.servers.realiser(BAREMETAL)

@@ -16,6 +16,7 @@ from undercloud.api.app import get_context
 from undercloud.api.context import Context
 from undercloud.errors import InvalidInput, NotFound
 from undercloud.names import check_name
+from undercloud.server_types import CONTAINER
 
 log = logging.getLogger("undercloud.api.servers")
 router = APIRouter()
@@ -197,7 +198,7 @@ def server_health(ref: str, ctx: Context = Depends(_ctx)):
     report = ctx.server_metadata.health(srv["id"])
     if report is None:
         raise NotFound(f"server {srv['name']}: no health report from its agent yet", "server")
-    engine = ctx.servers.engine_health() if srv.get("hypervisor_type") == "container" else None
+    engine = ctx.servers.engine_health() if srv.get("hypervisor_type") == CONTAINER else None
     return {"server": srv["id"], "name": srv["name"], **report,
             **({"container_engine": engine} if engine else {})}  # the host's podman API its kube hook drives
 

@@ -10,6 +10,7 @@ import click
 
 from undercloud.cli.client import Client
 from undercloud.cli.output import emit, format_option, note
+from undercloud.server_types import CONTAINER, HYPERVISOR_TYPES, OPENSTACK
 
 
 class _Console:
@@ -55,8 +56,8 @@ def outputs(client: Client, stack: str) -> dict:
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
                    "mapping a service to OS::Heat::None...); repeat to merge several, in order.")
-@click.option("--hypervisor", default="container", show_default=True, callback=check_hypervisor,
-              metavar="container|vm|baremetal|openstack:CLOUD",
+@click.option("--hypervisor", default=CONTAINER, show_default=True, callback=check_hypervisor,
+              metavar="|".join((*HYPERVISOR_TYPES[::-1], f"{OPENSTACK}:CLOUD")),  # container|vm|baremetal|openstack:CLOUD
               help="How nodes are realised (the flavor of every role). openstack:CLOUD: servers of "
                    "that cloud (`undercloud cloud add`), on its network OvercloudNetwork, with its "
                    "flavor Overcloud<Role>Flavor (default m1.small), both set in an environment.")

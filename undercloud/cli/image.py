@@ -13,6 +13,7 @@ from undercloud.agent.files import Verified, VerifyError, sha256_file
 from undercloud.cli.client import Client
 from undercloud.cli.output import formatted, note
 from undercloud.errors import InvalidInput, NotFound, UndercloudError
+from undercloud.server_types import HYPERVISOR_TYPES
 
 COLUMNS = ["id", "name", "disk_format", "hypervisor_type", "size", "status"]
 EXT_FORMATS = {".qcow2": "qcow2", ".iso": "iso", ".raw": "raw", ".img": "raw", ".tar": "oci",
@@ -61,7 +62,7 @@ def image() -> None:
 
 @image.command("list")
 @click.option("--name", help="Only images of this name.")
-@click.option("--hypervisor-type", type=click.Choice(["baremetal", "vm", "container"]),
+@click.option("--hypervisor-type", type=click.Choice(HYPERVISOR_TYPES),
               help="Only images for this hypervisor type.")
 @formatted(COLUMNS)
 def list_(name: str | None, hypervisor_type: str | None):
@@ -72,7 +73,7 @@ def list_(name: str | None, hypervisor_type: str | None):
 
 @image.command()
 @click.argument("image_ref", metavar="IMAGE")
-@click.option("--hypervisor-type", type=click.Choice(["baremetal", "vm", "container"]),
+@click.option("--hypervisor-type", type=click.Choice(HYPERVISOR_TYPES),
               help="Pick among images sharing a name.")
 @formatted()
 def show(image_ref: str, hypervisor_type: str | None):
@@ -126,7 +127,7 @@ def delete(image_refs: tuple[str, ...]):
 @click.argument("image_ref", metavar="IMAGE")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write it (default: NAME.FORMAT in the current directory).")
-@click.option("--hypervisor-type", type=click.Choice(["baremetal", "vm", "container"]),
+@click.option("--hypervisor-type", type=click.Choice(HYPERVISOR_TYPES),
               help="Pick among images sharing a name.")
 def download(image_ref: str, output: Path | None, hypervisor_type: str | None):
     """Download an image's content, verifying its sha256.

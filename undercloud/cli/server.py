@@ -6,6 +6,9 @@ import click
 
 from undercloud.cli.client import Client
 from undercloud.cli.output import formatted, note
+from undercloud.server_types import CONTAINER, HYPERVISOR_TYPES
+
+LIGHTEST_FIRST = HYPERVISOR_TYPES[::-1]  # container, vm, baremetal: as `--hypervisor-type` lists them
 
 COLUMNS = ["id", "name", "status", "hypervisor_type", "flavor", "image", "addresses", "agent_checked_in"]
 
@@ -81,7 +84,7 @@ def rebuild(ref: str, image: str | None):
 
 
 @server.command("network")
-@click.option("--hypervisor-type", "ht", type=click.Choice(["container", "vm", "baremetal"]), default="container",
+@click.option("--hypervisor-type", "ht", type=click.Choice(LIGHTEST_FIRST), default=CONTAINER,
               show_default=True, help="Whose servers' network.")
 @formatted()
 def network(ht: str):

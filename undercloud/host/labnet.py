@@ -17,6 +17,9 @@ from undercloud.host.libvirt import HostError, nsenter
 from undercloud.host.run import run
 
 HOST_ADDRESS = 254  # the host's address on the lab network (servers take .100-.249)
+# The lab network's name, TripleO's for its provisioning network: the network servers ask
+# for, the key of their addresses, the config drive's network and the stacks' own (neutron.py).
+LAB_NETWORK = "ctlplane"
 
 
 def lab_state_file(home) -> Path:

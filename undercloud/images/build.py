@@ -34,6 +34,7 @@ from pathlib import Path
 from undercloud.errors import UndercloudError
 from undercloud.images import disk, elements, payload, rootfs
 from undercloud.images.store import sha256_file
+from undercloud.server_types import BAREMETAL, CONTAINER, VM
 
 BUILDER_VERSION = 1
 KEEP_OUTPUTS = 2  # cached outputs kept per image and type
@@ -43,7 +44,7 @@ AGENT_SRC = Path(__file__).resolve().parent.parent  # the `undercloud` package d
 AGENT_CMD = ["python3", "-m", "undercloud.agent", "run"]
 PAYLOAD_ELEMENT = "undercloud-worker"  # copies the whole undercloud into the image (images/payload.py)
 SERVICE_CMD = ["/usr/local/bin/uc-start"]  # from the service-base element
-HYPERVISORS = {"oci": ("container",), "qcow2": ("vm", "baremetal"), "ramdisk": ("baremetal",), "guest": ()}
+HYPERVISORS = {"oci": (CONTAINER,), "qcow2": (VM, BAREMETAL), "ramdisk": (BAREMETAL,), "guest": ()}
 # Output formats revised since BUILDER_VERSION (in their key: only their outputs are made again)
 OUTPUT_FORMATS = {"qcow2": "uefi", "ramdisk": "uefi"}  # + an EFI system partition / EFI El Torito image
 GUEST_TREE = "guest"  # a guest output is the disk made of this directory of the image tree
@@ -93,7 +94,7 @@ class Result:
         t, props = self.target, self.properties
         by = {a.role: a for a in self.artifacts}
         if t.type == "ramdisk":
-            base = {**props, "hypervisor_type": "baremetal"}
+            base = {**props, "hypervisor_type": BAREMETAL}
             return [
                 {"name": f"{t.name}-kernel", "disk_format": "aki", "sha256": by["kernel"].sha256, "properties": base},
                 {"name": f"{t.name}-initramfs", "disk_format": "ari", "sha256": by["initramfs"].sha256,

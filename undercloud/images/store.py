@@ -30,11 +30,11 @@ from sqlalchemy import select
 from undercloud.agent.files import Verified, VerifyError, sha256_file
 from undercloud.config import Home
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.server_types import HYPERVISOR_TYPES
 from undercloud.store import Store
 from undercloud.store.images import Image
 
 DISK_FORMATS = ("raw", "qcow2", "iso", "oci", "aki", "ari")
-HYPERVISOR_TYPES = ("baremetal", "vm", "container")
 CHUNK = 1 << 20
 FETCH_TIMEOUT = 60.0  # seconds without a byte from the worker serving the content
 log = logging.getLogger("undercloud.images")

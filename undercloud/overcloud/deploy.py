@@ -14,8 +14,9 @@ from typing import Any
 
 from undercloud.errors import UndercloudError
 from undercloud.overcloud.plan import STEP_NAMES, Library
+from undercloud.server_types import BAREMETAL, CONTAINER, VM
 
-NODE_IMAGE_TYPES = {"container": ("oci",), "vm": ("qcow2",), "baremetal": ("qcow2",)}
+NODE_IMAGE_TYPES = {CONTAINER: ("oci",), VM: ("qcow2",), BAREMETAL: ("qcow2",)}
 
 
 def service_images(library: Library) -> list[str]:

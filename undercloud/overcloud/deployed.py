@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from undercloud.server_types import CONTAINER
+
 NAME = "deployed-sets"
 
 
@@ -69,7 +71,7 @@ def parameters(s: dict[str, Any], params: list[str] | None = None, roles: list[s
     chosen = {p: i for p, i in s["images"].items() if params is None or p in params}
     out: dict[str, Any] = {p: i["ref"] for p, i in chosen.items()}
     out.update(override_parameters({p: i["ref"] for p, i in s["images"].items()}, s.get("overrides") or {}, roles))
-    if s.get("hypervisor", "container") != "container":
+    if s.get("hypervisor", CONTAINER) != CONTAINER:
         out["ServiceImageSources"] = sources(every_image(s))
     return out
 

@@ -32,13 +32,14 @@ from undercloud.overcloud import library as lib
 from undercloud.overcloud.library import LIBRARY, STEPS, Service
 from undercloud.overcloud.roles import HAPROXY, Role, example_dir
 from undercloud.overcloud.secrets import secrets_given, stack_dir
+from undercloud.server_types import BAREMETAL, CONTAINER, OPENSTACK, VM
 
 STEP_NAMES = {1: "load balancer", 2: "database and messaging", 3: "bootstrap", 4: "API services",
               5: "compute and agents"}
 # Environments every deploy starts from (yours come later and win): the network mechanism.
 DEFAULT_ENVIRONMENTS = ("environments/neutron-linuxbridge.yaml",)
 # The node flavor of every role per hypervisor (an environment may set Overcloud<Role>Flavor).
-HYPERVISOR_FLAVORS = {"container": "container", "vm": "vm-control", "baremetal": "baremetal"}
+HYPERVISOR_FLAVORS = {CONTAINER: "container", VM: "vm-control", BAREMETAL: "baremetal"}
 # Nodes as servers of another OpenStack cloud (`openstack:<cloud>`): Overcloud<Role>Flavor
 # names a flavor of that cloud (this one unless an environment says otherwise), and
 # OvercloudNetwork one of its networks.
@@ -48,12 +49,12 @@ CLOUD_FLAVOR = "m1.small"
 def node_cloud(hypervisor: str) -> str | None:
     """The cloud of `openstack:<cloud>`, else None."""
     kind, sep, cloud = hypervisor.partition(":")
-    return cloud if kind == "openstack" and sep else None
+    return cloud if kind == OPENSTACK and sep else None
 
 
 def node_kind(hypervisor: str) -> str:
     """The kind of node image a hypervisor runs: servers of another cloud run the VM one."""
-    return "vm" if node_cloud(hypervisor) else hypervisor
+    return VM if node_cloud(hypervisor) else hypervisor
 
 
 @dataclass
@@ -106,7 +107,7 @@ def container_roles(library: Library, roles: list[Role], environments: list[Path
     for r in roles:
         bad = [n for n in library.service_names(r.name) if n in NOT_ON_CONTAINER_NODES]
         flavor = flavors.get(f"Overcloud{r.name}Flavor", HYPERVISOR_FLAVORS.get(hypervisor, hypervisor))
-        if bad and flavor_type(flavor) == "container":
+        if bad and flavor_type(flavor) == CONTAINER:
             out.append(f"role {r.name} (flavor {flavor}: container nodes) runs {bad[0]}: "
                        f"{NOT_ON_CONTAINER_NODES[bad[0]]}")
     return out

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from undercloud.errors import InvalidInput, NotFound, UndercloudError
+from undercloud.server_types import BAREMETAL, CONTAINER
 
 POLL = 0.5
 
@@ -56,7 +57,7 @@ def node_targets(hypervisor: str) -> list:
     from undercloud.overcloud.plan import node_kind
 
     targets = catalog.targets("overcloud-full", NODE_IMAGE_TYPES[node_kind(hypervisor)])
-    if hypervisor == "baremetal":
+    if hypervisor == BAREMETAL:
         targets += catalog.targets("deploy-ramdisk")
     return targets
 
@@ -297,7 +298,7 @@ def check_deploy(stack: str, input: dict):
     if not (roles is None or isinstance(roles, str)) or not isinstance(input.get("environments") or [], list) \
             or not all(isinstance(e, str) for e in input.get("environments") or []):
         raise InvalidInput("roles: a path; environments: a list of paths", "input")
-    hypervisor = input.get("hypervisor") or "container"
+    hypervisor = input.get("hypervisor") or CONTAINER
     if hypervisor not in op.HYPERVISOR_FLAVORS and not op.node_cloud(hypervisor):
         raise InvalidInput(f"{hypervisor!r}: one of {', '.join(op.HYPERVISOR_FLAVORS)}, or openstack:<cloud>",
                            "--hypervisor")
@@ -326,7 +327,7 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
         return dry_run(client, out, stack, input)
     start = time.monotonic()
     role_list, env_paths, library = check_deploy(stack, input)
-    example, hypervisor = input.get("example"), input.get("hypervisor") or "container"
+    example, hypervisor = input.get("example"), input.get("hypervisor") or CONTAINER
     timeout, yes = float(input.get("timeout") or 60), bool(input.get("yes"))
     home = client.home.path
     state = StackState(client, stack)
@@ -440,7 +441,7 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     from undercloud.overcloud.state import StackState
 
     role_list, env_paths, library = check_deploy(stack, input)
-    example, hypervisor = input.get("example"), input.get("hypervisor") or "container"
+    example, hypervisor = input.get("example"), input.get("hypervisor") or CONTAINER
     state = StackState(client, stack)
     try:
         current = client.get(f"/v1/stacks/{stack}")

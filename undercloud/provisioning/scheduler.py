@@ -25,6 +25,7 @@ from sqlalchemy import exists, func, select, update
 from undercloud.errors import Conflict, InvalidInput
 from undercloud.provisioning import states
 from undercloud.provisioning.nodes import view
+from undercloud.server_types import BAREMETAL
 from undercloud.store import Store
 from undercloud.store.nodes import Node, NodeEvent
 from undercloud.store.servers import Server
@@ -71,7 +72,7 @@ def why_not(req: Request, n) -> str | None:
     caps = props.get("capabilities") or {}
     if req.resource_class and n.resource_class != req.resource_class:
         return f"have resource_class {n.resource_class}, not {req.resource_class}"
-    hv = props.get("hypervisor_type", "baremetal")
+    hv = props.get("hypervisor_type", BAREMETAL)
     if req.hypervisor_type and hv != req.hypervisor_type:
         return f"are {hv}, not {req.hypervisor_type}"
     if req.profile and caps.get("profile") != req.profile:

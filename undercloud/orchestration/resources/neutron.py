@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from undercloud.errors import UndercloudError
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure
 from undercloud.orchestration.template.functions import Unknown
 from undercloud.orchestration.template.validation import placeholder_properties, validate_properties
@@ -19,8 +20,6 @@ from undercloud.orchestration.template.validation import placeholder_properties,
 if TYPE_CHECKING:
     from undercloud.orchestration.template.definitions import ResourceDefinition
     from undercloud.orchestration.template.stack import StackTemplate
-
-CTLPLANE = "ctlplane"  # a port on it needs no Net in the stack: the undercloud's own (Port._ctlplane)
 
 
 def is_valid_ip(address: str) -> bool:
@@ -280,7 +279,7 @@ class Port(_Neutron):
         network = p.get("network") or p.get("network_id")
         if not network:
             raise ResourceFailure("network: a port needs its network")
-        if network == CTLPLANE:
+        if network == LAB_NETWORK:  # needs no Net in the stack: the undercloud's own (_ctlplane)
             self._call(_ipam().ensure_network, *self._ctlplane())
         self._record(self._call(_ipam().create_port, str(network), p.get("name") or "", self._fixed_ips(),
                                 p.get("mac_address"), self._kept()))
@@ -294,10 +293,10 @@ class Port(_Neutron):
         try:
             home = self.services.home
         except ResourceFailure:
-            raise ResourceFailure(f"no network {CTLPLANE!r} (and no undercloud home to take it from)") from None
+            raise ResourceFailure(f"no network {LAB_NETWORK!r} (and no undercloud home to take it from)") from None
         prefix = LabNetwork(home.instance).subnet
-        net_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"undercloud:{home.instance}:{CTLPLANE}"))
-        return (net_id, CTLPLANE, f"{prefix}.0/24", f"{prefix}.1", [{"start": f"{prefix}.10", "end": f"{prefix}.99"}],
+        net_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"undercloud:{home.instance}:{LAB_NETWORK}"))
+        return (net_id, LAB_NETWORK, f"{prefix}.0/24", f"{prefix}.1", [{"start": f"{prefix}.10", "end": f"{prefix}.99"}],
                 {"tags": [f"{prefix}.0/24"], "undercloud": True})
 
     def update(self, old_properties: dict) -> None:

@@ -41,8 +41,10 @@ import threading
 import time
 from pathlib import Path
 
+from undercloud import server_types
 from undercloud.agent.files import temp_name, write_atomic
 from undercloud.errors import Conflict, NotFound, UndercloudError
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, network, states
 from undercloud.provisioning.drivers import DriverError
@@ -62,7 +64,6 @@ from undercloud.provisioning.servers.base import (
 from undercloud.provisioning.servers.vm import fixed_ip
 from undercloud.provisioning.servers.vm_net import (
     GUEST_RELAY,
-    NETWORK,
     Addresses,
     lab_network,
     serve_api,
@@ -86,7 +87,7 @@ def _sha(token: str) -> str:
 
 
 class BaremetalRealiser(Realiser):
-    hypervisor_type = "baremetal"
+    hypervisor_type = server_types.BAREMETAL
     disk_formats = ("qcow2", "raw")
     uses_nodes = True
     build_timeout = CALLBACK_TIMEOUT + 600.0
@@ -265,7 +266,7 @@ class BaremetalRealiser(Realiser):
 
     def status(self, spec: Spec) -> Status:
         node = self._node(spec)
-        addresses = {NETWORK: [spec.state["address"]]} if spec.state.get("address") else {}
+        addresses = {LAB_NETWORK: [spec.state["address"]]} if spec.state.get("address") else {}
         if spec.state.get("deleting"):
             if node is None or (node["instance_uuid"] != spec.id and node["provision_state"] not in states.BUSY):
                 return Status(DELETED)

@@ -1,13 +1,14 @@
 """The realiser interface: how a server of one hypervisor type becomes a running machine.
 
 One module per hypervisor type in this package (container.py, vm.py, baremetal.py,
-openstack.py), each
-with one `Realiser` subclass setting `hypervisor_type`; `realisers()` finds them, so adding
-a type touches one module. The servers service (service.py) owns the server records,
-flavors, image choice, placement and the first-boot data; a realiser only turns a
-`Spec` into a machine and reports on it. Every call may be repeated after the service
-died, so each one finds what an earlier call made (name things after `spec.id` or keep
-their ids in `spec.state`, which the service persists after every call).
+openstack.py), each with one `Realiser` subclass setting `hypervisor_type` to its name in
+undercloud/server_types.py (where the layers that may not import realisers read the names);
+`realisers()` finds them, so adding a type touches its module and that list. The servers
+service (service.py) owns the server records, flavors, image choice, placement and the
+first-boot data; a realiser only turns a `Spec` into a machine and reports on it. Every call
+may be repeated after the service died, so each one finds what an earlier call made (name
+things after `spec.id` or keep their ids in `spec.state`, which the service persists after
+every call).
 
     create(spec)        start making the machine (may return before it runs: bare metal
                         deploys take minutes); making nothing twice

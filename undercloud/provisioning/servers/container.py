@@ -45,11 +45,13 @@ import os
 import threading
 from pathlib import Path
 
+from undercloud import server_types
 from undercloud.agent import node_contract
 from undercloud.agent.files import write_atomic
 from undercloud.config import host_name
 from undercloud.host import podman as hp
 from undercloud.host import tunnel
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.host.run import CommandFailed, run
 from undercloud.provisioning.servers.base import (
     ACTIVE,
@@ -86,7 +88,7 @@ def _label(spec: Spec) -> str:
 
 
 class ContainerRealiser(Realiser):
-    hypervisor_type = "container"
+    hypervisor_type = server_types.CONTAINER
     disk_formats = ("oci",)
     can_rebuild = True
     # a hypervisor host under emulation fetches the image and loads it into its podman first
@@ -542,7 +544,7 @@ class ContainerRealiser(Realiser):
             ip = (nets.get(self.network) or {}).get("IPAddress")
             if ip:
                 spec.state["ip"] = ip
-            return Status(ACTIVE, addresses={"ctlplane": [ip]} if ip else {}, notes=notes)
+            return Status(ACTIVE, addresses={LAB_NETWORK: [ip]} if ip else {}, notes=notes)
         if state in ("created", "configured", "initialized"):
             return Status(BUILD, reason=f"container {name} to start", notes=notes)
         if spec.state.get("powered_off"):

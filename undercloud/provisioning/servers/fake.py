@@ -11,6 +11,8 @@ import itertools
 import threading
 import time
 
+from undercloud import server_types
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.provisioning.servers.base import (
     ACTIVE,
     BUILD,
@@ -27,7 +29,7 @@ class FakeRealiser(Realiser):
     disk_formats = ("oci", "qcow2", "raw")
     can_rebuild = True
 
-    def __init__(self, env, hypervisor_type: str = "container", delay: float = 0.0, uses_nodes: bool = False,
+    def __init__(self, env, hypervisor_type: str = server_types.CONTAINER, delay: float = 0.0, uses_nodes: bool = False,
                  fail: str | None = None):
         super().__init__(env)
         self.type, self.delay, self.fail = hypervisor_type, delay, fail
@@ -58,7 +60,7 @@ class FakeRealiser(Realiser):
             return Status(ERROR, reason="the fake machine crashed at boot")
         if time.monotonic() - m["at"] < self.delay:
             return Status(BUILD, reason="the fake machine to boot")
-        return Status(ACTIVE if m["on"] else SHUTOFF, addresses={"ctlplane": [m["ip"]]})
+        return Status(ACTIVE if m["on"] else SHUTOFF, addresses={LAB_NETWORK: [m["ip"]]})
 
     def power(self, spec: Spec, on: bool) -> None:
         self.machines[spec.id]["on"] = on

@@ -11,22 +11,22 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from undercloud.errors import Conflict, InvalidInput, NotFound
+from undercloud.server_types import BAREMETAL, CONTAINER, HYPERVISOR_TYPES, VM
 from undercloud.store import Store
 from undercloud.store.servers import Flavor
 
-HYPERVISOR_TYPES = ("baremetal", "vm", "container")
-_BM = {"hypervisor_type": "baremetal", "resources:CUSTOM_BAREMETAL": "1",
+_BM = {"hypervisor_type": BAREMETAL, "resources:CUSTOM_BAREMETAL": "1",
        "resources:VCPU": "0", "resources:MEMORY_MB": "0", "resources:DISK_GB": "0"}
 # Created at the first start: bare metal as TripleO does, plus one per other hypervisor type.
 DEFAULTS = {
     "baremetal": (1, 4096, 40, dict(_BM)),
     "control": (1, 4096, 40, {**_BM, "capabilities:profile": "control"}),
     "compute": (1, 4096, 40, {**_BM, "capabilities:profile": "compute"}),
-    "container": (1, 512, 10, {"hypervisor_type": "container"}),
-    "vm": (1, 1024, 10, {"hypervisor_type": "vm"}),
+    "container": (1, 512, 10, {"hypervisor_type": CONTAINER}),
+    "vm": (1, 1024, 10, {"hypervisor_type": VM}),
     # An overcloud controller as a VM (`undercloud deploy --hypervisor vm`): room for MariaDB,
     # RabbitMQ, keystone and placement side by side.
-    "vm-control": (2, 4096, 20, {"hypervisor_type": "vm"}),
+    "vm-control": (2, 4096, 20, {"hypervisor_type": VM}),
 }
 
 
@@ -37,7 +37,7 @@ def view(f: Flavor) -> dict:
 
 
 def hypervisor_type(props: dict) -> str:
-    return props.get("hypervisor_type") or "baremetal"
+    return props.get("hypervisor_type") or BAREMETAL
 
 
 def validate(name: str, vcpus: int, ram: int, disk: int, properties: dict) -> None:

@@ -31,6 +31,7 @@ import threading
 import time
 from urllib.parse import urlparse
 
+from undercloud import server_types
 from undercloud.errors import UndercloudError
 from undercloud.host.run import route_source
 from undercloud.provisioning.servers.base import (
@@ -55,9 +56,9 @@ _uploads_lock = threading.Lock()
 
 
 class OpenStackRealiser(Realiser):
-    hypervisor_type = "openstack"
+    hypervisor_type = server_types.OPENSTACK
     disk_formats = ("qcow2",)
-    image_hypervisor_type = "vm"  # the node image it uploads is the VM one
+    image_hypervisor_type = server_types.VM  # the node image it uploads is the VM one
     remote = True                 # the cloud places its servers: no hypervisor host here
     build_timeout = 900.0         # upload + Nova's image download + boot
 

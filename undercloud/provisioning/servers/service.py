@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, select, update
 
+from undercloud import server_types
 from undercloud.agent.files import remove_temps, write_atomic
 from undercloud.config import host_name
 from undercloud.errors import (
@@ -37,6 +38,7 @@ from undercloud.errors import (
     ServiceUnavailable,
     UndercloudError,
 )
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.provisioning.servers import base
 from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, REBUILD, Env, Realiser, Spec
 from undercloud.provisioning.servers.flavors import Flavors, hypervisor_type
@@ -50,14 +52,15 @@ GONE = "the machine is gone (removed outside the undercloud?)"  # the fault when
 NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostname label (dots allowed)
 # Nova's default allocation ratios: container and VM hosts may overcommit CPUs and memory.
 CPU_RATIO, RAM_RATIO = 16.0, 1.5
-LAB_NETWORK = "ctlplane"
 AVAILABLE_TTL = 60.0
 # Nova's ComputeCapabilitiesFilter key for the host a server must run on (flavor property or
 # scheduler hint): how a flavor, or one server, is pinned to a hypervisor host.
 HOST_SPEC = "capabilities:hypervisor_hostname"
 
 
-LOCAL_TYPES = ("container", "vm")  # the types a worker's own host may realise
+# The types a worker's own host may realise: their realisers neither use nodes nor are remote
+# (tests/unit/test_server_types.py checks it).
+LOCAL_TYPES = (server_types.CONTAINER, server_types.VM)
 
 
 def local_types() -> tuple[str, ...]:
@@ -234,7 +237,7 @@ class ServersService:
         # this host's container engine, as its watch last found it (other hosts' watch their own)
         engine = self.engine_health(summary=True)
         for row in out:
-            row["engine"] = engine if row["hypervisor_type"] == "container" and row["name"] == host_name() else ""
+            row["engine"] = engine if row["hypervisor_type"] == server_types.CONTAINER and row["name"] == host_name() else ""
         return out
 
     def forget_host(self, name: str) -> dict:
@@ -332,7 +335,7 @@ class ServersService:
         if not fits:
             have = ", ".join(sorted({f"{i.get('hypervisor_type') or 'no hypervisor_type'} ({i['disk_format']})"
                                      for i in candidates}))
-            kind = "oci" if ht == "container" else "qcow2"
+            kind = "oci" if ht == server_types.CONTAINER else "qcow2"
             raise Conflict(f"no {ht} image named {ref!r}: flavor {flavor_name!r} asks for hypervisor_type {ht}, "
                            f"{ref!r} exists for: {have} (build one: undercloud image build {ref} --type {kind})",
                            "image")
@@ -485,7 +488,7 @@ class ServersService:
 
         req = Request(instance_uuid=id, resource_class=rc, profile=props.get("capabilities:profile"),
                       capabilities=caps, cpus=size("VCPU", fl["vcpus"]), memory_mb=size("MEMORY_MB", fl["ram"]),
-                      local_gb=size("DISK_GB", fl["disk"]), hypervisor_type="baremetal",
+                      local_gb=size("DISK_GB", fl["disk"]), hypervisor_type=server_types.BAREMETAL,
                       instance_info={"image_source": img["id"], "image_checksum": img["checksum"],
                                      "flavor": fl["name"]})
         if self.env.scheduler is None:
@@ -626,7 +629,7 @@ class ServersService:
                              .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))
                              # containers and VMs of another host: its worker sees them, this one cannot
                              .where(Server.host.is_(None) | Server.host.not_in(others)
-                                    | Server.hypervisor_type.not_in(("container", "vm")))).all()
+                                    | Server.hypervisor_type.not_in(LOCAL_TYPES))).all()
         changed = 0
         for row in rows:
             try:
@@ -641,7 +644,7 @@ class ServersService:
         """The tunnels of this host's container lab network to the other hosts on it (a host
         that joined or left): nothing before this worker made the network."""
         with self._lock:
-            r = self._realisers.get("container")
+            r = self._realisers.get(server_types.CONTAINER)
         if r is not None:
             r.sync_network()
 
@@ -649,7 +652,7 @@ class ServersService:
         """A look at the container engine this host's container nodes drive (restarted when
         it has gone bad); nothing before this worker runs container servers."""
         with self._lock:
-            r = self._realisers.get("container")
+            r = self._realisers.get(server_types.CONTAINER)
         if r is not None:
             r.watch_engine()
 
@@ -657,7 +660,7 @@ class ServersService:
         """What the last looks found (state ok|restarted|failing, restarts, reason; with
         `summary` one line), or None when nothing is watched."""
         with self._lock:
-            r = self._realisers.get("container")
+            r = self._realisers.get(server_types.CONTAINER)
         watch = getattr(r, "engine_watch", None)
         if watch is None:
             return "" if summary else None

@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from undercloud import server_types
 from undercloud.errors import UndercloudError
 from undercloud.host.accel import accelerator
-from undercloud.host.labnet import LabNetwork, lab_state_file
+from undercloud.host.labnet import LAB_NETWORK, LabNetwork, lab_state_file
 from undercloud.host.libvirt import IMAGES, libvirtd_pid, virsh
 from undercloud.host.libvirt import available as libvirt_available
 from undercloud.host.run import run
@@ -40,7 +41,6 @@ from undercloud.provisioning.servers.base import (
 )
 from undercloud.provisioning.servers.vm_net import (
     GUEST_RELAY,
-    NETWORK,
     Addresses,
     lab_network,
     serve_api,
@@ -59,13 +59,13 @@ def _virsh(*args: str, check: bool = True, timeout: float = 60):
 
 def fixed_ip(spec: Spec) -> str | None:
     for n in spec.networks or []:
-        if n.get("network", NETWORK) == NETWORK and n.get("fixed_ip"):
+        if n.get("network", LAB_NETWORK) == LAB_NETWORK and n.get("fixed_ip"):
             return n["fixed_ip"]
     return None
 
 
 class VMRealiser(Realiser):
-    hypervisor_type = "vm"
+    hypervisor_type = server_types.VM
     disk_formats = ("qcow2",)
     can_rebuild = True
     build_timeout = 600.0  # a TCG boot to the agent takes ~30-90 s on a shared machine
@@ -194,7 +194,7 @@ class VMRealiser(Realiser):
     def status(self, spec: Spec) -> Status:
         name = spec.state.get("domain") or self.name(spec)
         state = self._domstate(name)
-        addresses = {NETWORK: [spec.state["address"]]} if spec.state.get("address") else {}
+        addresses = {LAB_NETWORK: [spec.state["address"]]} if spec.state.get("address") else {}
         if state is None:
             return Status(DELETED, reason=f"domain {name} does not exist")
         if state == "running":

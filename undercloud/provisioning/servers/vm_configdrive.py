@@ -15,9 +15,10 @@ import shutil
 from pathlib import Path
 
 from undercloud.agent.files import temp_name
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.host.run import require, run
 from undercloud.provisioning.servers.base import Spec
-from undercloud.provisioning.servers.vm_net import NETWORK, PREFIX
+from undercloud.provisioning.servers.vm_net import PREFIX
 
 LABEL = "config-2"
 
@@ -31,8 +32,8 @@ def contents(spec: Spec, mac: str, address: str, prefix: int = PREFIX, gateway: 
     netmask = str(ipaddress.ip_network(f"0.0.0.0/{prefix}").netmask)
     network = {
         "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
-        "networks": [{"id": NETWORK, "link": "eth0", "type": "ipv4", "ip_address": address,
-                      "netmask": netmask, "network_id": NETWORK,
+        "networks": [{"id": LAB_NETWORK, "link": "eth0", "type": "ipv4", "ip_address": address,
+                      "netmask": netmask, "network_id": LAB_NETWORK,
                       "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": gateway}] if gateway else []}],
         "services": [],
     }

@@ -30,9 +30,9 @@ import socket
 import threading
 from pathlib import Path
 
+from undercloud.host.labnet import LAB_NETWORK
 from undercloud.provisioning.servers.base import RealiserError
 
-NETWORK = "ctlplane"   # the one lab network (TripleO's name for it)
 PREFIX = 24
 RANGE = range(100, 250)  # host part of addresses handed to VM and bare-metal servers
 CLONE_NEWNET = 0x40000000
@@ -81,7 +81,7 @@ class Addresses:
         self.network = lab_network_key(home)
         self.net = ipaddress.ip_interface(f"{subnet_gateway}/{PREFIX}").network
         self.pool = [str(self.net.network_address + h) for h in RANGE]
-        self.name = NETWORK
+        self.name = LAB_NETWORK
         self._adopt_file(Path(home.path) / "servers" / "lab-addresses.json")
 
     def _adopt_file(self, file: Path) -> None:
