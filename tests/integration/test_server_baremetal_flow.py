@@ -296,7 +296,7 @@ def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monke
     srv = cloud._create_server("bm-0", "img", "f-1", [], {})
     cloud.boot(srv)
     config = {"auth": {"auth_url": "http://127.0.0.1:5000/v3"}}
-    monkeypatch.setattr(os_driver, "cloud_config", lambda name: config)
+    monkeypatch.setattr(nodes, "cloud_config", lambda name: config)  # the service's clouds
     monkeypatch.setattr(os_driver, "_connections", {("host", json.dumps(config, sort_keys=True)): cloud})
     monkeypatch.setattr(os_driver, "route_source", lambda address: "10.9.0.1")
     listened = []

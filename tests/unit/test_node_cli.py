@@ -92,6 +92,23 @@ def test_import_provide_takes_nodes_to_available(uc_home, tmp_path):
     assert r.returncode == 0 and [n["provision_state"] for n in json.loads(r.stdout)] == ["manageable"]
 
 
+def test_node_show_names_the_boot_interface_in_effect(uc_home, tmp_path):
+    """`boot_interface`: how the node's deploy ramdisk boots (Driver.boot_interface, the rule
+    the deploy follows): the driver's default (fake: virtual media), or the node's own choice."""
+    path = write_env(tmp_path / "env.json", [fake_node(7), fake_node(8, boot_interface="pxe")])
+    assert run_cli("node", "import", path).returncode == 0
+    shown = {}
+    for name in ("ctl-7", "ctl-8"):
+        r = run_cli("node", "show", name, "-f", "json")
+        assert r.returncode == 0, r.stderr
+        shown[name] = json.loads(r.stdout)
+    assert {n: v["boot_interface"] for n, v in shown.items()} == {"ctl-7": "virtual-media", "ctl-8": "pxe"}
+    assert shown["ctl-8"]["driver_info"]["boot_interface"] == "pxe"  # the choice, kept where it was
+    r = run_cli("node", "show", "ctl-8")
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in r.stdout.splitlines() if ln.startswith("|")]
+    assert r.returncode == 0 and ["boot_interface", "pxe"] in rows, r.stdout
+
+
 def test_help_on_every_node_and_lab_command():
     for args in (["node"], ["node", "import"], ["node", "manage"], ["node", "power"], ["node", "boot-device", "set"],
                  ["node", "maintenance", "set"], ["node", "list"], ["lab"], ["lab", "up"], ["lab", "down"]):

@@ -21,19 +21,28 @@ from undercloud.store import Store
 CONFIG = {"auth": {"auth_url": "http://127.0.0.1:5000/v3", "password": "pw"}}
 
 
+def cloud_config(name: str) -> dict:
+    """The clouds this process knows (what the service gives: Clouds.config): `lab` only."""
+    if name != "lab":
+        raise DriverError(f"no cloud {name!r}")
+    return CONFIG
+
+
+def nova_server() -> driver.OpenStackDriver:
+    return driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"}, cloud_config=cloud_config)
+
+
 @pytest.fixture
 def cloud(monkeypatch):
     c = FakeCloud()
     c._create_server("bm-0", "img", "f-1", [], {})
-    monkeypatch.setattr(driver, "cloud_config", lambda name: CONFIG if name == "lab" else
-                        (_ for _ in ()).throw(DriverError(f"no cloud {name!r}")))
     monkeypatch.setattr(driver, "_connections", {("lab", json.dumps(CONFIG, sort_keys=True)): c})
     return c
 
 
 @pytest.fixture
 def svc(tmp_path):
-    s = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema(), workers=2)
+    s = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema(), workers=2, cloud_config=cloud_config)
     yield s
     s.close()
 
@@ -84,6 +93,19 @@ def test_what_nova_refuses_or_lacks_is_one_line(svc, cloud):
         svc.set_boot_device("bm-0", "cd", persistent=True)
 
 
+def test_the_cloud_comes_from_whoever_makes_the_driver(svc, cloud):
+    """No module-wide setting: the service makes its nodes' drivers with its clouds; a driver
+    made without them knows no cloud."""
+    (srv,) = cloud.srvs.values()
+    cloud.boot(srv)
+    enrol(svc)
+    made = svc.driver(svc.record("bm-0"))
+    assert made.cloud_config is cloud_config and made.get_power() == "on"
+    with pytest.raises(DriverError, match="cloud lab server bm-0: this process knows no clouds"):
+        driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"}).get_power()
+    assert svc.get("bm-0")["boot_interface"] == "virtual-media"  # Nova rescue: its only one
+
+
 def test_instackenv_entries_name_their_cloud_and_server(svc):
     with pytest.raises(InvalidInput) as e:
         svc.import_nodes(json.dumps({"nodes": [{"name": "x", "pm_type": "openstack", "cloud": "lab"}]}))
@@ -101,7 +123,7 @@ def test_virtual_media_is_nova_rescue_with_the_iso_as_a_cd(cloud, tmp_path, monk
 
     (srv,) = cloud.srvs.values()
     cloud.boot(srv)
-    d = driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"})
+    d = nova_server()
     iso = tmp_path / "deploy.iso"
     iso.write_bytes(b"ISO 9660 stand-in" * 100)
     d.set_power("off")
@@ -136,7 +158,7 @@ def test_virtual_media_is_nova_rescue_with_the_iso_as_a_cd(cloud, tmp_path, monk
 def test_booting_the_cd_without_media_and_a_bad_media_url_are_one_line(cloud, tmp_path):
     (srv,) = cloud.srvs.values()
     cloud.boot(srv)
-    d = driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"})
+    d = nova_server()
     d.set_boot_device("cd")
     with pytest.raises(DriverError, match="^cloud lab server bm-0: boot from cd asked, but no media is inserted$"):
         d.set_power("reboot")
@@ -151,6 +173,6 @@ def test_the_ramdisk_network_is_the_servers_port_and_this_hosts_route_there(clou
     cloud.boot(srv)
     routes = []
     monkeypatch.setattr(driver, "route_source", lambda a: routes.append(a) or "10.9.0.1")
-    net = driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"}).network()
+    net = nova_server().network()
     assert net == {"mac": "fa:16:3e:00:00:01", "address": "10.9.0.201", "prefix": 24, "undercloud": "10.9.0.1"}
     assert routes == ["10.9.0.201"]

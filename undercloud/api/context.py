@@ -95,11 +95,10 @@ class Context:
 
     @cached_property
     def nodes(self):
-        from undercloud.provisioning.drivers import openstack
         from undercloud.provisioning.nodes import NodeService
 
-        openstack.cloud_config = lambda name: self.clouds.config(name)  # pm_type openstack: its cloud
-        svc = NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1")
+        svc = NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1",
+                          cloud_config=self.clouds.config)  # pm_type openstack: its cloud's entry
         svc.worker_id, svc.live_workers, svc.ring_workers = self.workers.id, self.workers.live, self.workers.live_for_nodes
         return svc
 

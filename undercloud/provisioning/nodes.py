@@ -194,6 +194,9 @@ def view(n: Node, macs: list[str] | None = None) -> dict:
         "ports": macs if macs is not None else [], "allowed_verbs": states.allowed_verbs(n.provision_state),
         "created_at": n.created_at, "updated_at": n.updated_at,
         "provision_updated_at": n.provision_updated_at,
+        # how its deploy ramdisk boots (the rule the deploy uses); None: its driver_info names
+        # one its driver lacks
+        "boot_interface": drivers.boot_interface(n.driver, n.driver_info or {}),
     }
 
 
@@ -230,8 +233,12 @@ def default_workers(store: Store) -> int:
 
 class NodeService:
     def __init__(self, store: Store, workers: int | None = None, timeouts: dict[str, float] | None = None,
-                 enforce_power: bool = False, sync_workers: int = 16):
+                 enforce_power: bool = False, sync_workers: int = 16,
+                 cloud_config: drivers.CloudConfig | None = None):
         self.store = store
+        # a cloud's entry by name, for the drivers of nodes that are a cloud's servers (the API
+        # service gives provisioning.clouds.Clouds.config); None: this process knows no clouds
+        self.cloud_config = cloud_config
         self.workers = workers or default_workers(store)
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="node-work")
         self.writer = _Writer(self)
@@ -639,7 +646,7 @@ class NodeService:
         """Run the work of busy `state` for one node; what it came to (None: left to the timeout)."""
         out = Outcome(record.id, state, record.driver_info)
         try:
-            driver = drivers.get(record.driver, record.driver_info, sessions)
+            driver = self.driver(record, sessions)
             if WORK[state](self, record, driver, out) == WAIT:
                 out.event = WAIT
         except UndercloudError as exc:
@@ -750,13 +757,18 @@ class NodeService:
         return self.get(node_id)
 
     # ------------------------------------------------------------ power & boot
+    def driver(self, node, sessions: drivers.Sessions | None = None) -> Driver:
+        """`node`'s driver (a NodeRecord, or a row with its `driver` and `driver_info`), given
+        what this service knows (its clouds): the drivers of this service's nodes are made here."""
+        return drivers.get(node.driver, node.driver_info, sessions, cloud_config=self.cloud_config)
+
     def _driver_for_action(self, ident: str, what: str) -> tuple[NodeRecord, Driver]:
         with self.store.session() as s:
             n = self._find(s, ident)
             if n.provision_state in states.BUSY:
                 raise Conflict(f"node {n.name or n.id} is busy ({n.provision_state}); {what} must wait")
             record = self._record(s, n)
-        return record, drivers.get(record.driver, record.driver_info)
+        return record, self.driver(record)
 
     def set_power(self, ident: str, action: str) -> dict:
         if action not in drivers.POWER_ACTIONS:
@@ -831,7 +843,7 @@ class NodeService:
 
             def read(row) -> tuple[str, str | None, str | None]:
                 try:
-                    return row.id, drivers.get(row.driver, row.driver_info).get_power(), None
+                    return row.id, self.driver(row).get_power(), None
                 except Exception as exc:  # noqa: BLE001 - any failure counts as one failed read
                     return row.id, None, drivers.scrub(str(exc), row.driver_info or {})
 
@@ -859,7 +871,7 @@ class NodeService:
                     drift += 1
                     if enforce:
                         try:
-                            drivers.get(row.driver, row.driver_info).set_power(row.power_state)
+                            self.driver(row).set_power(row.power_state)
                             enforced += 1
                             s.add(NodeEvent(node_id=node_id, kind="drift",
                                             message=f"power drift: BMC reported {found}, recorded "

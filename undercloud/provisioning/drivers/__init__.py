@@ -3,11 +3,16 @@
 A driver module holds one class deriving from `Driver` and a `from_instackenv` that turns
 an instackenv.json entry's `pm_*` fields into the driver_info it needs. Adding a protocol
 is adding a module here and a line in DRIVERS.
+
+What a driver needs from the service beyond its node's driver_info comes in at construction
+(`get(..., cloud_config=...)`; the node service passes its own, `NodeService.driver`): today
+that is `cloud_config`, a cloud's entry by name, for the nodes that are a cloud's servers.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from undercloud.errors import InvalidInput, UndercloudError
@@ -26,6 +31,17 @@ POWER_STATES = ("on", "off")
 POWER_ACTIONS = ("on", "off", "reboot")
 BOOT_DEVICES = ("pxe", "disk", "cd")
 BOOT_MODES = ("bios", "uefi")  # a node's `boot_mode` capability (Ironic's values)
+
+# A cloud's entry (provisioning.clouds.Clouds.config) by its name.
+CloudConfig = Callable[[str], dict]
+
+
+class BootInterface:
+    """How the deploy ramdisk boots on a node (Ironic's boot interfaces): named here only.
+    Not to be confused with the boot *devices* (BOOT_DEVICES), where "pxe" is a device."""
+
+    VIRTUAL_MEDIA = "virtual-media"  # the BMC inserts the ramdisk ISO, the node boots it once from CD
+    PXE = "pxe"                      # network boot (servers/baremetal_netboot.py arms it)
 
 
 class DriverError(UndercloudError):
@@ -52,13 +68,15 @@ class Driver:
     name = "base"
     # True where inventory() is the whole truth (a cloud's flavor): inspection then boots no ramdisk
     inventory_is_exact = False
-    # How the deploy ramdisk can be booted through this BMC (Ironic's boot interfaces), the
-    # default first: "virtual-media" (the BMC inserts the ISO) or "pxe" (network boot).
-    boot_interfaces: tuple[str, ...] = ("pxe",)
+    # How the deploy ramdisk can be booted through this BMC (BootInterface), the default first.
+    boot_interfaces: tuple[str, ...] = (BootInterface.PXE,)
 
-    def __init__(self, info: dict[str, Any], sessions: Sessions | None = None):
+    def __init__(self, info: dict[str, Any], sessions: Sessions | None = None,
+                 cloud_config: CloudConfig | None = None):
         self.info = info
         self.sessions = sessions if sessions is not None else Sessions()
+        # a cloud's entry by name (drivers whose nodes are a cloud's servers); None: no clouds known
+        self.cloud_config = cloud_config
 
     @property
     def where(self) -> str:
@@ -140,8 +158,20 @@ def module(name: str):
     return importlib.import_module(DRIVERS[name])
 
 
-def get(name: str, info: dict[str, Any], sessions: Sessions | None = None) -> Driver:
-    return module(name).DRIVER(info, sessions)
+def get(name: str, info: dict[str, Any], sessions: Sessions | None = None,
+        cloud_config: CloudConfig | None = None) -> Driver:
+    """A node's driver; `cloud_config` gives a cloud's entry by name (the node service's own:
+    use `NodeService.driver` where there is one)."""
+    return module(name).DRIVER(info, sessions, cloud_config=cloud_config)
+
+
+def boot_interface(name: str, info: dict[str, Any]) -> str | None:
+    """The boot interface in effect for a node of driver `name` (`Driver.boot_interface`, the
+    one its deploy and inspection use); None where its driver_info names one the driver lacks."""
+    try:
+        return get(name, info).boot_interface
+    except (DriverError, InvalidInput):
+        return None
 
 
 def endpoint(name: str, info: dict[str, Any]) -> tuple | None:

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from undercloud.provisioning.drivers import BMCAuthFailed, Driver, DriverError
+from undercloud.provisioning.drivers import BMCAuthFailed, BootInterface, Driver, DriverError
 
 _machines: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -27,7 +27,7 @@ DEFAULT_INVENTORY = {"cpus": 2, "memory_mb": 4096, "local_gb": 40, "cpu_arch": "
 
 class FakeDriver(Driver):
     name = "fake"
-    boot_interfaces = ("virtual-media", "pxe")
+    boot_interfaces = (BootInterface.VIRTUAL_MEDIA, BootInterface.PXE)
 
     def _machine(self) -> dict[str, Any]:
         with _lock:

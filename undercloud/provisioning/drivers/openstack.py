@@ -3,6 +3,8 @@ power driver): its power and power state are Nova's, its inventory its flavor's.
 
 driver_info: `cloud` (a cloud of `undercloud cloud add`), `server` (the server's id or
 name there). instackenv.json: `"pm_type": "openstack", "cloud": "host", "server": "bm-0"`.
+The cloud's entry comes from whoever makes the driver (`cloud_config`: the node service's,
+provisioning.clouds.Clouds.config where the API service runs it).
 Power on/off/reboot are Nova's start, stop and hard reboot, each waited for; a server in
 another state (BUILD, ERROR...) is an error naming it.
 
@@ -26,16 +28,13 @@ import shutil
 import tempfile
 import threading
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 from undercloud.errors import UndercloudError
 from undercloud.host.run import route_source
-from undercloud.provisioning.drivers import Driver, DriverError
+from undercloud.provisioning.drivers import BootInterface, Driver, DriverError
 
 POWER_WAIT = 300  # seconds for Nova to reach the state asked for (a stop waits out the guest's ACPI grace)
-# The clouds' entries by name: the service sets it at start (provisioning.clouds.Clouds.config).
-cloud_config: Callable[[str], dict] | None = None
 _connections: dict[tuple[str, str], object] = {}
 MEDIA_KEY = "undercloud_media"  # server metadata: the Glance id of the inserted rescue image
 BOOT_KEY = "undercloud_boot"    # server metadata: "cd" while a one-time boot from it is pending
@@ -45,7 +44,7 @@ _lock = threading.Lock()
 class OpenStackDriver(Driver):
     name = "openstack"
     inventory_is_exact = True  # the flavor's sizes and the ports' MACs
-    boot_interfaces = ("virtual-media",)  # Nova rescue with the ISO; a cloud's network boots nothing
+    boot_interfaces = (BootInterface.VIRTUAL_MEDIA,)  # Nova rescue with the ISO; a cloud's network boots nothing
 
     @property
     def where(self) -> str:
@@ -60,10 +59,10 @@ class OpenStackDriver(Driver):
         """One connection per cloud entry for the process (drivers are made per operation)."""
         from undercloud.provisioning.clouds import connect
 
-        if cloud_config is None:
+        if self.cloud_config is None:  # given by the node service (NodeService.driver)
             raise DriverError(f"{self.where}: this process knows no clouds")
         try:
-            config = cloud_config(self.info["cloud"])
+            config = self.cloud_config(self.info["cloud"])
             key = (self.info["cloud"], json.dumps(config, sort_keys=True))
             with _lock:
                 if key not in _connections:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from undercloud.provisioning.drivers import BMCAuthFailed, BMCUnreachable, Driver, DriverError
+from undercloud.provisioning.drivers import BMCAuthFailed, BMCUnreachable, BootInterface, Driver, DriverError
 
 TIMEOUT = 30  # seconds per HTTP request to the BMC
 
@@ -24,10 +24,10 @@ def _sushy():
 
 class RedfishDriver(Driver):
     name = "redfish"
-    boot_interfaces = ("virtual-media", "pxe")
+    boot_interfaces = (BootInterface.VIRTUAL_MEDIA, BootInterface.PXE)
 
-    def __init__(self, info: dict[str, Any], sessions=None):
-        super().__init__(info, sessions)
+    def __init__(self, info: dict[str, Any], sessions=None, cloud_config=None):
+        super().__init__(info, sessions, cloud_config)
         self._system = None
 
     def _call(self, what: str, fn):

@@ -47,7 +47,7 @@ from undercloud.errors import Conflict, NotFound, UndercloudError
 from undercloud.host.labnet import LAB_NETWORK
 from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, network, states
-from undercloud.provisioning.drivers import DriverError
+from undercloud.provisioning.drivers import BootInterface, DriverError
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
 from undercloud.provisioning.servers.baremetal_netboot import BootRefused, NetBoot
 from undercloud.provisioning.servers.base import (
@@ -188,17 +188,17 @@ class BaremetalRealiser(Realiser):
     def _driver_network(self, node_id: str) -> dict | None:
         """The node's network facts from its driver (drivers.Driver.network), None for the lab."""
         record = self.env.nodes.record(node_id)
-        driver = drivers.get(record.driver, record.driver_info)
+        driver = self.env.nodes.driver(record)
         try:
             return driver.network()
         except DriverError as exc:
             raise RealiserError(drivers.scrub(str(exc), record.driver_info)) from None
 
     def _boot_interface(self, node_id: str) -> str:
-        """How this node's ramdisk boots: "virtual-media" or "pxe" (its driver decides)."""
+        """How this node's ramdisk boots: a BootInterface (its driver decides, Driver.boot_interface)."""
         record = self.env.nodes.record(node_id)
         try:
-            return drivers.get(record.driver, record.driver_info).boot_interface
+            return self.env.nodes.driver(record).boot_interface
         except DriverError as exc:
             raise RealiserError(f"node {record.label}: {exc}") from None
 
@@ -247,7 +247,7 @@ class BaremetalRealiser(Realiser):
         # a temporary name: removed below, or at the next start after a kill (it holds the agent token)
         config_drive = vm_configdrive.make(spec, mac, address, temp_name(d / "configdrive.iso"), prefix, router)
         try:
-            if boot == "pxe":
+            if boot == BootInterface.PXE:
                 self.netboot.arm(mac=mac, ident=spec.id, node=label, address=address, prefix=prefix,
                                  base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
                                  config_drive=config_drive, kernel_args=RAMDISK_ARGS)
@@ -373,7 +373,7 @@ class BaremetalRealiser(Realiser):
             boot = driver.boot_interface
         except DriverError:
             return None
-        if driver.inventory_is_exact or self.env.images is None or (boot == "pxe" and not node.macs):
+        if driver.inventory_is_exact or self.env.images is None or (boot == BootInterface.PXE and not node.macs):
             return None
         try:
             deploy_image = self._deploy_image()
@@ -395,7 +395,7 @@ class BaremetalRealiser(Realiser):
                    "token": token, "node": node.label,
                    "network": {"mac": mac, "address": address, "prefix": prov.prefix}}
         _set_boot_mode(driver, node)
-        if boot == "pxe":
+        if boot == BootInterface.PXE:
             self.netboot.arm(mac=mac, ident=ident, node=node.label, address=address, prefix=prov.prefix,
                              base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
                              config_drive=None, kernel_args=RAMDISK_ARGS)
@@ -403,7 +403,7 @@ class BaremetalRealiser(Realiser):
         else:
             _boot_from_media(driver, baremetal_media.make_deploy_iso(base_iso, request, None, d / "deploy.iso"))
         log.info("node %s: inspection ramdisk booting from %s", node.label,
-                 "the network" if boot == "pxe" else "virtual media")
+                 "the network" if boot == BootInterface.PXE else "virtual media")
         return WAIT
 
     def _undeploy_step(self, node, driver) -> None:
@@ -470,8 +470,8 @@ class BaremetalRealiser(Realiser):
         """Eject, boot from disk, reboot (or power off a failed node); then the node's event.
         A failure's reason is the ramdisk's `error`, or `reason` (the undercloud's own)."""
         record = self.env.nodes.record(node_id)
-        driver = drivers.get(record.driver, record.driver_info)
-        by_network = self._record(server_id).get("boot") == "pxe"
+        driver = self.env.nodes.driver(record)
+        by_network = self._record(server_id).get("boot") == BootInterface.PXE
         if by_network:
             self.netboot.disarm(record.macs)
         try:
@@ -503,8 +503,8 @@ class BaremetalRealiser(Realiser):
     def _finish_inspect(self, rec: dict, ident: str, ok: bool, error: str | None, inventory: dict | None) -> None:
         node_id = rec["node_id"]
         record = self.env.nodes.record(node_id)
-        driver = drivers.get(record.driver, record.driver_info)
-        by_network = rec.get("boot") == "pxe"
+        driver = self.env.nodes.driver(record)
+        by_network = rec.get("boot") == BootInterface.PXE
         if by_network:
             self.netboot.disarm(record.macs)
         try:
