@@ -48,7 +48,7 @@ class Conditions:
         a condition function."""
         if isinstance(snippet, bool):
             return snippet
-        self.t._value_reads += 1
+        self.t.note_value_read()
         if isinstance(snippet, str):
             if snippet not in self.defs:
                 raise FnError(f'Invalid condition "{snippet}"', path)
@@ -77,11 +77,7 @@ class Conditions:
         raw = self.defs[name]
         if not isinstance(raw, bool | Mapping):
             raise FnError(f'The definition of condition "{name}" is invalid: {raw}', ("conditions", name))
-        t._check_params = params
-        try:
-            tree = t.parse(raw, ("conditions", name), condition_table(t.version))
-        finally:
-            t._check_params = True
+        tree = t.parse_condition(raw, ("conditions", name), check_params=params)
         if not isinstance(tree, bool | fn.Function):
             raise FnError(f'The definition of condition "{name}" is invalid: {fn.render(raw)}', ("conditions", name))
         return tree

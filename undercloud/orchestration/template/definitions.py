@@ -1,7 +1,7 @@
 """A template's sections read into definitions: its parameters (with the values given,
 checked), its resources (type looked up in the registry, snippets parsed) and its outputs.
 
-The functions fill the StackTemplate they are given; `StackTemplate._build` calls them in order.
+The functions fill the StackTemplate they are given; StackTemplate calls them in order as it is built.
 """
 
 from __future__ import annotations
@@ -92,32 +92,34 @@ def build_parameters(t: StackTemplate, given: Mapping, given_where: Any) -> None
         src = raw if raw is not None else p.default
         if src is None:
             if t.partial and t.top:
-                t._values[name] = fn.Unknown({"get_param": name})
+                t.set_param_value(name, fn.Unknown({"get_param": name}))
                 t.check_values = False  # validated without it: values are not all known
             else:
                 msg = (f"The Parameter ({name}) was not provided." if t.top
                        else f"Property {name} not assigned")
                 _given_problem(t, given_where, name, msg, ("parameters", name))
-                t._values[name] = fn.Unknown({"get_param": name})
+                t.set_param_value(name, fn.Unknown({"get_param": name}))
             continue
         try:
-            t._values[name] = p.validate(src)
-            p.value = t._values[name]
+            value = p.validate(src)
+            t.set_param_value(name, value)
+            p.value = value
         except ValueError as exc:
             msg = str(exc)
             if raw is None:
                 t.add(("parameters", name, "default"), msg)
             else:
                 _given_problem(t, given_where, name, msg, ("parameters", name))
-            t._values[name] = fn.Unknown({"get_param": name})
-    hidden = [t._values[n] for n, p in t.parameters.items()
-              if p.hidden and not isinstance(t._values.get(n), fn.Unknown | None)]
+            t.set_param_value(name, fn.Unknown({"get_param": name}))
+    values = t.param_values
+    hidden = [values[n] for n, p in t.parameters.items()
+              if p.hidden and not isinstance(values.get(n), fn.Unknown | None)]
     if hidden:
         t.secrets = t.secrets | secret_texts(hidden)
     pseudo = {"OS::stack_name": t.stack_name, "OS::stack_id": t.stack_id,
               "OS::project_id": t.project_id, "OS::region": "regionOne"}
     for name in PSEUDO:
-        t._values[name] = pseudo[name]
+        t.set_param_value(name, pseudo[name])
 
 
 def _given_problem(t: StackTemplate, given_where: Any, name: str, message: str, fallback: tuple = ("parameters",)) -> None:
@@ -219,20 +221,17 @@ def resource_definition(t: StackTemplate, name: str, body: Mapping) -> ResourceD
                              ("update_policy", (Mapping,), "object")):
         if key not in body or body[key] is None:
             continue
-        t._dep_sink = needs if key != "update_policy" else None
         try:
-            tree = t.parse_all(body[key], p + (key,))
+            tree = t.parse_section(body[key], p + (key,), needs=needs if key != "update_policy" else None)
         except FnError as e:
             t.add(e.path, e.message)
             ok = False
             continue
-        finally:
-            t._dep_sink = None
         if not isinstance(tree, kinds + (fn.Function,)):
             t.add(p + (key,), f"Resource {name} {key} type must be {what}")
             ok = False
             continue
-        t._trees[id(body[key])] = (body[key], tree)
+        t.keep_tree(body[key], tree)
         setattr(rd, key, body[key])
     deps = body.get("depends_on")
     if isinstance(deps, str):
@@ -265,7 +264,7 @@ def resource_definition(t: StackTemplate, name: str, body: Mapping) -> ResourceD
             rd.external_id = t.static_value(t.parse(body["external_id"], p + ("external_id",)))
         except FnError as e:
             t.add(e.path, e.message)
-    t._rdeps[name] = needs
+    t.set_resource_deps(name, needs)
     rd.condition = body.get("condition")
     desc = body.get("description")
     if desc is not None and not isinstance(desc, str):
@@ -298,14 +297,11 @@ def build_outputs(t: StackTemplate) -> None:
                 continue
         # A parameter the template lacks fails the output when it is shown, not the
         # template (as Heat: the output is then null with its error).
-        t._check_params = False
         try:
-            tree = t.parse_all(body["value"], p + ("value",))
+            tree = t.parse_section(body["value"], p + ("value",), check_params=False)
         except FnError as e:
             t.add(e.path, e.message)
             continue
-        finally:
-            t._check_params = True
-        t._trees[id(body["value"])] = (body["value"], tree)
+        t.keep_tree(body["value"], tree)
         t.outputs[name] = OutputDefinition(name, str(body.get("description") or ""), body["value"],
                                            cond, line_of(t.doc, p))

@@ -82,11 +82,12 @@ class Evaluation:
         return x
 
     def param(self, name: str, path: tuple) -> Any:
-        if name not in self.t._values:
+        values = self.t.param_values
+        if name not in values:
             raise FnError(f"The Parameter ({name}) was not provided.", path)
         if self.mask_hidden and name in self.t.parameters and self.t.parameters[name].hidden:
             return fn.Unknown({"get_param": name})
-        return self.t._values[name]
+        return values[name]
 
     def _check(self, name: Any, path: tuple) -> bool:
         """True for a resource of the template; False for one whose definition was refused

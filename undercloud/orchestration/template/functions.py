@@ -123,7 +123,7 @@ class Function:
     def __init__(self, t: StackTemplate, fn: str, args: Any, path: tuple):
         self.t, self.fn, self.args, self.path = t, fn, args, path
         self.check()
-        sink = t._dep_sink  # the resources a snippet needs are noted while it is parsed
+        sink = t.dep_sink  # the resources a snippet needs are noted while it is parsed
         if sink is not None:
             dep = self.own_dep()
             if dep is not None:
@@ -309,7 +309,7 @@ class GetResource(Function):
         elif _literal(self.args):
             raise self.err(f'Argument to "{self.fn}" must be a string')
         else:
-            self.t._value_reads += 1  # own_dep computes the name from this template's values
+            self.t.note_value_read()  # own_dep computes the name from this template's values
 
     def result(self, ev: Evaluation) -> Any:
         name = known(ev, self.args)
@@ -356,7 +356,7 @@ class GetAttThenSelect(Function):
         elif _literal(a[0]):
             raise self.err(f'Resource name in "{self.fn}" must be a string')
         else:
-            self.t._value_reads += 1  # own_dep computes the name from this template's values
+            self.t.note_value_read()  # own_dep computes the name from this template's values
 
     def result(self, ev: Evaluation) -> Any:
         a = known(ev, self.args)

@@ -53,7 +53,13 @@ from undercloud.orchestration.template.source import (
     problem,
 )
 from undercloud.orchestration.template.validation import find_cycle, validate_resource
-from undercloud.orchestration.template.versions import ALL_VERSIONS, VERSIONS, Version, all_function_names
+from undercloud.orchestration.template.versions import (
+    ALL_VERSIONS,
+    VERSIONS,
+    Version,
+    all_function_names,
+    condition_table,
+)
 
 MAX_NESTING_DEPTH = LIMITS.nested_depth  # the default; the limit in force is LIMITS.nested_depth
 _REPORTED = "(reported)"  # an FnError whose problems were already added one by one
@@ -86,7 +92,8 @@ class StackTemplate:
         self.all_resources: set[str] = set()
         self.outputs: dict[str, OutputDefinition] = {}
         self.conditions = Conditions(self)
-        # Filled while the sections are read (definitions.py, conditions.py: this package only)
+        # Filled while the sections are read, by definitions.py and conditions.py through the
+        # methods under "hooks the sections call while they are read" below
         self._values: dict[str, Any] = {}  # parameter -> its value in its type (Unknown if none)
         self._trees: dict[int, tuple[Any, Any]] = {}  # id(snippet) -> (snippet, its parsed tree)
         self._rdeps: dict[str, set[str]] = {}  # resource -> the resources its snippets name
@@ -382,7 +389,51 @@ class StackTemplate:
             self._trees[id(snippet)] = (snippet, tree)
         return tree
 
+    # ----- hooks the sections call while they are read (definitions.py, conditions.py)
+    @property
+    def param_values(self) -> Mapping[str, Any]:
+        """Each parameter (pseudo ones too) -> its value in its type (Unknown if none): read only."""
+        return self._values
+
+    def set_param_value(self, name: str, value: Any) -> None:
+        """Set the value parameter `name` takes in this template."""
+        self._values[name] = value
+
+    def keep_tree(self, snippet: Any, tree: Any) -> None:
+        """Keep `tree` as the parse of `snippet`, so resolve and dependencies do not parse it again."""
+        self._trees[id(snippet)] = (snippet, tree)
+
+    def set_resource_deps(self, name: str, needs: set[str]) -> None:
+        """Set the resources that resource `name`'s snippets name (noted while they were parsed)."""
+        self._rdeps[name] = needs
+
+    def parse_section(self, snippet: Any, path: tuple, *, needs: set[str] | None = None,
+                      check_params: bool = True) -> Any:
+        """parse_all, noting in `needs` the resources named; check_params=False: a missing parameter passes."""
+        self._dep_sink, self._check_params = needs, check_params
+        try:
+            return self.parse_all(snippet, path)
+        finally:
+            self._dep_sink, self._check_params = None, True
+
+    def parse_condition(self, snippet: Any, path: tuple, *, check_params: bool = True) -> Any:
+        """A condition's definition parsed with the condition functions (see parse_section)."""
+        self._check_params = check_params
+        try:
+            return self.parse(snippet, path, condition_table(self.version))
+        finally:
+            self._check_params = True
+
     # ----- hooks the functions call while parsing
+    @property
+    def dep_sink(self) -> set[str] | None:
+        """Where a function being parsed notes the resource it names (None: nowhere)."""
+        return self._dep_sink
+
+    def note_value_read(self) -> None:
+        """Parsing read a parameter value: the tree is then this stack's own, not shared."""
+        self._value_reads += 1
+
     def is_param(self, name: Any) -> bool:
         return isinstance(name, str) and (name in self.parameters or name in PSEUDO)
 
