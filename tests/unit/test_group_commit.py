@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, event, select
@@ -44,6 +45,9 @@ def test_writes_queued_together_are_committed_in_one_transaction_each_getting_it
 def test_threads_writing_at_once_share_commits_and_lose_nothing(engine):
     writes = GroupCommit(engine)
     errors = []
+    # the first commit is held until every thread has queued a write: the next one must share
+    go, held = threading.Event(), []
+    event.listen(engine, "commit", lambda conn: held or (held.append(1), go.wait(10)))
 
     def worker(base):
         try:
@@ -54,6 +58,10 @@ def test_threads_writing_at_once_share_commits_and_lose_nothing(engine):
     threads = [threading.Thread(target=worker, args=(t * 1000,)) for t in range(8)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 10
+    while len(writes._queue) < 7 and time.monotonic() < deadline:  # the 7 others wait behind it
+        time.sleep(0.01)
+    go.set()
     for t in threads:
         t.join(30)
     assert not errors

@@ -85,9 +85,14 @@ class Driver:
     @property
     def boot_interface(self) -> str:
         """The node's own choice (`boot_interface` of its driver_info) or the default."""
-        chosen = self.info.get("boot_interface") or self.boot_interfaces[0]
-        if chosen not in self.boot_interfaces:
-            raise DriverError(f"boot_interface {chosen!r} is not one of {self.name}'s ({', '.join(self.boot_interfaces)})")
+        return self.boot_interface_of(self.info)
+
+    @classmethod
+    def boot_interface_of(cls, info: dict[str, Any]) -> str:
+        """The boot interface a node with this driver_info boots by (no driver made for it)."""
+        chosen = info.get("boot_interface") or cls.boot_interfaces[0]
+        if chosen not in cls.boot_interfaces:
+            raise DriverError(f"boot_interface {chosen!r} is not one of {cls.name}'s ({', '.join(cls.boot_interfaces)})")
         return chosen
 
     def validate(self) -> None:
@@ -169,7 +174,7 @@ def boot_interface(name: str, info: dict[str, Any]) -> str | None:
     """The boot interface in effect for a node of driver `name` (`Driver.boot_interface`, the
     one its deploy and inspection use); None where its driver_info names one the driver lacks."""
     try:
-        return get(name, info).boot_interface
+        return module(name).DRIVER.boot_interface_of(info)
     except (DriverError, InvalidInput):
         return None
 
