@@ -50,6 +50,24 @@ def podman(*args: str, check: bool = True, input: str | bytes | None = None,
     return run(["podman", *args], check=check, input=input, timeout=timeout, env=env(), text=text)
 
 
+# `rm -f` racing a container that exits by itself: podman's SIGKILL finds it already
+# stopped and gives up, and the same call a moment later removes it.
+_RM_RACE = ("could not be stopped", "container state improper")
+
+
+def remove(*names: str, depend: bool = False, attempts: int = 3) -> None:
+    """Remove containers (`rm -f -t 0`), retrying podman's stop race; gone ones are fine."""
+    argv = ["rm", "-f", "-t", "0", "--ignore", *(["--depend"] if depend else []), *names]
+    for attempt in range(attempts):
+        try:
+            podman(*argv, timeout=120)
+            return
+        except CommandFailed as exc:
+            if attempt + 1 == attempts or not any(w in exc.message for w in _RM_RACE):
+                raise
+            time.sleep(1)
+
+
 def available() -> str | None:
     """None when podman works here, else the reason it does not (for skips and errors)."""
     try:

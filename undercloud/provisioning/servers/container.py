@@ -599,7 +599,7 @@ class ContainerRealiser(Realiser):
         deps = hp.podman("ps", "-a", "-q", "--filter", node_contract.node_filter(name)).stdout.split()
         if deps:
             hp.podman("rm", "-f", "-t", "0", *deps, timeout=120, check=False)
-        hp.podman("rm", "-f", "--depend", "-t", "0", name, timeout=120)
+        hp.remove(name, depend=True)
 
     def rebuild(self, spec: Spec) -> None:
         """Recreate from `spec.image`: the container goes, its named volumes stay."""
