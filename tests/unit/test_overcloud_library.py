@@ -65,7 +65,7 @@ def test_every_library_template_declares_itself_consistently():
     assert library.conflicts(services) == []
     assert library.endpoint_problems(services) == []
     for s in services:
-        assert s.name and s.step in library.STEPS and s.health_check, s.type
+        assert s.name and s.step in library.STEPS and s.health_check and s.readiness, s.type
         assert s.images and all(v.startswith("service-") for v in s.images.values()), s.type
     # The element behind every declared image exists (service-X is built from element X).
     elements = Path(library.LIBRARY).parent / "images" / "elements"
@@ -221,3 +221,26 @@ def test_mariadb_init_sql_is_idempotent_and_quotes_passwords(tmp_path):
     out = subprocess.run([sys.executable, str(INIT_SQL), str(bad)], capture_output=True, text=True)
     assert out.returncode == 1 and "databases[0].name: expected a lower-case identifier" in out.stderr
     assert "secret-pw" not in out.stderr
+
+
+def test_health_is_declared_once_as_the_pods_readiness_probe(tmp_path):
+    """No library template repeats its probe as a health_check or a frontend's check: both
+    come from the Pod's readiness probe. A frontend checks the probe's path when its check
+    port is the probe's (MariaDB: check_port 9200, its clustercheck), and a template whose
+    Pod is computed still declares its own."""
+    registry = library.builtin_registry()
+    for p in registry.values():
+        rd = yaml.safe_load(p.read_text())["outputs"]["role_data"]["value"]
+        assert "health_check" not in rd and all("check" not in f for f in rd.get("haproxy", [])), p.name
+    keystone = library.read_service("OS::TripleO::Services::Keystone", registry["OS::TripleO::Services::Keystone"])
+    assert keystone.health_check == "HTTP GET :15000/v3"
+    assert [(f["backend_port"], f["check"]) for f in keystone.haproxy] == [(15000, "GET /v3")]
+    mysql = library.read_service("OS::TripleO::Services::MySQL", registry["OS::TripleO::Services::MySQL"])
+    assert [(f["mode"], f["check_port"], f["check"]) for f in mysql.haproxy] == [("tcp", 9200, "GET /")]
+    memcached = library.read_service("OS::TripleO::Services::Memcached", registry["OS::TripleO::Services::Memcached"])
+    assert memcached.health_check == "TCP :11211" and memcached.haproxy == []
+    # A template whose Pod gives no probe (or the stack computes it) declares its own: kept as given.
+    own = tmp_path / "foo.yaml"
+    own.write_text(FOO.replace("backend_port: 19999, check: GET /}", "backend_port: 19999}"))
+    foo = library.read_service("OS::TripleO::Services::Foo", own)
+    assert foo.readiness is None and foo.health_check == "HTTP GET :19999/" and "check" not in foo.haproxy[0]

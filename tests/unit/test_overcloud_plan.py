@@ -198,3 +198,28 @@ def test_no_clouds_yaml_without_an_admin_password(tmp_path):
     with pytest.raises(InvalidInput, match="overcloud oc has no admin password"):
         clouds.write_clouds_yaml(tmp_path, "oc", "http://10.0.0.5:5000/v3", {"RabbitPassword": "x"})
     assert not (tmp_path / "overcloud" / "oc" / "clouds.yaml").exists()
+
+
+def test_role_services_give_each_service_its_readiness_probe_as_the_health_check(tmp_path):
+    """A service's health is declared once, as its Pod's readiness probe: the rendered
+    RoleServices expression (as the stack evaluates it) over the library's role_data, which
+    declares no health_check, gives null there and the probe; `overcloud status` shows the
+    probe's text (keystone: what its template declared before, "HTTP GET :15000/v3")."""
+    from undercloud.orchestration.template.functions import Yaql
+    from undercloud.overcloud import status
+
+    plan = plan_for(tmp_path, "minimal")
+    doc = yaml.safe_load(plan.template.read_text())
+    expression = doc["outputs"]["RoleServices"]["value"]["Controller"]["yaql"]["expression"]
+    role_data = []
+    for p in library.builtin_registry().values():
+        rd = yaml.safe_load(p.read_text())["outputs"]["role_data"]["value"]
+        assert "health_check" not in rd, p.name
+        pod = yaml.safe_load(p.read_text())["resources"]["Pod"]["properties"]["value"]
+        role_data.append({**{k: v for k, v in rd.items() if k != "pod"}, "pod": pod})
+    parser, context = Yaql.engine()
+    services = {s[0]: s for s in parser(expression).evaluate({"data": role_data}, context.create_child_context())}
+    assert services["keystone"][2] is None
+    assert status.health_check(services["keystone"]) == "HTTP GET :15000/v3"
+    assert status.health_check(services["rabbitmq"]) == "TCP :5672"
+    assert status.health_check(services["nova_conductor"]) == "exec /usr/local/bin/uc-nova-check nova-conductor"

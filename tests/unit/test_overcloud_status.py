@@ -29,7 +29,8 @@ from undercloud.orchestration.server_metadata import HEALTH_REQUEST
 from undercloud.orchestration.template import Bundle
 from undercloud.overcloud import status as st
 
-KEYSTONE = ["keystone", 3, "HTTP GET :15000/v3", "keystone", [["keystone", {"httpGet": {"port": 15000, "path": "/v3"}}]]]
+KEYSTONE = ["keystone", 3, None,  # declared once: its readiness probe
+            "keystone", [["keystone", {"httpGet": {"port": 15000, "path": "/v3"}}]]]
 MEMCACHED = ["memcached", 1, "TCP :11211", "memcached", [["memcached", {"tcpSocket": {"port": 11211}}]]]
 STACK = f"""\
 heat_template_version: 2018-08-31

@@ -894,7 +894,8 @@ def log_tail(mode: str, name: str, container: str, lines: int = 20) -> str:
         return ""
 
 
-def _probe_text(spec: dict) -> str:
+def probe_text(spec: dict) -> str:
+    """A probe as operators read it (`overcloud status`'s health_check, the watchdog's log)."""
     if "httpGet" in spec:
         h = spec["httpGet"]
         return f"HTTP GET :{h.get('port')}{h.get('path', '/')}"
@@ -976,7 +977,7 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
     if not_ready:
         container, spec, not_ready_why = not_ready
         tail = log_tail(mode, name, container)
-        msg = f"pod {name}: container {container}: readiness probe ({_probe_text(spec)}) {not_ready_why}"
+        msg = f"pod {name}: container {container}: readiness probe ({probe_text(spec)}) {not_ready_why}"
         reason = failure_reason(msg, tail)
         return {"deploy_stdout": out, "deploy_stderr": err + f"kube: {msg}\n{tail.rstrip()}",
                 "deploy_status_code": 1, "deploy_failure_reason": reason,

@@ -242,7 +242,7 @@ class Watchdog:
             t["fails"] += 1
             threshold = int(spec.get("failureThreshold") or FAILURE_THRESHOLD)
             if t["fails"] >= threshold:
-                why = f"health check ({kube._probe_text(spec)}) failed {t['fails']} times in a row"
+                why = f"health check ({kube.probe_text(spec)}) failed {t['fails']} times in a row"
                 did += self._repair(name, mode, c["name"], info, why + kube._said(said), restart=True)
         return did
 
@@ -313,7 +313,7 @@ def readiness(spec: dict, run_exec=None) -> str:
     if ok:
         return "healthy"
     lines = [x.strip() for x in (said or "").splitlines() if x.strip()]
-    return f"failing ({kube._probe_text(spec)} did not pass{': ' + lines[-1][:120] if lines else ''})"
+    return f"failing ({kube.probe_text(spec)} did not pass{': ' + lines[-1][:120] if lines else ''})"
 
 
 def run(log, interval: float, report=None, stop=None) -> None:

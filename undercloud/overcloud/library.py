@@ -7,7 +7,6 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
     service_type: OS::TripleO::Services::GlanceApi   # the registry maps it to this file
     service_name: glance_api        # key of ServiceNodes (addresses of the nodes running it)
     step: 4                         # deploy step 1..5
-    health_check: "HTTP GET :19292/healthcheck"
     images: {ContainerGlanceApiImage: service-glance}   # parameter -> service image
     secrets: {GlancePassword: password}                 # generated once; password | fernet
                                     # (store-key: the undercloud's own store key, for a
@@ -16,9 +15,16 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
     keystone: [{user: glance, password: GlancePassword, service: glance, type: image,
                 description: Image service, endpoint: image}]
     endpoints: {image: {port: 9292, path: ""}}          # EndpointMap.image = http://VIP:9292
-    haproxy: [{name: glance_api, port: 9292, backend_port: 19292, check: GET /healthcheck}]
+    haproxy: [{name: glance_api, port: 9292, backend_port: 19292}]
                                     # also mode: tcp, check_port (the check's, else backend_port),
-                                    # backup: true (one server at a time: the others are backups)
+                                    # check: GET /path, backup: true (one server at a time: the
+                                    # others are backups)
+
+A service's health is declared once, as the readiness probe of its Pod (the first container
+that has one; `resources.Pod.properties.value`, an OS::Heat::Value): the agent runs it,
+`overcloud status` shows it as the health_check (`kube.probe_text`), and a frontend without
+a `check` whose check port is the probe's HTTP port checks the probe's path. A template
+whose Pod is computed may still declare health_check and check.
 
 From them the plan derives the resource registry, the images to build, the secrets, the
 databases MariaDB makes, what keystone registers, the endpoint map and haproxy's
@@ -35,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from undercloud.agent import kube
 from undercloud.orchestration.template.source import TemplateError, kind, line_of, parse_yaml, problem
 
 LIBRARY = Path(__file__).resolve().parent  # the templates beside this code
@@ -59,7 +66,8 @@ class Service:
     template: Path | None
     name: str
     step: int | None = None
-    health_check: str = ""
+    health_check: str = ""  # declared, else the readiness probe's (`readiness`) text
+    readiness: dict | None = None  # the Pod's readiness probe, when the template gives it literally
     images: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict)
     databases: list[dict] = field(default_factory=list)
@@ -144,9 +152,10 @@ def read_service(service_type: str, path: Path) -> Service:
     if r.typed(step, ("step",), int, "a number") and step not in STEPS:
         r.bad(("step",), f"deploy steps are {STEPS[0]}..{STEPS[-1]}")
     svc.step = step if isinstance(step, int) else None
+    svc.readiness = _readiness(doc, rd)
     check = rd.get("health_check", "")
     if r.typed(check, ("health_check",), str, "a string"):
-        svc.health_check = check
+        svc.health_check = check or (kube.probe_text(svc.readiness) if svc.readiness else "")
 
     for key in ("images", "secrets", "endpoints"):
         value = rd.get(key, {})
@@ -193,7 +202,10 @@ def read_service(service_type: str, path: Path) -> Service:
     svc.haproxy = r.entries(rd, "haproxy", {"name": (str, True), "port": (int, True), "backend_port": (int, True),
                                             "check": (str, False), "mode": (str, False),
                                             "check_port": (int, False), "backup": (bool, False)})
+    http = (svc.readiness or {}).get("httpGet")
     for i, f in enumerate(svc.haproxy):
+        if "check" not in f and isinstance(http, dict) and http.get("port") == f.get("check_port", f["backend_port"]):
+            f["check"] = f"GET {http.get('path', '/')}"
         if f.get("mode", "http") not in ("http", "tcp"):
             r.bad(("haproxy", i, "mode"), "expected http or tcp")
         if not IDENT.match(f["name"]):
@@ -213,6 +225,23 @@ def read_service(service_type: str, path: Path) -> Service:
     if r.problems:
         raise TemplateError(r.problems)
     return svc
+
+
+def _readiness(doc: Any, rd: dict) -> dict | None:
+    """The readiness probe of the first container that has one in the Pod that role_data.pod
+    names ({get_attr: [R, value]}, R an OS::Heat::Value whose value is written out), else None."""
+    ref = rd.get("pod")
+    ref = ref.get("get_attr") if isinstance(ref, dict) else None
+    if not (isinstance(ref, list) and len(ref) == 2 and ref[1] == "value"):
+        return None
+    res = (doc.get("resources") or {}).get(ref[0]) if isinstance(doc.get("resources"), dict) else None
+    pod = ((res or {}).get("properties") or {}).get("value") if isinstance(res, dict) else None
+    containers = ((pod or {}).get("spec") or {}).get("containers") if isinstance(pod, dict) else None
+    for c in containers if isinstance(containers, list) else []:
+        probe = c.get("readinessProbe") if isinstance(c, dict) else None
+        if isinstance(probe, dict):
+            return probe
+    return None
 
 
 def builtin_registry(library: Path = LIBRARY) -> dict[str, Path]:

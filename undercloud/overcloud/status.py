@@ -9,6 +9,8 @@ with the age of its last report, never an older "healthy" as if it were now.
 
 from __future__ import annotations
 
+from undercloud.agent import kube
+
 RUNNING = ("running", "supervised")  # supervised: a process-mode Pod, its supervisor restarts what exits
 
 
@@ -46,6 +48,11 @@ def health(svc: list, report: dict | None, asked: float | None, now: float) -> s
     return f"failing ({', '.join(stopped)})" if stopped else "healthy"
 
 
+def health_check(svc: list) -> str:
+    """What a service without a declared health_check is checked by: its readiness probes."""
+    return "; ".join(kube.probe_text(spec) for _c, spec in (svc[4:5] or [[]])[0] or [] if isinstance(spec, dict))
+
+
 def targets(outputs: dict, only: str | None = None) -> list[tuple[str, str, str, list]]:
     """(role, node, address, service) for every service of every node (or of node `only`),
     from the stack outputs RoleNodes and RoleServices."""
@@ -68,7 +75,7 @@ def rows(todo: list[tuple[str, str, str, list]], reports: dict[str, dict | None]
         last = max((x.get("last_restart") or {} for x in containers.values()), key=lambda r: r.get("at", ""),
                    default={})
         out.append({"role": role, "node": node, "address": address, "service": svc[0], "step": svc[1],
-                    "health_check": svc[2], "health": health(svc, report, asked, now),
+                    "health_check": svc[2] or health_check(svc), "health": health(svc, report, asked, now),
                     "restarts": sum(int(x.get("restarts") or 0) for x in containers.values()) if seen else None,
                     "image": ",".join(sorted({x.get("image_id") or x.get("image", "") for x in containers.values()})),
                     "config": seen.get("config", ""), "last_restart": last.get("why", "")})
