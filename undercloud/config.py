@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,16 @@ class Home:
         host = re.sub(r"[^A-Za-z0-9.-]", "-", host_name())[:40] or "host"
         return self.made_once("worker.id", f"{host}-{secrets.token_hex(4)}")
 
+    @property
+    def tls_dir(self) -> Path:
+        """The undercloud's CA and the service's certificate (undercloud/tls.py)."""
+        return self.file("tls")
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate clients verify the service with (tls.CA_CERT)."""
+        return self.tls_dir / "ca.pem"
+
     def api_port(self) -> int:
         """The API port: chosen free at the first start, then kept (nodes hold the address)."""
         path = self.file("port")
@@ -109,6 +120,21 @@ class Home:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         return int(self.made_once("port", str(port)))
+
+
+_CONTEXTS: dict[tuple[str, int], ssl.SSLContext] = {}
+
+
+def client_context(ca_file: Path | str) -> ssl.SSLContext | None:
+    """A client's TLS context trusting only the CA in `ca_file` (host names checked), made once
+    per CA file as it is now; None while there is no such file (the service makes it)."""
+    try:
+        key = (str(ca_file), os.stat(ca_file).st_mtime_ns)
+    except FileNotFoundError:
+        return None
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = ssl.create_default_context(cafile=str(ca_file))
+    return _CONTEXTS[key]
 
 
 def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:

@@ -24,9 +24,10 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from undercloud.agent.files import write_atomic
-from undercloud.config import Home, private_file
+from undercloud.config import Home, client_context, private_file
 from undercloud.errors import InvalidInput, ServiceUnavailable, UndercloudError
 
 START_TIMEOUT = 30.0
@@ -42,7 +43,17 @@ class HomeHeld(UndercloudError):
 
 def url(home: Home) -> str | None:
     path = home.file("port")
-    return f"http://127.0.0.1:{path.read_text().strip()}" if path.exists() else None
+    return f"https://127.0.0.1:{path.read_text().strip()}" if path.exists() else None
+
+
+def connection(ca_file: Path, base: str, timeout: float) -> http.client.HTTPSConnection:
+    """A connection to the service at `base` (https://host:port), verifying its certificate
+    against the CA in `ca_file` (a home's); ServiceUnavailable while the service has made none."""
+    context = client_context(ca_file)
+    if context is None:
+        raise ServiceUnavailable(f"the undercloud service has no certificate yet ({ca_file} is missing)")
+    where = urlsplit(base)
+    return http.client.HTTPSConnection(where.hostname, where.port, timeout=timeout, context=context)
 
 
 def pid(home: Home) -> int | None:
@@ -70,12 +81,12 @@ def health(home: Home, timeout: float = 2.0, details: bool = True) -> dict | Non
         return None
     token = home.admin_token()
     challenge = secrets.token_hex(16)
-    proof = _get_health(base, {"X-Undercloud-Challenge": challenge}, timeout)
+    proof = _get_health(home, base, {"X-Undercloud-Challenge": challenge}, timeout)
     if not proof or not hmac.compare_digest(str(proof.get("proof", "")), health_proof(token, challenge)):
         return None
     if not details:
         return proof
-    data = _get_health(base, {"X-Undercloud-Token": token}, timeout)
+    data = _get_health(home, base, {"X-Undercloud-Token": token}, timeout)
     return data if data and data.get("home") == str(home.path) else None
 
 
@@ -84,8 +95,11 @@ def health_proof(token: str, challenge: str) -> str:
     return hmac.new(token.encode(), b"undercloud health " + challenge.encode(), hashlib.sha256).hexdigest()
 
 
-def _get_health(base: str, headers: dict, timeout: float) -> dict | None:
-    conn = http.client.HTTPConnection(base.removeprefix("http://"), timeout=timeout)
+def _get_health(home: Home, base: str, headers: dict, timeout: float) -> dict | None:
+    try:
+        conn = connection(home.ca_file, base, timeout)
+    except ServiceUnavailable:
+        return None
     try:
         conn.request("GET", "/v1/health", headers=headers)
         r = conn.getresponse()
@@ -270,6 +284,7 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
 
     from undercloud.api.app import create_app, run_startup  # the service itself: only here
     from undercloud.api.context import Context
+    from undercloud.api.tls_port import http_protocol
     from undercloud.provisioning.servers.service import local_types
 
     local_types()  # a bad UNDERCLOUD_HYPERVISOR_TYPES is one line, before anything starts
@@ -287,6 +302,7 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
         logging.getLogger("undercloud.service").warning("made private (owner only): %s", ", ".join(fixed))
     ctx = Context(home, db_url, listen=host, hypervisor_only=hypervisor_only)
     _ = ctx.admin_token  # created before any client needs it
+    _ = ctx.tls  # the CA and the certificate: before a client is told where the service is
     port = home.api_port()
     # whole or not at all: the CLI reads them to find this service
     write_atomic(home.file("service.pid"), str(os.getpid()))
@@ -296,11 +312,11 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
     bind = host if host in ("0.0.0.0", "127.0.0.1") else "127.0.0.1"
     if bind != host:
         ctx.listeners.listen(host, guests=False)  # the whole API: where the operator and other workers call
-    logging.getLogger("undercloud.service").info("serving %s on http://%s:%d (pid %d)", home.path, host, port,
-                                                 os.getpid())
+    logging.getLogger("undercloud.service").info("serving %s on https://%s:%d (pid %d; CA %s)", home.path, host,
+                                                 port, os.getpid(), home.ca_file)
     # log_config=None: uvicorn's own warnings go through the handlers above
     config = uvicorn.Config(create_app(ctx), host=bind, port=port, log_level="warning", access_log=False,
-                            log_config=None)
+                            log_config=None, http=http_protocol(ctx.tls))
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None):

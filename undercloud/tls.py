@@ -9,7 +9,8 @@
 - `check_pair`: an operator's own certificate and key (TripleO's SSLCertificate, SSLKey and
   PublicTLSCAFile), checked before they are used: each fault is one line, without key
   material.
-- `client_context`, `expiry`, `fingerprint`: what clients need to trust the CA.
+- `expiry`, `fingerprint`: what clients need to trust the CA (their context:
+  `config.client_context`).
 
 Keys are written with mode 0600 from their creation and every file whole or not at all
 (`agent.files.write_atomic`); the work on one tls directory holds a lock on it, so that two
@@ -24,7 +25,6 @@ import fcntl
 import ipaddress
 import os
 import secrets
-import ssl
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -123,11 +123,6 @@ def check_pair(cert_pem: bytes, key_pem: bytes, *, names: Sequence[str] = (), ca
 def expiry(cert_pem: bytes) -> datetime.datetime:
     """When the certificate ends (UTC): what renewal and a warning compare with."""
     return _load_cert(cert_pem).not_valid_after_utc
-
-
-def client_context(ca_path: Path | str) -> ssl.SSLContext:
-    """A client's TLS context trusting only the CA in `ca_path`, checking host names."""
-    return ssl.create_default_context(cafile=str(ca_path))
 
 
 def fingerprint(cert_pem: bytes) -> str:

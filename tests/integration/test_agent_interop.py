@@ -65,7 +65,10 @@ def test_os_collect_config_apply_and_refresh_against_the_undercloud(uc_home, tmp
     apply = base / "configure.d" / "20-os-apply-config"
     apply.write_text(f"#!/bin/sh\nset -e\nos-apply-config -t {templates} -o {out}\n")
     apply.chmod(0o755)
-    env = dict(os.environ, OS_REFRESH_CONFIG_BASE_DIR=str(base))
+    # the metadata URL is https: os-collect-config (requests) trusts the undercloud's CA as a
+    # node does once it is in its trust store
+    assert cfg["metadata_url"].startswith("https://") and cfg["ca"] == uc_home.ca_file.read_text()
+    env = dict(os.environ, OS_REFRESH_CONFIG_BASE_DIR=str(base), REQUESTS_CA_BUNDLE=str(uc_home.ca_file))
     cmd = ["os-collect-config", "--one-time", "--config-file", "/dev/null",
            "--cachedir", str(tmp_path / "cache"), "--backup-cachedir", str(tmp_path / "cache.bak"),
            "--request-metadata-url", url,
@@ -97,6 +100,7 @@ def test_wrong_token_gets_nothing(uc_home, tmp_path):
     r = subprocess.run(["os-collect-config", "--one-time", "--print", "--config-file", "/dev/null",
                         "--cachedir", str(tmp_path / "c"), "--backup-cachedir", str(tmp_path / "cb"),
                         "--request-metadata-url", cfg["metadata_url"] + "?token=wrong", "request"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, REQUESTS_CA_BUNDLE=str(uc_home.ca_file)))
     assert "8080" not in r.stdout
     assert not Path(tmp_path / "c" / "request.json").exists()

@@ -310,7 +310,7 @@ def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monke
     assert n["properties"]["memory_mb"] == 1024 and not realiser.root.exists()  # the flavor's; no ramdisk
     spec = spec_for(realiser, images, nodes)
     spec.first_boot["url"] = realiser.agent_url(spec)
-    assert spec.first_boot["url"] == "http://10.9.0.1:8999" and listened == ["10.9.0.1"]
+    assert spec.first_boot["url"] == "https://10.9.0.1:8999" and listened == ["10.9.0.1"]
     realiser.create(spec)
     wait_state(nodes, {states.DEPLOY_WAIT}, name="os-node")
     (upload,) = cloud.uploads
@@ -319,7 +319,7 @@ def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monke
     assert srv.status == "RESCUE" and [a for _n, a in cloud.actions][-1] == f"rescue {image}"
     req = deploy_request(realiser, spec)
     assert req["network"] == {"mac": "fa:16:3e:00:00:01", "address": "10.9.0.201", "prefix": 24}
-    assert req["url"] == "http://10.9.0.1:8999"
+    assert req["url"] == "https://10.9.0.1:8999"  # the ramdisk calls back over TLS (the boot files stay plain)
     baremetal.BaremetalRealiser(realiser.env).startup()  # a restarted service serves there again
     # (and the guests' listener the lab's relay leads to)
     assert listened == ["10.9.0.1", baremetal.GUEST_RELAY, "10.9.0.1"]
@@ -485,7 +485,7 @@ def test_a_configured_provisioning_network_serves_the_deploy_instead_of_the_lab(
         entry = realiser.netboot.armed("52:54:00:aa:bb:01")
         req = json.loads(realiser.netboot.request("52:54:00:aa:bb:01", entry["secret"], "198.51.100.10"))
         assert req["network"] == {"mac": "52:54:00:aa:bb:01", "address": "198.51.100.10", "prefix": 24}
-        assert req["url"] == "http://198.51.100.1:8999"
+        assert req["url"] == "https://198.51.100.1:8999"
         assert "http://198.51.100.1:8999/v1/deploy/boot/" in realiser.netboot.script("52:54:00:aa:bb:01",
                                                                                      "198.51.100.10")
         realiser.callback(spec.id, req["token"], True, None)

@@ -13,6 +13,7 @@ from tests.conftest import free_port  # noqa: F401 - the agent tests take it fro
 from undercloud.agent.settings import Settings
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
+from undercloud.api.tls_port import http_protocol
 from undercloud.config import Home
 
 
@@ -30,7 +31,7 @@ class LiveService:
     def start(self) -> LiveService:
         self.ctx = Context(self.home)
         config = uvicorn.Config(create_app(self.ctx), host="127.0.0.1", port=self.port,
-                                log_level="warning", access_log=False)
+                                log_level="warning", access_log=False, http=http_protocol(self.ctx.tls))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -185,7 +185,9 @@ class Service:
         self.url, self.pid = info["url"], info["pid"]
         self.port = int(self.url.rsplit(":", 1)[1])
         self.token = self.home.admin_token()
-        self.http = httpx.Client(base_url=self.url, timeout=30, headers={"X-Undercloud-Token": self.token})
+        self.http = httpx.Client(base_url=self.url, timeout=30, headers={"X-Undercloud-Token": self.token},
+                                 verify=info["ca"])
+        self.bare = httpx.Client(timeout=30, verify=info["ca"])  # no token
 
     def rss(self) -> int:
         """The service's resident memory, in bytes."""
@@ -205,16 +207,16 @@ def svc(tmp_path_factory):
 
 def healthy(svc: Service) -> None:
     t0 = time.monotonic()
-    r = httpx.get(svc.url + "/v1/health", timeout=1.0)
+    r = svc.bare.get(svc.url + "/v1/health", timeout=1.0)
     assert r.status_code == 200 and time.monotonic() - t0 < 1.0
 
 
 def test_health_without_the_token_says_status_and_version_only(svc):
-    r = httpx.get(svc.url + "/v1/health")
+    r = svc.bare.get(svc.url + "/v1/health")
     assert r.status_code == 200 and set(r.json()) == {"status", "version"}
     assert str(svc.home.path) not in r.text
     for bad in NON_ASCII + [b"wrong"]:
-        assert set(httpx.get(svc.url + "/v1/health", headers=[(b"X-Undercloud-Token", bad)]).json()) == \
+        assert set(svc.bare.get(svc.url + "/v1/health", headers=[(b"X-Undercloud-Token", bad)]).json()) == \
             {"status", "version"}
     full = svc.http.get("/v1/health").json()
     assert full["home"] == str(svc.home.path) and full["pid"] == svc.pid
@@ -230,8 +232,8 @@ def test_health_without_the_token_says_status_and_version_only(svc):
 
 def test_the_schema_and_docs_need_the_token(svc):
     for path in ("/openapi.json", "/docs", "/redoc"):
-        one_line(httpx.get(svc.url + path), (401,))
-        one_line(httpx.get(svc.url + path, headers=[(b"X-Undercloud-Token", b"\xff")]), (401,))
+        one_line(svc.bare.get(svc.url + path), (401,))
+        one_line(svc.bare.get(svc.url + path, headers=[(b"X-Undercloud-Token", b"\xff")]), (401,))
         assert svc.http.get(path).status_code == 200
 
 
@@ -276,7 +278,7 @@ def test_an_admin_route_without_the_token_is_refused_before_its_body_is_read(svc
     print(f"30 MB without a token ({'chunked' if chunked else 'content-length'}): the socket took {sent >> 10} KiB, "
           f"the service grew by {(after - before) >> 10} KiB")
     # a small body without the token: the answer arrives whole, then the connection closes
-    r = httpx.post(svc.url + "/v1/stacks", content=b'{"name": "x"}', headers={"Content-Type": "application/json"})
+    r = svc.bare.post(svc.url + "/v1/stacks", content=b'{"name": "x"}', headers={"Content-Type": "application/json"})
     assert one_line(r, (401,))["error"] == "missing or wrong admin token"
     assert r.headers["connection"] == "close"
 
@@ -302,11 +304,11 @@ def test_tokens_with_non_ascii_bytes_are_wrong_tokens_never_a_500(svc):
         ]:
             body = json.dumps({"ok": True} if "callback" in path else {}).encode()
             for token in (bad, b"wrong"):
-                r = httpx.request(method, svc.url + path, content=body,
+                r = svc.bare.request(method, svc.url + path, content=body,
                                   headers=[(header, token), (b"Content-Type", b"application/json")])
                 one_line(r, (wrong,))
         # the same as a query parameter, percent-encoded
-        one_line(httpx.get(svc.url + "/v1/agent/servers/srv-x/metadata?token=%FF%FE"), (401,))
+        one_line(svc.bare.get(svc.url + "/v1/agent/servers/srv-x/metadata?token=%FF%FE"), (401,))
     assert svc.http.get(f"/v1/stacks/{stack}/resources/handle").status_code == 200  # the resource exists
     healthy(svc)
 

@@ -68,6 +68,6 @@ def test_client_talks_to_the_service_and_maps_its_errors(uc_home):
         client.request("HEAD", "/v1/images/blobs/" + "0" * 64)
     with client.stream("GET", "/v1/health") as r:
         assert r.status == 200 and json.loads(r.read())["home"] == str(uc_home.path)
-    client.host = "127.0.0.1:1"  # nothing listens there
+    client.base_url = "https://127.0.0.1:1"  # nothing listens there
     with pytest.raises(ServiceUnavailable, match="undercloud service at .*refused"):
         client.get("/v1/stacks")

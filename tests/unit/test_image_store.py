@@ -149,10 +149,11 @@ def test_missing_content_shows_as_missing(images):
 
 
 # ---- through the service -------------------------------------------------------------
-def service(uc_home) -> tuple[str, dict]:
+def service(uc_home) -> tuple[str, dict, httpx.Client]:
+    """The service's URL (https), the admin headers and a client trusting the home's CA."""
     info = json.loads(run_cli("service", "start", "-f", "json").stdout)
     token = (uc_home.path / "admin.token").read_text().strip()
-    return info["url"], {"X-Undercloud-Token": token}
+    return info["url"], {"X-Undercloud-Token": token}, httpx.Client(verify=info["ca"], timeout=30)
 
 
 def test_cli_upload_list_show_download_delete(uc_home, tmp_path):
@@ -189,9 +190,9 @@ def test_download_resumes_with_range_and_verifies(uc_home, tmp_path):
     f = tmp_path / "x.raw"
     f.write_bytes(data)
     img = json.loads(run_cli("image", "upload", str(f), "--name", "x", "-f", "json").stdout)
-    url, _ = service(uc_home)
+    url, _, api = service(uc_home)
     # served without the admin token, by id; Range gives the rest; the sha256 rides along
-    r = httpx.get(f"{url}/v1/images/{img['id']}/file", headers={"Range": "bytes=1000-"})
+    r = api.get(f"{url}/v1/images/{img['id']}/file", headers={"Range": "bytes=1000-"})
     assert r.status_code == 206 and r.content == data[1000:]
     assert r.headers["x-image-sha256"] == img["checksum"]
     out = tmp_path / "out.raw"
@@ -207,26 +208,26 @@ def test_download_resumes_with_range_and_verifies(uc_home, tmp_path):
 
 
 def test_truncated_or_corrupt_upload_over_http_registers_nothing(uc_home):
-    url, admin = service(uc_home)
+    url, admin, api = service(uc_home)
     data = os.urandom(500_000)
     sha = hashlib.sha256(data).hexdigest()
-    r = httpx.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=data[:400_000],
+    r = api.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=data[:400_000],
                   headers=admin)
     assert r.status_code == 400 and "truncated" in r.json()["error"]
     bad = bytearray(data)
     bad[0] ^= 0xFF
-    r = httpx.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=bytes(bad), headers=admin)
+    r = api.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=bytes(bad), headers=admin)
     assert r.status_code == 400 and "corrupt" in r.json()["error"]
-    r = httpx.post(f"{url}/v1/images", json={"name": "t", "disk_format": "raw", "sha256": sha}, headers=admin)
+    r = api.post(f"{url}/v1/images", json={"name": "t", "disk_format": "raw", "sha256": sha}, headers=admin)
     assert r.status_code == 404
-    assert httpx.get(f"{url}/v1/images", headers=admin).json() == []
+    assert api.get(f"{url}/v1/images", headers=admin).json() == []
     assert os.listdir(uc_home.path / "images" / "blobs") == []
     assert os.listdir(uc_home.path / "images" / "tmp") == []
     # admin routes need the token; downloads of unknown ids are 404
-    assert httpx.get(f"{url}/v1/images").status_code == 401
-    assert httpx.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=data).status_code == 401
+    assert api.get(f"{url}/v1/images").status_code == 401
+    assert api.put(f"{url}/v1/images/blobs/{sha}", params={"size": len(data)}, content=data).status_code == 401
     assert os.listdir(uc_home.path / "images" / "blobs") == []
-    assert httpx.get(f"{url}/v1/images/nope/file").status_code == 404
+    assert api.get(f"{url}/v1/images/nope/file").status_code == 404
 
 
 def test_cli_bad_input_is_one_line(uc_home, tmp_path):

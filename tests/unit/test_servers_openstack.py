@@ -29,7 +29,8 @@ from undercloud.store.servers import Server
 class UC:
     def __init__(self, tmp_path):
         self.ctx = Context(Home(tmp_path / "home"))
-        env = Env(home=self.ctx.home, api_port=8, images=self.ctx.images, clouds=self.ctx.clouds)
+        env = Env(home=self.ctx.home, api_port=8, images=self.ctx.images, clouds=self.ctx.clouds,
+                  ca=lambda: "-----BEGIN CERTIFICATE-----\nthe undercloud's CA\n")
         self.cloud = FakeCloud()
         self.realiser = OpenStackRealiser(env, "lab")
         self.servers = ServersService(self.ctx.store, env, realisers={"openstack:lab": self.realiser})
@@ -65,7 +66,8 @@ def test_a_server_of_the_cloud_from_create_to_delete(uc):
     agent = json.loads(base64.b64decode(nova.user_data))["undercloud"]
     assert (agent["server_id"], agent["token"], agent["hostname"], agent["user_data"]) == (
         "s1", "tok-s1", "inner-0", "#!/bin/sh\n")
-    assert agent["url"] == "http://127.0.0.1:8"  # this host's address on its route to the cloud's auth host
+    assert agent["url"] == "https://127.0.0.1:8"  # this host's address on its route to the cloud's auth host
+    assert agent["ca"] == "-----BEGIN CERTIFICATE-----\nthe undercloud's CA\n"  # what the agent verifies it with
     (upload,) = uc.cloud.uploads
     assert upload == {"name": f"overcloud-full-{uc.sha[:12]}", "file": str(uc.ctx.images.blob_path(uc.sha)),
                       "disk_format": "qcow2", "undercloud_sha256": uc.sha, "os_shutdown_timeout": "20",

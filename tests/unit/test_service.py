@@ -22,12 +22,15 @@ def test_start_status_stop(uc_home):
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["home"] == str(uc_home.path)
-    assert info["url"].startswith("http://127.0.0.1:")
+    assert info["url"].startswith("https://127.0.0.1:")
     port = (uc_home.path / "port").read_text()
+    # the CA the URL is verified with: the home's, its key private
+    assert info["ca"] == str(uc_home.ca_file) and (uc_home.tls_dir / "ca.key").stat().st_mode & 0o077 == 0
 
     r = run_cli("service", "status", "-f", "json")
     status = json.loads(r.stdout)
     assert status["pid"] == info["pid"] and status["status"] == "running"
+    assert (status["url"], status["ca"]) == (info["url"], info["ca"])
     # the store as given (a plain postgresql:// URL when the run tests PostgreSQL)
     assert status["store"] == os.environ.get("UNDERCLOUD_DB", f"sqlite:///{uc_home.path / 'undercloud.db'}")
 
@@ -47,7 +50,8 @@ def test_admin_token_is_private_and_required(uc_home):
     info = json.loads(run_cli("service", "start", "-f", "json").stdout)
     token = uc_home.path / "admin.token"
     assert token.stat().st_mode & 0o077 == 0
-    assert httpx.get(info["url"] + "/v1/health").status_code == 200
+    assert info["url"].startswith("https://") and info["ca"] == str(uc_home.ca_file)
+    assert httpx.get(info["url"] + "/v1/health", verify=info["ca"]).status_code == 200
 
 
 def test_bad_db_url_is_one_line(uc_home):

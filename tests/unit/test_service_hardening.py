@@ -37,13 +37,13 @@ def healthy(url: str, home: Home | None = None) -> dict:
     """The service answers within a second; with `home`, its admin token: the details."""
     t0 = time.monotonic()
     headers = {"X-Undercloud-Token": home.admin_token()} if home else {}
-    r = httpx.get(url + "/v1/health", timeout=1.0, headers=headers)
+    r = httpx.get(url + "/v1/health", timeout=1.0, headers=headers, verify=str(Home.current().ca_file))
     assert r.status_code == 200 and time.monotonic() - t0 < 1.0
     return r.json()
 
 
 def client(home: Home, url: str) -> httpx.Client:
-    return httpx.Client(base_url=url, timeout=60,
+    return httpx.Client(base_url=url, timeout=60, verify=str(home.ca_file),
                         headers={"X-Undercloud-Token": home.file("admin.token").read_text().strip()})
 
 

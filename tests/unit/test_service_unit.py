@@ -99,7 +99,7 @@ def test_serve_logs_to_stderr_and_to_the_homes_log(tmp_path):
         proc.terminate()
         stderr = proc.communicate(timeout=30)[1]
     line = next(x for x in log.read_text().splitlines() if "serving" in x)
-    assert f"serving {home} on http://127.0.0.1:" in line
+    assert f"serving {home} on https://127.0.0.1:" in line
     assert line in stderr.splitlines()
 
 

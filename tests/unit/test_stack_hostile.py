@@ -23,12 +23,12 @@ class Api:
         assert r.returncode == 0, r.stderr
         self.url = json.loads(r.stdout)["url"]
         self.home = home
-        self.http = httpx.Client(base_url=self.url, timeout=30,
+        self.http = httpx.Client(base_url=self.url, timeout=30, verify=str(home.ca_file),
                                  headers={"X-Undercloud-Token": (home.path / "admin.token").read_text().strip()})
 
     def healthy(self) -> None:
         t = time.monotonic()
-        r = httpx.get(self.url + "/v1/health", timeout=1.0)
+        r = httpx.get(self.url + "/v1/health", timeout=1.0, verify=str(self.home.ca_file))
         assert r.status_code == 200 and time.monotonic() - t < 1.0
 
     def create(self, name: str, template: str, parameters: dict | None = None, files: dict | None = None):

@@ -365,6 +365,15 @@ def write_config_drive(iso: Path, device: str) -> int:
 
 
 # ---- calling back ------------------------------------------------------------------
+def trust(req: dict, where: Path = Path("/run/undercloud-ca.pem")) -> None:
+    """The undercloud's CA from the request (`ca`, PEM): its https URL (call-back, image
+    download) is verified against it alone (files.undercloud_tls)."""
+    if req.get("ca"):
+        files.write_atomic(where, req["ca"], 0o644)
+        os.environ["UNDERCLOUD_CA_FILE"] = str(where)
+
+
+
 def call_back(req: dict, ok: bool, error: str | None = None, attempts: int = 10,
               inventory: dict | None = None) -> None:
     body = json.dumps({"ok": ok, "error": error, **({"inventory": inventory} if inventory else {})}).encode()
@@ -373,7 +382,7 @@ def call_back(req: dict, ok: bool, error: str | None = None, attempts: int = 10,
         r = urllib.request.Request(url, data=body, method="POST", headers={
             "Content-Type": "application/json", "X-Deploy-Token": req["token"]})
         try:
-            with urllib.request.urlopen(r, timeout=30):
+            with urllib.request.urlopen(r, timeout=30, context=files.undercloud_tls(url)):
                 say("called back: " + ("done" if ok else "failed"))
                 return
         except urllib.error.HTTPError as exc:
@@ -558,6 +567,7 @@ def ramdisk() -> int:
     if found is None:
         return 0  # booted without a request: the agent loop follows
     req, config_drive = found
+    trust(req)
     if req.get("mode") == "inspect":
         say(f"inspecting node {req.get('node')}")
         try:

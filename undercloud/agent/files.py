@@ -198,6 +198,17 @@ class Verified:
         self.discard()
 
 
+def undercloud_tls(url: str):
+    """The TLS context for an https URL of the undercloud from a hook: its CA alone
+    (UNDERCLOUD_CA_FILE, the agent's copy), else the system's trust (None)."""
+    ca = os.environ.get("UNDERCLOUD_CA_FILE")
+    if not (ca and url.startswith("https:")):
+        return None
+    import ssl
+
+    return ssl.create_default_context(cafile=ca)
+
+
 def download(url: str, dest: Path, sha256: str | None = None, size: int | None = None, *,
              attempts: int = 1, timeout: float = 60, mode: int = 0o644, resume: bool = False,
              durable: bool = True, sha256_header: str = "X-Image-Sha256", say=None) -> Path:
@@ -223,7 +234,7 @@ def download(url: str, dest: Path, sha256: str | None = None, size: int | None =
             if w is not None and w.got:
                 req.add_header("Range", f"bytes={w.got}-")
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                with urllib.request.urlopen(req, timeout=timeout, context=undercloud_tls(url)) as resp:
                     if w is None:
                         want = resp.headers.get(sha256_header, "")
                         if not want:

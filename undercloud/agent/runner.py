@@ -80,11 +80,16 @@ class Agent:
         self.s = settings
         self.log = log or Log()
         self.log.secret(settings.token)
-        self.uc = Undercloud(settings.url, settings.server_id, settings.token, settings.request_timeout)
+        self.uc = Undercloud(settings.url, settings.server_id, settings.token, settings.request_timeout,
+                             ca=settings.ca)
         self.state = settings.state_dir
         self.journal = self.state / "deployments"
         self.journal.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o700)
+        # the CA as a file, for the hooks' own calls to the undercloud (UNDERCLOUD_CA_FILE)
+        self.ca_file = self.state / "undercloud-ca.pem"
+        if settings.ca and (not self.ca_file.exists() or self.ca_file.read_text() != settings.ca):
+            files.write_atomic(self.ca_file, settings.ca, 0o644)
         self.failures = 0  # consecutive collect failures, for backoff
         self.cuts = 0  # long-polls in a row not held or cut while held
         self.probe = False  # the last long-poll was cut: this round polls plainly, to tell why
@@ -131,7 +136,8 @@ class Agent:
         return dict(os.environ, UNDERCLOUD_AGENT_STATE=str(self.state),
                     UNDERCLOUD_AGENT_OUTPUT_ROOT=str(self.s.output_root),
                     OS_CONFIG_APPLIER_TEMPLATES=str(self.s.templates),
-                    UNDERCLOUD_URL=self.s.url, UNDERCLOUD_SERVER_ID=self.s.server_id)
+                    UNDERCLOUD_URL=self.s.url, UNDERCLOUD_SERVER_ID=self.s.server_id,
+                    **({"UNDERCLOUD_CA_FILE": str(self.ca_file)} if self.s.ca else {}))
 
     def apply(self, metadata: dict) -> str | None:
         """Render templates and run the refresh phases when the merged metadata changed.

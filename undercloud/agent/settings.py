@@ -1,8 +1,9 @@
 """The agent's configuration: a JSON file (first-boot data or written by the operator).
 
-{"url": "http://192.0.2.1:8787", "server_id": "...", "token": "...",
- "state_dir": "/var/lib/undercloud-agent", ...}; every key below has a default except
-url, server_id and token.
+{"url": "https://192.0.2.1:8787", "server_id": "...", "token": "...", "ca": "-----BEGIN
+CERTIFICATE-----...", "state_dir": "/var/lib/undercloud-agent", ...}; every key below has a
+default except url, server_id and token. `ca`: the undercloud's CA certificate (PEM), which
+an https `url` is verified with (an agent configured before TLS has an http:// url and none).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Settings:
     url: str
     server_id: str
     token: str
+    ca: str = ""                    # the undercloud's CA (PEM): an https url is verified with it
     state_dir: Path = DEFAULT_STATE
     templates: Path = Path("/usr/libexec/os-apply-config/templates")
     output_root: Path = Path("/")

@@ -1,14 +1,23 @@
 """HTTP to the undercloud (urllib): fetch this server's metadata, send signals.
 
-The per-server token goes in the X-Server-Token header (never in a URL we log).
+The per-server token goes in the X-Server-Token header (never in a URL we log). An https
+URL is verified against the undercloud's CA only (`ca`, PEM), never the system's: a
+certificate another CA signed, for whatever name, is refused.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+
+
+def context(ca: str) -> ssl.SSLContext | None:
+    """A TLS context trusting the undercloud's CA (PEM) alone, host names checked; None
+    without one (an http:// undercloud)."""
+    return ssl.create_default_context(cadata=ca) if ca else None
 
 
 class Unreachable(Exception):
@@ -31,11 +40,12 @@ class Fetched:
 
 
 class Undercloud:
-    def __init__(self, url: str, server_id: str, token: str, timeout: float = 10.0):
+    def __init__(self, url: str, server_id: str, token: str, timeout: float = 10.0, ca: str = ""):
         self.base = url.rstrip("/")
         self.server_id = server_id
         self.token = token
         self.timeout = timeout
+        self.context = context(ca)
 
     @property
     def metadata_url(self) -> str:
@@ -47,7 +57,7 @@ class Undercloud:
     def _open(self, req: urllib.request.Request, timeout: float):
         req.add_header("X-Server-Token", self.token)
         try:
-            return urllib.request.urlopen(req, timeout=timeout)
+            return urllib.request.urlopen(req, timeout=timeout, context=self.context)
         except urllib.error.HTTPError as exc:
             if exc.code == 304:
                 return exc

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import threading
 from functools import cached_property
+from urllib.parse import urlsplit
 
-from undercloud.config import Home
+from undercloud.config import Home, host_name
 from undercloud.errors import UndercloudError
 from undercloud.host.run import route_source
 from undercloud.store import Store
@@ -44,7 +45,7 @@ class Context:
         """Per-server metadata documents and tokens for the agents (cached in memory)."""
         from undercloud.orchestration.server_metadata import ServerMetadata
 
-        return ServerMetadata(self.store, lambda: self.api_url)
+        return ServerMetadata(self.store, lambda: self.agent_url, lambda: self.tls.ca_pem)
 
     @cached_property
     def stacks(self):
@@ -86,6 +87,23 @@ class Context:
         elif address == "localhost":
             address = "127.0.0.1"
         return f"http://{address}:{self._api_port}"
+
+    @property
+    def agent_url(self) -> str:
+        """Where agents reach this service: `api_url` over TLS (UNDERCLOUD_AGENT_URL as given)."""
+        url = self.api_url
+        return url if os.environ.get("UNDERCLOUD_AGENT_URL") else "https://" + url.removeprefix("http://")
+
+    @cached_property
+    def tls(self):
+        """The service's certificate (api/tls_port.py), for loopback, this host's name and
+        the address nodes and workers are given; realisers add theirs (`serve_name`)."""
+        from undercloud.api.tls_port import ServerTLS
+
+        names = {"127.0.0.1", "localhost", host_name(), urlsplit(self.api_url).hostname or "127.0.0.1"}
+        if self.listen not in ("0.0.0.0", ""):
+            names.add(self.listen)
+        return ServerTLS(self.home.tls_dir, sorted(names))
 
     @cached_property
     def _api_port(self) -> int:
@@ -144,6 +162,7 @@ class Context:
         from undercloud.provisioning.servers.service import ServersService
 
         env = Env(home=self.home, api_port=self.home.api_port(), listen=self.listeners.listen,
+                  tls_name=self.tls.serve_name, ca=lambda: self.tls.ca_pem,
                   nodes=self.nodes, scheduler=self.scheduler, images=self.images, clouds=self.clouds,
                   addresses=self.addresses, lab_networks=self.lab_networks, endpoint=self.endpoint,
                   hosts_up=self.workers.live_hosts, workers_on=self.workers.live_on,

@@ -52,10 +52,12 @@ class Listeners:
             if self.ctx.listen in EVERY:  # served on every address already, present or not
                 if guests and host != urlsplit(self.ctx.api_url).hostname:
                     self._guests.add(host)
+                self.ctx.tls.serve_name(host)
                 return
             import uvicorn
 
             from undercloud.api.app import create_app
+            from undercloud.api.tls_port import http_protocol
 
             port = self.ctx.home.api_port()
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -67,7 +69,9 @@ class Listeners:
                 sock.close()
                 raise InvalidInput(f"cannot serve the API on {host}:{port}: {exc.strerror}", "listen") from None
             sock.listen(256)
-            server = uvicorn.Server(uvicorn.Config(create_app(self.ctx), log_level="warning", access_log=False))
+            self.ctx.tls.serve_name(host)
+            server = uvicorn.Server(uvicorn.Config(create_app(self.ctx), log_level="warning", access_log=False,
+                                                   http=http_protocol(self.ctx.tls)))
             threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                              name=f"api-{host}").start()
             self._servers[host] = server

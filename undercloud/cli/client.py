@@ -40,7 +40,7 @@ class Client:
             if started:
                 note(f"undercloud: started the service in the background (pid {h['pid']}, {daemon.url(self.home)})")
         self.base_url = daemon.url(self.home)
-        self.host = self.base_url.removeprefix("http://")
+        self.ca_file = self.home.ca_file  # the service's CA: this home's, whatever `home` becomes
         self.token = self.home.admin_token()
         self.timeout = timeout
 
@@ -70,7 +70,7 @@ class Client:
     def stream(self, method: str, path: str, *, body: Any = None,
                headers: Mapping[str, str] | None = None) -> Iterator[http.client.HTTPResponse]:
         """The response with its body unread (read it in chunks), the connection closed after."""
-        conn = http.client.HTTPConnection(self.host, timeout=self.timeout)
+        conn = daemon.connection(self.ca_file, self.base_url, self.timeout)
         try:
             self.io(lambda: conn.request(method, path, body=body,
                                             headers={"X-Undercloud-Token": self.token, **(headers or {})}))

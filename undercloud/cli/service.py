@@ -38,7 +38,8 @@ def start(db: str | None):
     home = Home.current()
     h, started = daemon.start(home, db)
     note("started" if started else "already running")
-    return {"pid": h["pid"], "url": daemon.url(home), "store": h["store"], "home": h["home"]}
+    return {"pid": h["pid"], "url": daemon.url(home), "ca": str(home.ca_file), "store": h["store"],
+            "home": h["home"]}
 
 
 @service.command()
@@ -51,15 +52,17 @@ def stop():
 @service.command()
 @formatted()
 def status():
-    """Show whether the service runs: pid, API URL, store. Exit 3 when it does not run."""
+    """Show whether the service runs: pid, API URL (https), the CA certificate that URL is
+    verified with (for curl --cacert, httpx verify=, the agents), store. Exit 3 when it does
+    not run."""
     home = Home.current()
     h = daemon.health(home)
     if not h:
         held = daemon.serving(home)
         note(f"running (pid {held}) but not answering; see {home.file('service.log')}" if held else "not running")
         raise SystemExit(3)
-    return {"status": "running", "pid": h["pid"], "url": daemon.url(home), "store": h["store"],
-            "home": h["home"], "uptime_s": h["uptime"], "version": h["version"]}
+    return {"status": "running", "pid": h["pid"], "url": daemon.url(home), "ca": str(home.ca_file),
+            "store": h["store"], "home": h["home"], "uptime_s": h["uptime"], "version": h["version"]}
 
 
 @service.command()

@@ -84,10 +84,12 @@ class _Server:
 
 
 class ServerMetadata:
-    def __init__(self, store: Store, url: Callable[[], str]):
+    def __init__(self, store: Store, url: Callable[[], str], ca: Callable[[], str] = lambda: ""):
+        """`url`: where agents reach the service (https), `ca`: the CA it is verified with (PEM)."""
         self.store = store
         self._writes = GroupCommit(store.engine)  # deployments published and signals stored
         self._url = url
+        self._ca = ca
         self._lock = threading.RLock()  # the maps and their rows; held across store writes
         # the held long-polls alone, never across a store write: the event loop takes it
         self._waiters_lock = threading.Lock()
@@ -249,7 +251,7 @@ class ServerMetadata:
     def agent_config(self, server_id: str, token: str) -> dict:
         """The agent's configuration file content (see agent/settings.py)."""
         srv = self._get(server_id)
-        return {"url": self.url(), "server_id": server_id, "token": token, "name": srv.name,
+        return {"url": self.url(), "ca": self._ca(), "server_id": server_id, "token": token, "name": srv.name,
                 "metadata_url": f"{self.url()}/v1/agent/servers/{server_id}/metadata"}
 
     def set_extra(self, server_id: str, extra: dict) -> None:

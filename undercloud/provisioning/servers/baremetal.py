@@ -161,7 +161,7 @@ class BaremetalRealiser(Realiser):
             serve_api(net.netns, net.address, self.env.api_port)
         else:
             self.env.listen(net.address)
-        return f"http://{net.address}:{self.env.api_port}"
+        return self.env.agent_url(net.address)
 
     def _addresses(self, net: network.ProvisioningNetwork, inspection: bool = False) -> Addresses:
         return Addresses(self.env.home, net.address, self.env.addresses,
@@ -174,7 +174,7 @@ class BaremetalRealiser(Realiser):
         net = self._driver_network(spec.node["uuid"]) if spec.node else None
         if net:  # a node elsewhere (a cloud's server): its ramdisk and agent call this host's address there
             self.env.listen(net["undercloud"])
-            return f"http://{net['undercloud']}:{self.env.api_port}"
+            return self.env.agent_url(net["undercloud"])
         return self._serve_api(self.network())
 
     def startup(self) -> None:
@@ -239,7 +239,8 @@ class BaremetalRealiser(Realiser):
                                     "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac,
                                     **({"listen": net["undercloud"]} if net else {})})
         request = {
-            "url": url, "server_id": spec.id, "token": token, "node": label,
+            "url": url, "ca": spec.first_boot.get("ca") or self.env.ca(), "server_id": spec.id, "token": token,
+            "node": label,
             "image": {k: spec.image.get(k) for k in ("id", "name", "checksum", "size", "disk_format")},
             "root_device": (node.get("properties") or {}).get("root_device") or {},
             "network": {"mac": mac, "address": address, "prefix": prefix},
@@ -391,7 +392,7 @@ class BaremetalRealiser(Realiser):
         mac = node.macs[0] if node.macs else None
         self._save_record(ident, {"node_id": node.id, "token_sha256": _sha(token), "mode": "inspect",
                                   "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac})
-        request = {"mode": "inspect", "url": f"http://{gateway}:{self.env.api_port}", "server_id": ident,
+        request = {"mode": "inspect", "url": self.env.agent_url(gateway), "ca": self.env.ca(), "server_id": ident,
                    "token": token, "node": node.label,
                    "network": {"mac": mac, "address": address, "prefix": prov.prefix}}
         _set_boot_mode(driver, node)

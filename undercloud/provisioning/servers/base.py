@@ -80,6 +80,9 @@ class Env:
     # Ask the undercloud to also serve its API on `host` (same port), for guests on a
     # network that cannot reach loopback. Idempotent; survives restarts when called again.
     listen: Callable[[str], None] = lambda host: None
+    # The service's certificate covers `host` too (agent_url), and its CA (PEM) for nodes.
+    tls_name: Callable[[str], None] = lambda host: None
+    ca: Callable[[], str] = lambda: ""
     nodes: Any = None              # provisioning.nodes.NodeService (bare metal)
     scheduler: Any = None          # provisioning.scheduler.Scheduler (bare metal)
     images: Any = None             # images.store.ImageStore (image content by checksum)
@@ -97,6 +100,11 @@ class Env:
     # A server being deleted: refuse its agent's token from now on, before any teardown (the
     # service's ServerMetadata.revoke; its records go when the server is gone).
     revoke_agent: Callable[[str], None] = lambda server_id: None
+
+    def agent_url(self, address: str) -> str:
+        """The API as a node reaches it at `address` (over TLS, the certificate covering it)."""
+        self.tls_name(address)
+        return f"https://{address}:{self.api_port}"
 
 
 @dataclass
@@ -158,7 +166,7 @@ class Realiser:
 
     def agent_url(self, spec: Spec) -> str:
         """The undercloud URL as the server's agent reaches it (stable across restarts)."""
-        return f"http://127.0.0.1:{self.env.api_port}"
+        return self.env.agent_url("127.0.0.1")
 
     def create(self, spec: Spec) -> None:
         raise NotImplementedError

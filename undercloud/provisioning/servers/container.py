@@ -310,7 +310,7 @@ class ContainerRealiser(Realiser):
     def agent_url(self, spec: Spec) -> str:
         with self._lock:
             info = self._network()
-        return f"http://{info.get('address', info['gateway'])}:{self.env.api_port}"
+        return self.env.agent_url(info.get("address", info["gateway"]))
 
     def network_info(self) -> dict:
         with self._lock:

@@ -131,7 +131,7 @@ class OpenStackRealiser(Realiser):
         except UndercloudError as exc:
             raise RealiserError(exc.message) from None
         self.env.listen(source)
-        return f"http://{source}:{self.env.api_port}"
+        return self.env.agent_url(source)
 
     def startup(self) -> None:
         self.agent_url(None)  # serve the API again where this cloud's servers reach it

@@ -504,6 +504,7 @@ class ServersService:
         os.chmod(d.parent, 0o700)
         # where its agent reaches the undercloud (the network made if missing): a failure is its fault
         spec.first_boot["url"] = self._call(spec.id, realiser.agent_url, spec, "spawning")
+        spec.first_boot["ca"] = self.env.ca()  # what the agent verifies that URL with
         data = dict(spec.first_boot, hostname=spec.name, server_id=spec.id, networks=spec.networks)
         write_atomic(d / "config.json", json.dumps(data, indent=2, sort_keys=True))
         # user data also as a file of its own (NoCloud's name), executable when it is a script

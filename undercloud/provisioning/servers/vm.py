@@ -105,7 +105,7 @@ class VMRealiser(Realiser):
         ns, _bridge, gateway = self._network()
         self.env.listen(GUEST_RELAY)  # what the relay leads to: guests' routes only
         serve_api(ns, gateway, self.env.api_port)
-        return f"http://{gateway}:{self.env.api_port}"
+        return self.env.agent_url(gateway)
 
     def startup(self) -> None:
         """Servers of this type exist: serve the API on the lab network again."""
