@@ -2,9 +2,11 @@
 
 The service runs as `undercloud serve` in its own UNDERCLOUD_HOME; a stack gives N
 OS::Heat::DeployedServer (a ResourceGroup) one software deployment each (a
-SoftwareDeploymentGroup). The simulated agents speak the agent's protocol over real HTTP
-(a new connection per request, as the agent's urllib does): GET own metadata with
-X-Server-Token and If-None-Match, and POST a signal for each new deployment.
+SoftwareDeploymentGroup). The simulated agents speak the agent's protocol over real HTTPS,
+verified by the undercloud's CA (a new connection per request, as the agent's urllib does):
+GET own metadata with X-Server-Token and If-None-Match, and POST a signal for each new
+deployment. The steady state and the capacity are measured with TLS and without (plain
+HTTP on the same port, as agents configured before TLS): the cost of TLS per poll.
 
 Prints: set-up time; steady state at the target rate (polls/s achieved, share of 304s,
 server CPU time per poll and per agent per second, latency); closed-loop capacity (polls/s
@@ -24,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
@@ -65,15 +68,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Agent:
-    def __init__(self, cfg: dict, host: str, port: int):
+    def __init__(self, cfg: dict, host: str, port: int, tls=None):
         self.id, self.token = cfg["server_id"], cfg["token"]
         self.host, self.port = host, port
+        self.tls = tls  # an SSLContext trusting the undercloud's CA, None: plain HTTP
         self.etag: str | None = None
         self.done: set[str] = set()
         self.applied_at: float | None = None  # when the latest change was applied
 
     async def http(self, method: str, path: str, headers: dict, body: bytes = b"") -> tuple[int, dict, bytes]:
-        reader, writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self.tls)
         try:
             head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nConnection: close\r\n"
             head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -227,7 +231,8 @@ def main() -> int:
             configs = list((home / "agents").glob("*.json"))
             time.sleep(0.2)
         configs = [json.loads(p.read_text()) for p in configs]
-        agents = [Agent(c, "127.0.0.1", port) for c in configs]
+        tls = ssl.create_default_context(cafile=str(Home(home).ca_file))
+        agents = [Agent(c, "127.0.0.1", port, tls) for c in configs]
         print(f"set-up: {args.agents} DeployedServers (agent configs written) "
               f"{time.monotonic() - t0:.1f} s after the create request", flush=True)
 
@@ -242,16 +247,20 @@ def main() -> int:
         print(f"first contact: {len(agents)} agents fetched + signalled, stack CREATE_COMPLETE "
               f"{time.monotonic() - t0:.1f} s after the create request", flush=True)
 
-        stats = new_stats()
-        c0 = cpu_seconds(pid)
-        elapsed = asyncio.run(paced(agents, args.rate, args.seconds, stats))  # nothing changes
-        report(f"steady state at {args.rate:.0f} polls/s offered", stats, elapsed, cpu_seconds(pid) - c0, len(agents))
+        for how, context in (("TLS", tls), ("plain HTTP", None), ("TLS", tls)):  # TLS twice: warmed alike
+            for a in agents:
+                a.tls = context
+            stats = new_stats()
+            c0 = cpu_seconds(pid)
+            elapsed = asyncio.run(paced(agents, args.rate, args.seconds, stats))  # nothing changes
+            report(f"steady state at {args.rate:.0f} polls/s offered, {how}", stats, elapsed,
+                   cpu_seconds(pid) - c0, len(agents))
 
-        stats = new_stats()
-        c0 = cpu_seconds(pid)
-        elapsed = asyncio.run(closed_loop(agents, args.concurrency, args.seconds / 2, stats))
-        report(f"capacity (closed loop, {args.concurrency} concurrent, nothing changed)", stats, elapsed,
-               cpu_seconds(pid) - c0)
+            stats = new_stats()
+            c0 = cpu_seconds(pid)
+            elapsed = asyncio.run(closed_loop(agents, args.concurrency, args.seconds / 2, stats))
+            report(f"capacity (closed loop, {args.concurrency} concurrent, nothing changed), {how}", stats,
+                   elapsed, cpu_seconds(pid) - c0)
 
         # A config change: the agents keep polling at the target rate.
         for a in agents:

@@ -3,7 +3,9 @@
     python bench/cli_bench.py [--counts 1000,10000,20000] [--heat PYTHON]
 
 1. Cold start of the CLI (a new process each time, best of 5): `undercloud --help`, and
-   `undercloud stack list` / `server list` against an idle service.
+   `undercloud stack list` / `server list` against an idle service; then what TLS costs a
+   command: one request on a new connection as the CLI makes it (https, verified by the
+   home's CA) against the same request in plain HTTP on the same port (median of 200).
 2. `undercloud stack create --wait` of one template of N `OS::Heat::Value` resources, end
    to end (CLI start, upload, validation, the walk, the writes, the wait), then `stack
    delete --wait`; per resource, and how the time grows against the first count (1.0: linear).
@@ -58,6 +60,33 @@ def values_template(n: int) -> str:
     return "".join(lines)
 
 
+def request_cost(home: Path, n: int = 200) -> tuple[float, float]:
+    """Median ms of GET /v1/health on a new connection: as the CLI makes it (https), and plain
+    (the admin token is refused on plain HTTP: a public route, the same on both)."""
+    import http.client
+    import statistics
+
+    sys.path.insert(0, str(REPO))
+    from undercloud import daemon
+    from undercloud.config import Home
+
+    h = Home(home)
+    base = daemon.url(h)
+    out = []
+    for connect in (lambda: daemon.connection(h.ca_file, base, 10),
+                    lambda: http.client.HTTPConnection("127.0.0.1", h.api_port(), timeout=10)):
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            conn = connect()
+            conn.request("GET", "/v1/health")
+            conn.getresponse().read()
+            conn.close()
+            times.append((time.perf_counter() - t0) * 1000)
+        out.append(statistics.median(times))
+    return out[0], out[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--counts", default="1000,10000,20000", help="Value resources per stack, comma-separated")
@@ -75,6 +104,9 @@ def main() -> None:
         print(f"CLI cold start (best of 5, {uc[0]})")
         for what in (["--help"], ["stack", "list"], ["server", "list"]):
             print(f"  undercloud {' '.join(what):<12} {best([*uc, *what], env):6.3f} s")
+        tls_ms, plain_ms = request_cost(home)
+        print(f"  one request on a new connection: https {tls_ms:.2f} ms, plain HTTP {plain_ms:.2f} ms "
+              f"(TLS adds {tls_ms - plain_ms:.2f} ms a command)")
         print("stack create --wait of N OS::Heat::Value (one template), then stack delete --wait")
         first = None
         for n in counts:

@@ -113,6 +113,11 @@ def stop_service(home) -> None:
     home.file("service.pid").unlink(missing_ok=True)
 
 
+# The in-process API's base URL (fastapi TestClient): the app as the service serves it over TLS
+# (the guard refuses the admin token on plain HTTP).
+HTTPS = "https://testserver"
+
+
 def run_cli(*args: str, input: str | None = None, env: dict | None = None, timeout: float = 120):
     """Run the real `undercloud` command in a subprocess; returns CompletedProcess."""
     return subprocess.run(

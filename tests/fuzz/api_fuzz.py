@@ -61,9 +61,10 @@ def raw_headers(app):
     prefix = RAW.lower().encode()
 
     async def wrapped(scope, receive, send):
-        if scope["type"] == "http":
-            scope = {**scope, "headers": [(k[len(prefix):], bytes.fromhex(v.decode())) if k.startswith(prefix) else (k, v)
-                                          for k, v in scope["headers"]]}
+        if scope["type"] == "http":  # as the service serves it: over TLS (api/tls_port.py)
+            scope = {**scope, "scheme": "https",
+                     "headers": [(k[len(prefix):], bytes.fromhex(v.decode())) if k.startswith(prefix) else (k, v)
+                                 for k, v in scope["headers"]]}
         await app(scope, receive, send)
 
     return wrapped

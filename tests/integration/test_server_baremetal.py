@@ -225,9 +225,10 @@ def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab)
         assert status == 404, body   # nor the script
         # the lab listener serves the machines' routes only: an admin route is 404 there, token or not
         token = lab["home"].admin_token()
-        for headers in ({}, {"X-Undercloud-Token": token}):
-            status, body = from_the_lab(lab, "/v1/nodes", headers)
-            assert status == 404 and '"listener"' in body and token not in body, body
+        status, body = from_the_lab(lab, "/v1/nodes", {})
+        assert status == 404 and '"listener"' in body, body
+        status, body = from_the_lab(lab, "/v1/nodes", {"X-Undercloud-Token": token})  # in the clear: refused first
+        assert status == 426 and '"scheme"' in body and token not in body, body
         create.wait(timeout=DEPLOY_TIMEOUT)
     finally:
         if create.poll() is None:

@@ -3,6 +3,7 @@ stopped and started again on the same port and store, and agent settings in a tm
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,8 @@ class LiveService:
         self.home = Home(home).ensure()
         self.port = free_port()
         self.home.file("port").write_text(str(self.port))
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://127.0.0.1:{self.port}"  # as agents configured before TLS reach it
+        self.api_url = f"https://127.0.0.1:{self.port}"  # as the CLI does: the admin token over TLS only
         self.server: uvicorn.Server | None = None
         self.ctx: Context | None = None
 
@@ -35,6 +37,7 @@ class LiveService:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
+        self.tls = ssl.create_default_context(cafile=str(self.home.ca_file))
         deadline = time.monotonic() + 20
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():

@@ -10,6 +10,7 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.conftest import HTTPS
 from tests.unit.agent_support import deployment
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
@@ -24,7 +25,7 @@ def ctx(tmp_path):
 
 @pytest.fixture
 def client(ctx):
-    return TestClient(create_app(ctx))
+    return TestClient(create_app(ctx), base_url=HTTPS)
 
 
 def md(client, sid, token, **headers):
@@ -116,12 +117,12 @@ def test_state_survives_a_restart(tmp_path):
     tok = meta.register("s1", "n1")
     meta.put_deployment("s1", deployment("d1", "x", "script", "echo"), owner="res-1")
     meta.record_signal("s1", "d1", {"deploy_status_code": 0})
-    etag = TestClient(create_app(ctx1)).get("/v1/agent/servers/s1/metadata",
+    etag = TestClient(create_app(ctx1), base_url=HTTPS).get("/v1/agent/servers/s1/metadata",
                                            headers={"X-Server-Token": tok}).headers["etag"]
     ctx1.store.engine.dispose()
 
     ctx2 = Context(Home(tmp_path / "uc"))  # a new process: cache rebuilt from the store
-    c2 = TestClient(create_app(ctx2))
+    c2 = TestClient(create_app(ctx2), base_url=HTTPS)
     assert md(c2, "s1", tok, **{"If-None-Match": etag}).status_code == 304  # same document, same ETag
     assert ctx2.server_metadata.signal_of("d1") == {"deploy_status_code": 0}
     # A new revision from the same owner replaces the old one in one change.

@@ -25,6 +25,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import HTTPS
 from undercloud import daemon
 from undercloud.api.guard import PUBLIC_ROUTES
 from undercloud.config import Home
@@ -57,7 +58,7 @@ def test_public_routes_are_exactly_the_routes_without_the_admin_dependency(tmp_p
     from undercloud.api.context import Context
 
     ctx = Context(Home(tmp_path / "uc"))
-    doc = TestClient(create_app(ctx)).get("/openapi.json", headers={"X-Undercloud-Token": ctx.admin_token}).json()
+    doc = TestClient(create_app(ctx), base_url=HTTPS).get("/openapi.json", headers={"X-Undercloud-Token": ctx.admin_token}).json()
     used = set()
     ops = 0
     for path, item in doc["paths"].items():
@@ -94,14 +95,14 @@ def listening(tmp_path, monkeypatch):
     port = ctx.home.api_port()
     for host in ("127.0.0.2", "127.0.0.3"):
         wait_port(host, port)
-    yield {"ctx": ctx, "guest": f"http://127.0.0.2:{port}", "operator": f"http://127.0.0.3:{port}",
+    yield {"ctx": ctx, "guest": f"https://127.0.0.2:{port}", "operator": f"https://127.0.0.3:{port}",
            "token": token, "image": image, "content": content}
     ctx.listeners.stop()
 
 
 def test_a_guest_address_refuses_admin_routes_even_with_the_admin_token(listening):
     admin = {"X-Undercloud-Token": listening["ctx"].admin_token}
-    with httpx.Client(base_url=listening["guest"], timeout=10) as c:
+    with httpx.Client(base_url=listening["guest"], timeout=10, verify=str(listening["ctx"].home.ca_file)) as c:
         for method, path in [("GET", "/v1/stacks"), ("GET", "/v1/workers"), ("GET", "/openapi.json"),
                              ("GET", "/docs"), ("GET", "/v1/agent/servers"), ("POST", "/v1/agent/servers/srv-1/credentials"),
                              ("POST", "/v1/flavors"), ("GET", "/v1/images"), ("DELETE", f"/v1/images/{listening['image']['id']}"),
@@ -111,7 +112,8 @@ def test_a_guest_address_refuses_admin_routes_even_with_the_admin_token(listenin
                 assert body["where"] == "listener", (method, path, body)
         assert listening["ctx"].images.by_id(listening["image"]["id"]) is not None  # the DELETE did nothing
         # the operator's address serves the whole API, with the token only
-        with httpx.Client(base_url=listening["operator"], timeout=10) as op:
+        with httpx.Client(base_url=listening["operator"], timeout=10,
+                          verify=str(listening["ctx"].home.ca_file)) as op:
             assert op.get("/v1/stacks", headers=admin).status_code == 200
             assert op.get("/openapi.json", headers=admin).status_code == 200
             one_line(op.get("/v1/stacks"), (401,))
@@ -119,7 +121,7 @@ def test_a_guest_address_refuses_admin_routes_even_with_the_admin_token(listenin
 
 def test_a_guest_address_serves_agents_deploys_signals_and_image_downloads(listening):
     image, token = listening["image"], listening["token"]
-    with httpx.Client(base_url=listening["guest"], timeout=10) as c:
+    with httpx.Client(base_url=listening["guest"], timeout=10, verify=str(listening["ctx"].home.ca_file)) as c:
         r = c.get("/v1/agent/servers/srv-1/metadata", headers={"X-Server-Token": token})
         assert r.status_code == 200 and "deployments" in r.json()
         assert c.get(f"/v1/agent/servers/srv-1/metadata?token={token}").status_code == 200  # os-collect-config
@@ -149,6 +151,7 @@ def test_listening_on_every_address_treats_the_guest_addresses_as_guests(tmp_pat
 
     from undercloud.api.app import create_app
     from undercloud.api.context import Context
+    from undercloud.api.tls_port import http_protocol
 
     monkeypatch.setenv("UNDERCLOUD_HOME", str(tmp_path / "uc"))
     monkeypatch.setenv("UNDERCLOUD_AGENT_URL", f"http://127.0.0.4:{Home(tmp_path / 'uc').api_port()}")
@@ -157,16 +160,22 @@ def test_listening_on_every_address_treats_the_guest_addresses_as_guests(tmp_pat
     ctx.listeners.listen("127.0.0.4")  # the workers' address: stays whole
     assert ctx.listeners.addresses() == []  # nothing bound
     port = ctx.home.api_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(ctx), host="0.0.0.0", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(ctx), host="0.0.0.0", port=port, log_level="warning",
+                                           http=http_protocol(ctx.tls)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         wait_port("127.0.0.2", port)
         admin = {"X-Undercloud-Token": ctx.admin_token}
-        assert one_line(httpx.get(f"http://127.0.0.2:{port}/v1/stacks", headers=admin), (404,))["where"] == "listener"
-        assert httpx.get(f"http://127.0.0.2:{port}/v1/health").status_code == 200
-        assert httpx.get(f"http://127.0.0.4:{port}/v1/stacks", headers=admin).status_code == 200
-        assert httpx.get(f"http://127.0.0.1:{port}/v1/stacks", headers=admin).status_code == 200
+        api = httpx.Client(timeout=10, verify=str(ctx.home.ca_file))  # each address covered by the certificate
+        assert one_line(api.get(f"https://127.0.0.2:{port}/v1/stacks", headers=admin), (404,))["where"] == "listener"
+        assert api.get(f"https://127.0.0.2:{port}/v1/health").status_code == 200
+        assert httpx.get(f"http://127.0.0.2:{port}/v1/health").status_code == 200  # plain HTTP: the public routes
+        assert api.get(f"https://127.0.0.4:{port}/v1/stacks", headers=admin).status_code == 200
+        assert api.get(f"https://127.0.0.1:{port}/v1/stacks", headers=admin).status_code == 200
+        # the admin token in the clear: refused before anything, on every address
+        for host in ("127.0.0.1", "127.0.0.4"):
+            assert one_line(httpx.get(f"http://{host}:{port}/v1/stacks", headers=admin), (426,))["where"] == "scheme"
     finally:
         server.should_exit = True
         thread.join(10)
@@ -346,7 +355,7 @@ def test_a_content_length_of_5000_digits_is_a_413_not_a_500(tmp_path):
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "https",
              "path": "/v1/flavors", "raw_path": b"/v1/flavors", "root_path": "", "query_string": b"",
              "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2),
              "headers": [(b"x-undercloud-token", ctx.admin_token.encode()), (b"content-length", b"9" * 5000)]}

@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 
+from tests.conftest import HTTPS
 from undercloud.api import limits
 
 HIDDEN = "hid-den-4711"
@@ -287,7 +288,7 @@ def test_an_unexpected_failure_is_internal_error_id_without_values(tmp_path, cap
 
     ctx = Context(Home(tmp_path / "uc"))
     monkeypatch.setattr(type(ctx.servers.flavors), "list", lambda self: {}["value-" + HIDDEN])
-    client = TestClient(create_app(ctx))
+    client = TestClient(create_app(ctx), base_url=HTTPS)
     with caplog.at_level(logging.ERROR, logger="undercloud"):
         r = client.get("/v1/flavors", headers={"X-Undercloud-Token": ctx.admin_token})
     assert r.status_code == 500

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.conftest import HTTPS
 from undercloud import errors
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
@@ -39,7 +40,7 @@ def api(tmp_path_factory):
         raise cls(f"a {name}", "somewhere")
 
     app.add_api_route("/v1/test-raise/{name}", boom)
-    client = TestClient(app)
+    client = TestClient(app, base_url=HTTPS)
     client.headers["X-Undercloud-Token"] = ctx.admin_token
     return client
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HTTPS
 from undercloud.agent import files
 from undercloud.config import Home
 from undercloud.errors import UndercloudError
@@ -227,7 +228,7 @@ def test_a_blob_corrupted_on_disk_is_refused_when_served_logged_and_removed(ctx,
     from undercloud.api.app import create_app
 
     img = _upload(ctx, DATA)
-    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    client = TestClient(create_app(ctx), raise_server_exceptions=False, base_url=HTTPS)
     r = client.get(f"/v1/images/{img['id']}/file")
     assert r.status_code == 200 and r.content == DATA
     blob = ctx.images.blob_path(SHA)

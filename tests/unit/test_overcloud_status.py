@@ -110,9 +110,9 @@ def node(tmp_path, svc, monkeypatch):
 
 
 def status(svc, query: str = "") -> list[dict]:
-    req = urllib.request.Request(f"{svc.url}/v1/overclouds/oc/status{query}",
+    req = urllib.request.Request(f"{svc.api_url}/v1/overclouds/oc/status{query}",
                                  headers={"X-Undercloud-Token": svc.ctx.admin_token})
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=60, context=svc.tls) as r:
         return json.loads(r.read())
 
 
@@ -219,10 +219,10 @@ def test_a_node_with_an_old_report_or_none_is_unknown_never_healthy(svc, node):
 
 def test_bad_input_is_one_line(svc):
     def err(query, stack="oc"):
-        req = urllib.request.Request(f"{svc.url}/v1/overclouds/{stack}/status{query}",
+        req = urllib.request.Request(f"{svc.api_url}/v1/overclouds/{stack}/status{query}",
                                      headers={"X-Undercloud-Token": svc.ctx.admin_token})
         with pytest.raises(urllib.error.HTTPError) as e:
-            urllib.request.urlopen(req, timeout=30)
+            urllib.request.urlopen(req, timeout=30, context=svc.tls)
         return e.value.code, json.loads(e.value.read())
 
     assert err("", stack="nope") == (404, {"error": "no overcloud stack 'nope': run `undercloud deploy`",

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import own_store_url, run_cli
+from tests.conftest import HTTPS, own_store_url, run_cli
 from undercloud.errors import InvalidInput
 from undercloud.overcloud import addresses as oc
 from undercloud.overcloud.library import LIBRARY
@@ -110,7 +110,7 @@ def test_deploy_gets_the_stacks_virtual_ip_from_the_service(tmp_path):
 
     ctx = Context(Home(tmp_path / "home"))
     ctx.servers._realisers["container"] = OnALab(ctx.servers.env)
-    api = TestClient(create_app(ctx))
+    api = TestClient(create_app(ctx), base_url=HTTPS)
     admin = {"X-Undercloud-Token": ctx.admin_token}
     url = "/v1/hypervisors/container/network/virtual-ip"
     first = api.post(url, json={"stack": "overcloud"}, headers=admin)

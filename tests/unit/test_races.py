@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from tests.conftest import HTTPS
 from tests.unit.test_engine_resume import eng  # noqa: F401 - the fixture
 from tests.unit.test_workers import engine, stop_beating
 from undercloud.errors import Conflict
@@ -220,7 +221,7 @@ def test_a_deleted_servers_agent_token_is_refused_as_soon_as_the_delete_returns(
             tokens[name] = ctx.server_metadata.register(f"id-{name}", name)
             servers.create(id=f"id-{name}", name=name, flavor="container", image="img",
                            first_boot=ctx.server_metadata.agent_config(f"id-{name}", tokens[name]))
-        api = TestClient(create_app(ctx))
+        api = TestClient(create_app(ctx), base_url=HTTPS)
 
         def agent(name: str) -> int:
             return api.get(f"/v1/agent/servers/id-{name}/metadata",

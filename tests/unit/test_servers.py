@@ -18,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from tests.conftest import HTTPS
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
 from undercloud.config import Home
@@ -644,7 +645,7 @@ def test_a_host_makes_the_server_another_hosts_worker_placed_on_it_in_the_backgr
     uc.servers._save("s-1", status="BUILD", task="spawning")
     del uc.fake.machines["s-1"]
     shutil.rmtree(uc.servers.first_boot_dir("s-1"))  # as on a host that never had it
-    client = TestClient(create_app(uc.ctx))
+    client = TestClient(create_app(uc.ctx), base_url=HTTPS)
     headers = {"X-Undercloud-Token": uc.ctx.admin_token}
     r = client.post("/v1/servers/s-1/action", json={"action": "spawn"}, headers=headers)
     assert r.status_code == 428 and "first-boot data was lost" in r.json()["error"], r.text
@@ -739,7 +740,7 @@ def two_servers(uc):
     uc.stack("s1", TWO)
     ids = {s["name"]: s["id"] for s in uc.servers.list()}
     tok = {n: json.loads((uc.servers.first_boot_dir(i) / "config.json").read_text())["token"] for n, i in ids.items()}
-    return ids, tok, TestClient(create_app(uc.ctx))
+    return ids, tok, TestClient(create_app(uc.ctx), base_url=HTTPS)
 
 
 def test_a_server_token_reads_only_its_own_metadata(uc):
@@ -799,7 +800,7 @@ def test_scale_in_names_the_nodes_the_engine_would_remove(uc):
     path.write_text(GROUP)
     bundle = Bundle.from_paths(str(path)).to_json()
     uc.ctx.stacks.create("oc", bundle, {}, wait=True)
-    api = TestClient(create_app(uc.ctx))
+    api = TestClient(create_app(uc.ctx), base_url=HTTPS)
 
     def get(url, **kw):
         r = api.get(url, headers={"X-Undercloud-Token": uc.ctx.admin_token}, **kw)

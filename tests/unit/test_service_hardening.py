@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import HTTPS, REPO, run_cli
 from undercloud import daemon
 from undercloud.config import Home
 from undercloud.errors import ServiceUnavailable
@@ -234,7 +234,7 @@ def test_the_store_refuses_a_second_root_stack_of_a_name_the_engine_did_not_see(
         return real_load(self, bundle, parameters, name, stack_id)
 
     monkeypatch.setattr(StackService, "_load", load_and_race)
-    c = TestClient(create_app(ctx))
+    c = TestClient(create_app(ctx), base_url=HTTPS)
     r = c.post("/v1/stacks", json={"name": "same", "bundle": ONE}, headers={"X-Undercloud-Token": ctx.admin_token})
     assert r.status_code == 409 and r.json() == {"error": "stack 'same' already exists", "where": None}
     assert [s["stack_name"] for s in ctx.stacks.list()] == ["same"] and made

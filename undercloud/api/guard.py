@@ -1,6 +1,10 @@
 """The API's outer guard (ASGI middleware): who may call what, every request bounded, every
 failure one line.
 
+- The admin token over plain HTTP is refused (426) before anything else: the CLI speaks TLS
+  (api/tls_port.py), and a token sent in the clear is one sent across every network the
+  port is on. Plain HTTP stays for the public routes (boot files, agents configured
+  before TLS) and the workers' own calls.
 - Audience, from the request line and headers alone, before any body byte is read: a
   request is for a public route (PUBLIC_ROUTES: agent, deploy, stack-signal and
   image-download routes, `/v1/health`; each checks its caller's own credential) or an
@@ -50,6 +54,7 @@ PUBLIC_ROUTES: tuple[tuple[frozenset, re.Pattern], ...] = tuple((frozenset(m), r
     ({"POST"}, r"/v1/stacks/[^/]+/resources/[^/]+/signal"),              # wait condition handles (X-Signal-Token)
     (GET, r"/v1/images/[^/]+/file"),                                      # images by id: ramdisk, kube hook, workers
 ))
+ADMIN_HEADER = b"x-undercloud-token"  # the operator's token: refused on plain HTTP (api/tls_port.py)
 LENIENT = {"signal_body_bytes"}  # what agents send back (command output) may hold NUL characters
 
 
@@ -176,6 +181,9 @@ def audience(scope) -> tuple[int, str, str | None] | None:
     """(status, message, where) refusing a request to a route that is not for its caller,
     else None."""
     method, path = scope["method"], scope["path"]
+    if scope.get("scheme") == "http" and any(k == ADMIN_HEADER for k, _v in scope["headers"]):
+        return (426, "the admin token is taken over https only (the URL `undercloud service status` gives, "
+                     "verified with the CA it names)", "scheme")
     if any(method in methods and pattern.fullmatch(path) for methods, pattern in PUBLIC_ROUTES):
         return None
     ctx = scope["app"].state.ctx
