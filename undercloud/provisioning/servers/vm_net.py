@@ -209,6 +209,8 @@ def _relay(conn: socket.socket, target: tuple[str, int], peer: str = "") -> None
         conn.close()
         return
     up.settimeout(None)
+    for s in (conn, up):  # each record passed on at once: TLS writes several small ones an answer
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     mine = up.getsockname()[:2]
     _peers[mine] = peer  # before any byte is passed on: the API asks while it reads the request
 
