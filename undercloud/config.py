@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import socket
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,10 +121,10 @@ class Home:
         return int(self.made_once("port", str(port)))
 
 
-_CONTEXTS: dict[tuple[str, int], ssl.SSLContext] = {}
+_CONTEXTS: dict[tuple[str, int], object] = {}
 
 
-def client_context(ca_file: Path | str) -> ssl.SSLContext | None:
+def client_context(ca_file: Path | str):
     """A client's TLS context trusting only the CA in `ca_file` (host names checked), made once
     per CA file as it is now; None while there is no such file (the service makes it)."""
     try:
@@ -133,6 +132,8 @@ def client_context(ca_file: Path | str) -> ssl.SSLContext | None:
     except FileNotFoundError:
         return None
     if key not in _CONTEXTS:
+        import ssl  # here: `--help` and the commands that make no request need no TLS
+
         _CONTEXTS[key] = ssl.create_default_context(cafile=str(ca_file))
     return _CONTEXTS[key]
 
