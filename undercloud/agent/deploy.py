@@ -365,10 +365,11 @@ def write_config_drive(iso: Path, device: str) -> int:
 
 
 # ---- calling back ------------------------------------------------------------------
-def trust(req: dict, where: Path = Path("/run/undercloud-ca.pem")) -> None:
+def trust(req: dict, where: Path | None = None) -> None:
     """The undercloud's CA from the request (`ca`, PEM): its https URL (call-back, image
     download) is verified against it alone (files.undercloud_tls)."""
     if req.get("ca"):
+        where = where or Path(tempfile.gettempdir()) / "undercloud-ca.pem"
         files.write_atomic(where, req["ca"], 0o644)
         os.environ["UNDERCLOUD_CA_FILE"] = str(where)
 
