@@ -138,6 +138,24 @@ def client_context(ca_file: Path | str):
     return _CONTEXTS[key]
 
 
+def connection(url: str, ca_file: Path | str, timeout: float):
+    """An HTTP connection to the service at `url` (scheme://host:port): over TLS verified by
+    the CA in `ca_file` for https (ServiceUnavailable while there is no such file), plain for
+    http (a worker or an agent configured before TLS)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    if where.scheme != "https":
+        return http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port or 80, timeout=timeout)
+    context = client_context(ca_file)
+    if context is None:
+        from undercloud.errors import ServiceUnavailable
+
+        raise ServiceUnavailable(f"the undercloud service has no certificate yet ({ca_file} is missing)")
+    return http.client.HTTPSConnection(where.hostname, where.port or 443, timeout=timeout, context=context)
+
+
 def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
     """Open (creating it mode 0600 if missing) a file only its owner may read; returns the fd."""
     return os.open(path, flags | os.O_CREAT, 0o600)

@@ -24,10 +24,10 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
+from undercloud import config
 from undercloud.agent.files import write_atomic
-from undercloud.config import Home, client_context, private_file
+from undercloud.config import Home, private_file
 from undercloud.errors import InvalidInput, ServiceUnavailable, UndercloudError
 
 START_TIMEOUT = 30.0
@@ -49,11 +49,7 @@ def url(home: Home) -> str | None:
 def connection(ca_file: Path, base: str, timeout: float) -> http.client.HTTPSConnection:
     """A connection to the service at `base` (https://host:port), verifying its certificate
     against the CA in `ca_file` (a home's); ServiceUnavailable while the service has made none."""
-    context = client_context(ca_file)
-    if context is None:
-        raise ServiceUnavailable(f"the undercloud service has no certificate yet ({ca_file} is missing)")
-    where = urlsplit(base)
-    return http.client.HTTPSConnection(where.hostname, where.port, timeout=timeout, context=context)
+    return config.connection(base, ca_file, timeout)
 
 
 def pid(home: Home) -> int | None:

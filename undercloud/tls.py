@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import hashlib
 import ipaddress
 import os
 import secrets
@@ -44,6 +45,8 @@ SERVICE_KEY = "service.key"
 
 RENEW_WITHIN = datetime.timedelta(days=30)
 CA_DAYS = 3650
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551  # of secp256r1's group
+SEEDED_START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)  # a seeded CA's start: the same everywhere
 SKEW = datetime.timedelta(minutes=5)  # not_valid_before backdated: a client's clock a little behind
 MAX_CHAIN = 8  # intermediates followed from a certificate to its CA (check_pair)
 
@@ -52,11 +55,13 @@ IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 # ---- the CA and the service's certificate ----------------------------------------------
-def ensure_ca(tls_dir: Path) -> tuple[Path, Path]:
-    """Make the CA in `tls_dir` unless it is there; returns (certificate, key) paths."""
+def ensure_ca(tls_dir: Path, seed: bytes | None = None) -> tuple[Path, Path]:
+    """Make the CA in `tls_dir` unless it is there; returns (certificate, key) paths. With
+    `seed` (a secret), its key and name derive from it: every holder of the seed makes the
+    same CA (the workers of one store, from its key), so each trusts the others' certificates."""
     tls_dir = Path(tls_dir)
     with _locked(tls_dir):
-        return _ensure_ca(tls_dir)
+        return _ensure_ca(tls_dir, seed)
 
 
 def issue(ca_cert_pem: bytes, ca_key_pem: bytes, names: list[str], *, days: int = 365) -> tuple[bytes, bytes]:
@@ -65,8 +70,8 @@ def issue(ca_cert_pem: bytes, ca_key_pem: bytes, names: list[str], *, days: int 
     return _issue(ca_cert_pem, ca_key_pem, names, days=days, now=_utc(None))
 
 
-def ensure_server_cert(tls_dir: Path, names: list[str], *,
-                       now: datetime.datetime | None = None) -> tuple[Path, Path]:
+def ensure_server_cert(tls_dir: Path, names: list[str], *, now: datetime.datetime | None = None,
+                       seed: bytes | None = None) -> tuple[Path, Path]:
     """The CA, then the service's certificate for `names`: issued again only when it is
     missing, lacks one of `names`, ends within RENEW_WITHIN of `now` or is not signed by the
     current CA (else its files are not touched). Returns (certificate, key) paths."""
@@ -74,7 +79,7 @@ def ensure_server_cert(tls_dir: Path, names: list[str], *,
     now = _utc(now)
     wanted = _names(names)
     with _locked(tls_dir):
-        ca_path, ca_key_path = _ensure_ca(tls_dir)
+        ca_path, ca_key_path = _ensure_ca(tls_dir, seed)
         ca_pem, ca_key_pem = ca_path.read_bytes(), ca_key_path.read_bytes()
         cert_path, key_path = tls_dir / SERVICE_CERT, tls_dir / SERVICE_KEY
         if _service_cert_stale(cert_path, key_path, wanted, ca_pem, now):
@@ -147,7 +152,7 @@ def _locked(tls_dir: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _ensure_ca(tls_dir: Path) -> tuple[Path, Path]:
+def _ensure_ca(tls_dir: Path, seed: bytes | None = None) -> tuple[Path, Path]:
     cert_path, key_path = tls_dir / CA_CERT, tls_dir / CA_KEY
     has_cert, has_key = cert_path.exists(), key_path.exists()
     if has_cert and has_key:
@@ -163,15 +168,21 @@ def _ensure_ca(tls_dir: Path) -> tuple[Path, Path]:
         there, other = (cert_path, CA_KEY) if has_cert else (key_path, CA_CERT)
         raise InvalidInput(f"the CA's {other} is missing beside it: restore it, or remove this file "
                            "to make a new CA", where=str(there))
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"Undercloud CA {secrets.token_hex(4)}")])
-    now = _utc(None)
+    if seed is None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        label, serial, start = secrets.token_hex(4), x509.random_serial_number(), _utc(None) - SKEW
+    else:  # the same key, name and dates from the same seed
+        digest = hashlib.sha512(b"undercloud ca key\0" + seed).digest()
+        key = ec.derive_private_key(int.from_bytes(digest, "big") % (P256_ORDER - 1) + 1, ec.SECP256R1())
+        label = hashlib.sha256(b"undercloud ca name\0" + seed).hexdigest()[:8]
+        serial, start = int(label, 16) | 1 << 64, SEEDED_START
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"Undercloud CA {label}")])
     cert = (x509.CertificateBuilder()
             .subject_name(name).issuer_name(name)
             .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - SKEW)
-            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+            .serial_number(serial)
+            .not_valid_before(start)
+            .not_valid_after(start + datetime.timedelta(days=CA_DAYS))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
                                          key_encipherment=False, data_encipherment=False, key_agreement=False,

@@ -83,7 +83,7 @@ def test_a_vm_node_deployed_with_the_hypervisor_host_role_becomes_a_hypervisor_h
     assert (HOST, "vm") not in hosts  # no libvirt in the worker's container: container servers only
     workers = {w["host"]: w for w in cli_json("service", "workers")}
     assert workers[HOST]["alive"] and workers[HOST]["duties"] == "servers"
-    assert workers[HOST]["url"] == f"http://{address}:8990"  # its address on its route to the store
+    assert workers[HOST]["url"] == f"https://{address}:8990"  # its address on its route to the store, over TLS
     status = cli_json("overcloud", "status", "--stack", "hosts")
     assert [(s["service"], s["health"]) for s in status] == [("undercloud_worker", "healthy")]
     # Secrets stay secret: the database password and the store key show in no output or log.

@@ -108,6 +108,9 @@ def test_sigkill_of_the_worker_running_a_create_another_takes_over(cluster, tmp_
     listed = workers_of(home2)
     assert len(listed) == 3 and all(w["alive"] for w in listed.values())
     assert sum(w["this"] for w in listed.values()) == 1
+    # reached over TLS, each verified by the CA every worker derives from the store's key
+    assert all(w["url"].startswith("https://") for w in listed.values())
+    assert len({(h / "tls" / "ca.key").read_bytes() for h in (first.path, home2, home3)}) == 1
     t = tmp_path / "slow.yaml"
     t.write_text(TEMPLATE)
     cli(first.path, "stack", "create", "crash", "-t", str(t))  # runs on the first service

@@ -380,3 +380,25 @@ def test_expiry_and_fingerprint(ca):
     assert tls.fingerprint(cert) != digest
     with pytest.raises(InvalidInput):
         tls.fingerprint(b"garbage")
+
+
+def test_homes_given_one_seed_make_one_ca_and_trust_each_others_certificates(tmp_path):
+    """The workers of one store derive their CA from its key: a certificate one issues is
+    verified with another's ca.pem; another seed is another CA."""
+    a_cert, a_key = tls.ensure_ca(tmp_path / "a", seed=b"the store's key, derived")
+    b_cert, _ = tls.ensure_ca(tmp_path / "b", seed=b"the store's key, derived")
+    c_cert, _ = tls.ensure_ca(tmp_path / "c", seed=b"another store")
+    a, b, c = (x509.load_pem_x509_certificate(p.read_bytes()) for p in (a_cert, b_cert, c_cert))
+    key = serialization.PublicFormat.SubjectPublicKeyInfo
+    assert (a.subject, a.public_key().public_bytes(serialization.Encoding.DER, key), a.not_valid_before_utc) == \
+        (b.subject, b.public_key().public_bytes(serialization.Encoding.DER, key), b.not_valid_before_utc)
+    assert a.subject != c.subject and a.public_key() != c.public_key()
+    assert stat.S_IMODE(a_key.stat().st_mode) == 0o600
+    served = tls.issue(a_cert.read_bytes(), a_key.read_bytes(), ["127.0.0.1"])
+    assert _handshake(tmp_path, served, ssl.create_default_context(cafile=str(b_cert)), "127.0.0.1") == b"ok"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(tmp_path, served, ssl.create_default_context(cafile=str(c_cert)), "127.0.0.1")
+    # kept as it is once made: the seed is read only to make it
+    before = a_cert.read_bytes()
+    tls.ensure_ca(tmp_path / "a", seed=b"another store")
+    assert a_cert.read_bytes() == before

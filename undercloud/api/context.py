@@ -65,8 +65,8 @@ class Context:
         """This process among the workers sharing the store (heartbeats: api/workers.py)."""
         from undercloud.store.workers import Workers
 
-        return Workers(self.store, self.home.worker_id(), url=self.api_url,
-                       duties="servers" if self.hypervisor_only else "all")
+        return Workers(self.store, self.home.worker_id(), url=self.agent_url,
+                       duties="servers" if self.hypervisor_only else "all", ca_file=self.home.ca_file)
 
     @property
     def api_url(self) -> str:
@@ -90,7 +90,8 @@ class Context:
 
     @property
     def agent_url(self) -> str:
-        """Where agents reach this service: `api_url` over TLS (UNDERCLOUD_AGENT_URL as given)."""
+        """Where agents and the other workers reach this service: `api_url` over TLS, verified
+        by the CA every worker of the store shares (UNDERCLOUD_AGENT_URL as given)."""
         url = self.api_url
         return url if os.environ.get("UNDERCLOUD_AGENT_URL") else "https://" + url.removeprefix("http://")
 
@@ -99,11 +100,14 @@ class Context:
         """The service's certificate (api/tls_port.py), for loopback, this host's name and
         the address nodes and workers are given; realisers add theirs (`serve_name`)."""
         from undercloud.api.tls_port import ServerTLS
+        from undercloud.store.crypto import crypto_of
 
         names = {"127.0.0.1", "localhost", host_name(), urlsplit(self.api_url).hostname or "127.0.0.1"}
         if self.listen not in ("0.0.0.0", ""):
             names.add(self.listen)
-        return ServerTLS(self.home.tls_dir, sorted(names))
+        # the CA derives from the store's key: the workers sharing the store make the same one
+        seed = crypto_of(self.store.engine.dialect).derived("undercloud certificate authority").encode()
+        return ServerTLS(self.home.tls_dir, sorted(names), seed)
 
     @cached_property
     def _api_port(self) -> int:

@@ -34,9 +34,11 @@ SHUTDOWN_TIMEOUT = 1.0
 class ServerTLS:
     """The service's certificate and its SSLContext, for every listener."""
 
-    def __init__(self, tls_dir: Path, names: list[str]):
+    def __init__(self, tls_dir: Path, names: list[str], seed: bytes | None = None):
+        """`seed`: what the CA derives from (the store's key: every worker the same CA)."""
         self.tls_dir = tls_dir
         self.names = set(names)
+        self._seed = seed
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._lock = threading.Lock()
@@ -68,7 +70,7 @@ class ServerTLS:
     def _load(self) -> None:
         from undercloud import tls
 
-        cert, key = tls.ensure_server_cert(self.tls_dir, sorted(self.names))
+        cert, key = tls.ensure_server_cert(self.tls_dir, sorted(self.names), seed=self._seed)
         self.context.load_cert_chain(cert, key)
 
 

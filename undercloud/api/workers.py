@@ -8,7 +8,6 @@ nodes' busy work (failed: a BMC call cannot resume halfway).
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import threading
@@ -19,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 
 from undercloud.api.app import get_context
 from undercloud.api.context import Context
+from undercloud.config import connection
 from undercloud.errors import (
     Conflict,
     Elsewhere,
@@ -73,7 +73,7 @@ def _forward(workers, owner: str, method: str, path: str, payload: Any, headers:
     where = urlsplit(workers.url_of(owner) or "")
     if not where.hostname:
         raise ServiceUnavailable(f"worker {owner} gave no address; try again later")
-    conn = http.client.HTTPConnection(where.hostname, where.port or 80, timeout=FORWARD_TIMEOUT)
+    conn = connection(where.geturl(), workers.ca_file, FORWARD_TIMEOUT)
     try:
         body = None if payload is None else json.dumps(payload).encode()
         conn.request(method, path, body, {**headers, "Content-Type": "application/json",

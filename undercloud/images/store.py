@@ -23,12 +23,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from sqlalchemy import select
 
 from undercloud.agent.files import Verified, VerifyError, sha256_file
-from undercloud.config import Home
+from undercloud.config import Home, connection
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
 from undercloud.server_types import HYPERVISOR_TYPES
 from undercloud.store import Store
@@ -67,6 +67,7 @@ def validate(name: str, disk_format: str, properties: dict) -> None:
 
 class ImageStore:
     def __init__(self, home: Home, store: Store):
+        self.ca_file = home.ca_file  # the other workers' https URLs are verified with it
         self.root = home.path / "images"
         self.blobs = self.root / "blobs"
         self.tmp = self.root / "tmp"
@@ -135,8 +136,7 @@ class ImageStore:
         return path
 
     def _fetch(self, url: str, image: dict) -> Path:
-        where = urlsplit(url)
-        conn = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port or 80, timeout=FETCH_TIMEOUT)
+        conn = connection(url, self.ca_file, FETCH_TIMEOUT)  # another worker: the store's CA
         try:
             conn.request("GET", f"/v1/images/{quote(image['id'])}/file")
             r = conn.getresponse()

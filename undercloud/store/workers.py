@@ -49,10 +49,12 @@ class Workers:
     """This process's registration in the store, and what it knows of the others."""
 
     def __init__(self, store: Store, worker_id: str, url: str = "", interval: float | None = None,
-                 duties: str = "all"):
+                 duties: str = "all", ca_file=None):
+        """`ca_file`: the CA the other workers' https URLs are verified with (the store's)."""
         self.store = store
         self.id = worker_id
         self.url = url
+        self.ca_file = ca_file
         self.duties = duties
         self.interval = HEARTBEAT_INTERVAL if interval is None else interval
 
