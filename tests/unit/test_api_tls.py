@@ -128,3 +128,14 @@ def test_the_ramdisk_calls_back_over_tls_with_the_requests_ca_and_not_with_anoth
     deploy.call_back(req, True, attempts=1)
     out = capsys.readouterr().out
     assert "CERTIFICATE_VERIFY_FAILED" in out and "giving up" in out
+
+
+def test_a_running_service_renews_its_certificate_within_30_days_of_its_end(svc):
+    import datetime
+
+    first = svc.ctx.tls.expires
+    assert svc.ctx.tls.renew() is False and svc.ctx.tls.expires == first  # far from its end: kept
+    ends = datetime.datetime.fromisoformat(first)
+    assert svc.ctx.tls.renew(now=ends - datetime.timedelta(days=29)) is True  # the daily check, 29 days before
+    assert svc.ctx.tls.expires > first
+    assert svc.ctx.tls.renew(now=ends - datetime.timedelta(days=29)) is False  # once

@@ -1,5 +1,6 @@
 """The service lifecycle through the real CLI: start, status, auto-start, stop."""
 
+import datetime
 import json
 import os
 import socket
@@ -31,6 +32,7 @@ def test_start_status_stop(uc_home):
     status = json.loads(r.stdout)
     assert status["pid"] == info["pid"] and status["status"] == "running"
     assert (status["url"], status["ca"]) == (info["url"], info["ca"])
+    assert status["certificate_expires"] > datetime.datetime.now(datetime.UTC).isoformat()
     # the store as given (a plain postgresql:// URL when the run tests PostgreSQL)
     assert status["store"] == os.environ.get("UNDERCLOUD_DB", f"sqlite:///{uc_home.path / 'undercloud.db'}")
 

@@ -48,6 +48,7 @@ STARTUP: list[str] = [
     "undercloud.api.deploy:startup",
     "undercloud.api.servers:startup",
     "undercloud.api.workflows:startup",
+    "undercloud.api.tls_port:startup",
 ]
 
 def get_context(request: Request) -> Context:
@@ -164,6 +165,7 @@ def create_app(ctx: Context) -> FastAPI:
             "store": ctx.store.display_url,
             "home": str(ctx.home.path),
             "uptime": round(time.time() - app.state.started, 1),
+            "certificate_expires": ctx.tls.expires,
         }
 
     for name in ROUTERS:

@@ -67,11 +67,49 @@ class ServerTLS:
                 self._load()
                 log.info("the service's certificate now covers %s", name)
 
-    def _load(self) -> None:
+    def renew(self, now=None) -> bool:
+        """Issue the certificate again when it ends within tls.RENEW_WITHIN of `now` (the
+        service's daily check, STARTUP): True when it did."""
         from undercloud import tls
 
-        cert, key = tls.ensure_server_cert(self.tls_dir, sorted(self.names), seed=self._seed)
+        with self._lock:
+            before = (self.tls_dir / tls.SERVICE_CERT).read_bytes()
+            self._load(now)
+            renewed = (self.tls_dir / tls.SERVICE_CERT).read_bytes() != before
+        if renewed:
+            log.info("the service's certificate was issued again (it ended within %d days)", tls.RENEW_WITHIN.days)
+        return renewed
+
+    @property
+    def expires(self) -> str:
+        """When the certificate in use ends (ISO 8601, UTC)."""
+        from undercloud import tls
+
+        return tls.expiry((self.tls_dir / tls.SERVICE_CERT).read_bytes()).isoformat()
+
+    def _load(self, now=None) -> None:
+        from undercloud import tls
+
+        cert, key = tls.ensure_server_cert(self.tls_dir, sorted(self.names), seed=self._seed, now=now)
         self.context.load_cert_chain(cert, key)
+
+
+RENEW_CHECK = 6 * 3600.0  # seconds between the running service's checks of its certificate's end
+
+
+def startup(ctx):
+    """An app.STARTUP hook: a service that runs for months renews its certificate in time."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(RENEW_CHECK) and not ctx.stopping.is_set():
+            try:
+                ctx.tls.renew()
+            except Exception:  # noqa: BLE001 - the next check tries again; the log says why
+                log.exception("renewing the service's certificate failed")
+
+    threading.Thread(target=loop, name="tls-renew", daemon=True).start()
+    return stop.set
 
 
 def protocol(inner: type, server_tls: ServerTLS) -> type:

@@ -53,7 +53,8 @@ def stop():
 @formatted()
 def status():
     """Show whether the service runs: pid, API URL (https), the CA certificate that URL is
-    verified with (for curl --cacert, httpx verify=, the agents), store. Exit 3 when it does
+    verified with (for curl --cacert, httpx verify=, the agents), when the service's
+    certificate ends (it is issued again within 30 days of that), store. Exit 3 when it does
     not run."""
     home = Home.current()
     h = daemon.health(home)
@@ -62,7 +63,8 @@ def status():
         note(f"running (pid {held}) but not answering; see {home.file('service.log')}" if held else "not running")
         raise SystemExit(3)
     return {"status": "running", "pid": h["pid"], "url": daemon.url(home), "ca": str(home.ca_file),
-            "store": h["store"], "home": h["home"], "uptime_s": h["uptime"], "version": h["version"]}
+            "store": h["store"], "home": h["home"], "uptime_s": h["uptime"], "version": h["version"],
+            "certificate_expires": h.get("certificate_expires")}
 
 
 @service.command()
