@@ -40,10 +40,10 @@ def test_a_worker_is_reached_at_its_listen_address(tmp_path, monkeypatch, listen
     monkeypatch.delenv("UNDERCLOUD_AGENT_URL", raising=False)
     ctx = Context(Home(tmp_path / "h"), f"sqlite:///{tmp_path / 'uc.db'}", listen=listen)
     port = ctx.home.api_port()
-    assert ctx.api_url == f"http://{want}:{port}"
-    assert ctx.workers.url == ctx.api_url  # what the other workers forward to
+    assert ctx.api_url == f"http://{want}:{port}"  # wait-condition handles (nodes' curl has no CA)
+    assert ctx.workers.url == f"https://{want}:{port}"  # what the other workers forward to, over TLS
     monkeypatch.setenv("UNDERCLOUD_AGENT_URL", "http://203.0.113.9:8990")
-    assert ctx.api_url == "http://203.0.113.9:8990"  # an operator's word wins
+    assert ctx.api_url == ctx.agent_url == "http://203.0.113.9:8990"  # an operator's word wins
 
 
 def test_the_route_source_is_this_hosts_address_towards_a_store():
