@@ -171,12 +171,13 @@ def test_a_server_token_cannot_read_another_servers_metadata(uc, tmp_path):
     r = run_cli("stack", "create", "two", "-t", write(tmp_path, "two.yaml", TWO), "--wait", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     a, b = wait_checked_in("a"), wait_checked_in("b")
-    probe = ("import json,sys,urllib.request,urllib.error\n"
+    probe = ("import json,ssl,sys,urllib.request,urllib.error\n"
              "c=json.load(open('/etc/undercloud-agent/config.json'))\n"
+             "tls=ssl.create_default_context(cadata=c['ca'])\n"  # as the agent: the undercloud's CA
              "def get(sid):\n"
              "  req=urllib.request.Request(c['url']+'/v1/agent/servers/'+sid+'/metadata',"
              "headers={'X-Server-Token':c['token']})\n"
-             "  try: r=urllib.request.urlopen(req,timeout=5); return r.status, json.load(r).get('secret_of')\n"
+             "  try: r=urllib.request.urlopen(req,timeout=5,context=tls); return r.status, json.load(r).get('secret_of')\n"
              "  except urllib.error.HTTPError as e: return e.code, None\n"
              "print(json.dumps([get(sys.argv[1]), get(sys.argv[2])]))\n")
     out = podman("exec", a["instance_name"], "python3", "-c", probe, a["id"], b["id"])
