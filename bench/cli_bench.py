@@ -68,12 +68,12 @@ def request_cost(home: Path, n: int = 200) -> tuple[float, float]:
 
     sys.path.insert(0, str(REPO))
     from undercloud import daemon
-    from undercloud.config import Home
+    from undercloud.config import Home, connection
 
     h = Home(home)
     base = daemon.url(h)
     out = []
-    for connect in (lambda: daemon.connection(h.ca_file, base, 10),
+    for connect in (lambda: connection(base, h.ca_file, 10),
                     lambda: http.client.HTTPConnection("127.0.0.1", h.api_port(), timeout=10)):
         times = []
         for _ in range(n):

@@ -25,9 +25,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from undercloud import config
 from undercloud.agent.files import write_atomic
-from undercloud.config import Home, private_file
+from undercloud.config import Home, connection, private_file
 from undercloud.errors import InvalidInput, ServiceUnavailable, UndercloudError
 
 START_TIMEOUT = 30.0
@@ -45,11 +44,6 @@ def url(home: Home) -> str | None:
     path = home.file("port")
     return f"https://127.0.0.1:{path.read_text().strip()}" if path.exists() else None
 
-
-def connection(ca_file: Path, base: str, timeout: float) -> http.client.HTTPSConnection:
-    """A connection to the service at `base` (https://host:port), verifying its certificate
-    against the CA in `ca_file` (a home's); ServiceUnavailable while the service has made none."""
-    return config.connection(base, ca_file, timeout)
 
 
 def pid(home: Home) -> int | None:
@@ -93,7 +87,7 @@ def health_proof(token: str, challenge: str) -> str:
 
 def _get_health(home: Home, base: str, headers: dict, timeout: float) -> dict | None:
     try:
-        conn = connection(home.ca_file, base, timeout)
+        conn = connection(base, home.ca_file, timeout)
     except ServiceUnavailable:
         return None
     try:

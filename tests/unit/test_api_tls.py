@@ -20,6 +20,7 @@ from undercloud import daemon, tls
 from undercloud.agent.logs import Log
 from undercloud.agent.runner import Agent
 from undercloud.agent.transport import Undercloud, Unreachable
+from undercloud.config import connection
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ def test_one_port_answers_tls_verified_by_the_homes_ca_and_plain_http(svc):
     assert plain.getresponse().status == 200
     plain.close()
     # the CLI's connection: the home's CA, https
-    conn = daemon.connection(ca, daemon.url(svc.home), 10)
+    conn = connection(daemon.url(svc.home), ca, 10)
     conn.request("GET", "/v1/health")
     assert conn.getresponse().status == 200 and daemon.url(svc.home).startswith("https://")
     conn.close()

@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 from undercloud import daemon
 from undercloud.cli.output import note
-from undercloud.config import Home
+from undercloud.config import Home, connection
 from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable, UndercloudError, by_status
 
 # an answer's status -> the error raised (its class's status, errors.py); any other: UndercloudError
@@ -70,7 +70,7 @@ class Client:
     def stream(self, method: str, path: str, *, body: Any = None,
                headers: Mapping[str, str] | None = None) -> Iterator[http.client.HTTPResponse]:
         """The response with its body unread (read it in chunks), the connection closed after."""
-        conn = daemon.connection(self.ca_file, self.base_url, self.timeout)
+        conn = connection(self.base_url, self.ca_file, self.timeout)
         try:
             self.io(lambda: conn.request(method, path, body=body,
                                             headers={"X-Undercloud-Token": self.token, **(headers or {})}))
