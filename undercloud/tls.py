@@ -9,7 +9,7 @@
 - `check_pair`: an operator's own certificate and key (TripleO's SSLCertificate, SSLKey and
   PublicTLSCAFile), checked before they are used: each fault is one line, without key
   material.
-- `expiry`, `fingerprint`: what clients need to trust the CA (their context:
+- `expiry`: when a certificate ends (clients' context:
   `config.client_context`).
 
 Keys are written with mode 0600 from their creation and every file whole or not at all
@@ -128,12 +128,6 @@ def check_pair(cert_pem: bytes, key_pem: bytes, *, names: Sequence[str] = (), ca
 def expiry(cert_pem: bytes) -> datetime.datetime:
     """When the certificate ends (UTC): what renewal and a warning compare with."""
     return _load_cert(cert_pem).not_valid_after_utc
-
-
-def fingerprint(cert_pem: bytes) -> str:
-    """sha256 of the certificate's DER, lowercase hex without colons: a node given it (on
-    its kernel command line) trusts the CA on first use without a file."""
-    return _load_cert(cert_pem).fingerprint(hashes.SHA256()).hex()
 
 
 # ---- helpers -----------------------------------------------------------------------------
