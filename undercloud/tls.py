@@ -3,9 +3,10 @@
 - `ensure_ca`: a CA (EC P-256, ten years) in a tls directory (`$UNDERCLOUD_HOME/tls/`), made
   once and then kept as it is: a CA half there, or whose files do not match, is an error
   naming the file, never overwritten (it may be an operator's).
-- `issue` / `ensure_server_cert`: a server certificate signed by that CA, for the names
-  (host names or IP addresses) its clients use; made again when a name is new, when it
-  nears its end (`RENEW_WITHIN`) or when the CA changed, else left untouched.
+- `issue` / `ensure_cert` (`ensure_server_cert`: the service's own): a server certificate
+  signed by that CA, for the names (host names or IP addresses) its clients use; made again
+  when a name is new, when it nears its end (`RENEW_WITHIN`) or when the CA changed, else
+  left untouched. The overcloud's public endpoints get theirs so (overcloud/public_tls.py).
 - `check_pair`: an operator's own certificate and key (TripleO's SSLCertificate, SSLKey and
   PublicTLSCAFile), checked before they are used: each fault is one line, without key
   material.
@@ -72,16 +73,23 @@ def issue(ca_cert_pem: bytes, ca_key_pem: bytes, names: list[str], *, days: int 
 
 def ensure_server_cert(tls_dir: Path, names: list[str], *, now: datetime.datetime | None = None,
                        seed: bytes | None = None) -> tuple[Path, Path]:
-    """The CA, then the service's certificate for `names`: issued again only when it is
-    missing, lacks one of `names`, ends within RENEW_WITHIN of `now` or is not signed by the
-    current CA (else its files are not touched). Returns (certificate, key) paths."""
+    """The CA, then the service's certificate for `names` (see `ensure_cert`)."""
     tls_dir = Path(tls_dir)
+    return ensure_cert(tls_dir, tls_dir / SERVICE_CERT, tls_dir / SERVICE_KEY, names, now=now, seed=seed)
+
+
+def ensure_cert(tls_dir: Path, cert_path: Path, key_path: Path, names: list[str], *,
+                now: datetime.datetime | None = None, seed: bytes | None = None) -> tuple[Path, Path]:
+    """The CA of `tls_dir`, then a server certificate for `names` at `cert_path` and its key
+    at `key_path` (0600): issued again only when it is missing, lacks one of `names`, ends
+    within RENEW_WITHIN of `now` or is not signed by the current CA (else its files are not
+    touched). Returns (certificate, key) paths."""
+    tls_dir, cert_path, key_path = Path(tls_dir), Path(cert_path), Path(key_path)
     now = _utc(now)
     wanted = _names(names)
     with _locked(tls_dir):
         ca_path, ca_key_path = _ensure_ca(tls_dir, seed)
         ca_pem, ca_key_pem = ca_path.read_bytes(), ca_key_path.read_bytes()
-        cert_path, key_path = tls_dir / SERVICE_CERT, tls_dir / SERVICE_KEY
         if _service_cert_stale(cert_path, key_path, wanted, ca_pem, now):
             cert_pem, key_pem = _issue(ca_pem, ca_key_pem, wanted, days=365, now=now)
             write_atomic(key_path, key_pem, 0o600)  # key first: a crash between leaves a mismatch, seen as stale

@@ -25,6 +25,8 @@ again when they return); every controller powered off, then `undercloud deploy`.
 
 from __future__ import annotations
 
+import datetime
+import http.client
 import json
 import os
 import shutil
@@ -33,6 +35,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -324,9 +328,11 @@ def test_minimal_deploys_a_controller_and_a_compute_node(cloud):
         assert words in r.stderr, r.stderr[-4000:]
     endpoints = dict(line.split() for line in r.stdout.splitlines())
     vip = virtual_ip()
-    assert endpoints == {"keystone": f"http://{vip}:5000/v3", "placement": f"http://{vip}:8778",
-                         "image": f"http://{vip}:9292", "compute": f"http://{vip}:8774/v2.1",
-                         "network": f"http://{vip}:9696", "metadata": f"http://{vip}:8775"}
+    # The public endpoints: haproxy's TLS ports (13000 + the port's last three digits).
+    assert endpoints == {"keystone": f"https://{vip}:13000/v3", "placement": f"https://{vip}:13778",
+                         "image": f"https://{vip}:13292", "compute": f"https://{vip}:13774/v2.1",
+                         "network": f"https://{vip}:13696", "metadata": f"https://{vip}:13775"}
+    assert "public endpoints: TLS, issued by the undercloud certificate until " in r.stderr
     assert f"clouds.yaml: {cloud['clouds']}" in r.stderr
     print(f"minimal deploy from this home's nothing: {cloud['deploy_seconds']:.0f} s")
 
@@ -366,12 +372,36 @@ def test_identity_catalog_and_placement(cloud):
     assert ok_json(clouds, "token", "issue")["id"]
     got = {(e["Service Type"], e["Interface"], e["URL"]) for e in ok_json(clouds, "endpoint", "list")}
     endpoints = dict(line.split() for line in cloud["deploy"].stdout.splitlines())
+    internal = {"keystone": ":5000/v3", "placement": ":8778", "image": ":9292", "compute": ":8774/v2.1",
+                "network": ":9696"}
+    vip = virtual_ip()
     for kind, name in (("identity", "keystone"), ("placement", "placement"), ("image", "image"),
                        ("compute", "compute"), ("network", "network")):
-        for iface in ("public", "internal", "admin"):
-            assert (kind, iface, endpoints[name]) in got, (kind, iface)
+        assert (kind, "public", endpoints[name]) in got, kind  # https, through haproxy's TLS port
+        for iface in ("internal", "admin"):  # what the services use among themselves
+            assert (kind, iface, f"http://{vip}{internal[name]}") in got, (kind, iface)
     # placement, authenticated by keystonemiddleware: the compute node registered itself.
     assert [p["name"] for p in ok_json(clouds, "resource", "provider", "list")] == ["overcloud-novacompute-0"]
+
+
+def test_the_real_client_verifies_the_public_endpoints_with_the_undercloud_ca(cloud):
+    """clouds.yaml names the undercloud's CA (no --insecure anywhere); the same file with
+    another CA is refused by the client, and the TLS port speaks nothing but TLS."""
+    from undercloud import tls
+
+    doc = yaml.safe_load(Path(cloud["clouds"]).read_text())
+    entry = doc["clouds"]["overcloud"]
+    assert entry["cacert"] == str(cloud["home"].path / "tls" / "ca.pem")
+    assert entry["auth"]["auth_url"].startswith("https://")
+    other, _ = tls.ensure_ca(cloud["work"] / "other-ca")
+    entry["cacert"] = str(other)
+    wrong = cloud["work"] / "other-ca-clouds.yaml"
+    wrong.write_text(yaml.safe_dump(doc))
+    r = openstack(str(wrong), "token", "issue", timeout=60)
+    assert r.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in r.stderr, r.stderr[-1500:]
+    plain = entry["auth"]["auth_url"].replace("https://", "http://")
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(plain, timeout=10).close()  # haproxy's TLS port drops plain HTTP
 
 
 def test_the_overcloud_is_a_cloud_the_undercloud_knows(cloud):
@@ -409,6 +439,12 @@ def test_every_service_is_healthy_behind_the_vip(cloud):
         "nova_conductor", "nova_scheduler", "nova_metadata", "neutron_api", "neutron_linuxbridge_agent",
         "neutron_dhcp", "neutron_metadata"}
     assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
+    # The public certificate's end on haproxy's rows (a year from its issue; renewed by a
+    # deploy within 30 days of it), nothing on the others.
+    ends = {x["certificate_expires"] for x in rows if x["service"] == "haproxy"}
+    assert len(ends) == 1 and (datetime.datetime.fromisoformat(ends.pop().replace("Z", "+00:00"))
+                               - datetime.datetime.now(datetime.UTC)).days in (363, 364, 365)
+    assert {x["certificate_expires"] for x in rows if x["service"] != "haproxy"} == {None}
     vip = virtual_ip()
     assert vip not in {x["address"] for x in rows}
     assert vip_holders(cloud["home"].instance, ["overcloud-controller-0"], vip) == ["overcloud-controller-0"]
@@ -676,6 +712,8 @@ def test_a_second_deploy_changes_nothing_and_secrets_stay_hidden(cloud):
     # Only `overcloud clouds-yaml` shows the admin password; nothing shows the rest.
     secrets = secrets_of(uc_home)
     assert {"GlancePassword", "NovaPassword", "NeutronPassword", "MetadataSecret"} <= set(secrets)
+    key = (uc_home.path / "overcloud" / "overcloud" / "tls" / "public.key").read_text()
+    secrets["SSLKey"] = key.splitlines()[1]  # a line of the public certificate's key
     cy = run_cli("overcloud", "clouds-yaml")
     assert cy.returncode == 0 and secrets["AdminPassword"] in cy.stdout
     shown = cloud["deploy"].stdout + cloud["deploy"].stderr + again.stdout + again.stderr
@@ -683,6 +721,7 @@ def test_a_second_deploy_changes_nothing_and_secrets_stay_hidden(cloud):
                  ["stack", "resource", "show", "overcloud", "ControllerConfig_Step4", "-f", "json"],
                  ["stack", "resource", "show", "overcloud", "ServiceData", "-f", "json"],
                  ["stack", "resource", "show", "overcloud", "ControllerKeystone.ConfigFiles", "-f", "json"],
+                 ["stack", "resource", "show", "overcloud", "ControllerHAproxy.ConfigFiles", "-f", "json"],
                  ["stack", "output", "show", "overcloud", "--all", "-f", "json"], ["overcloud", "status"]):
         out = run_cli(*args)
         assert out.returncode == 0, out.stderr

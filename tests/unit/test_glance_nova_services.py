@@ -322,3 +322,54 @@ def test_keystone_caches_in_every_memcached_and_only_when_there_is_one():
     alone = {**NODES, "memcached": []}  # a role set without memcached (the plan gives every service a list)
     files, _, _ = service_support.render("keystone", {"ServiceNodes": alone, **given}, "localhost/undercloud/service-x:1")
     assert ini(files["keystone.conf"])["cache"]["enabled"] == "false"
+
+
+def test_keystones_catalog_is_public_over_tls_internal_and_admin_on_the_internal_endpoint(tmp_path):
+    """Keystone's own identity endpoints (its bootstrap) and those it registers for the
+    others: public at the PublicEndpointMap URL, internal and admin at the EndpointMap one;
+    registering again PATCHes what differs only (here: an older deploy's http public URL)."""
+    given = {"VirtualIP": "10.0.0.250", "AdminPassword": "ap", "KeystoneDbPassword": "kdb",
+             "EndpointMap": {"keystone": "http://10.0.0.250:5000/v3"},
+             "ServiceData": {"public_endpoints": {"keystone": "https://10.0.0.250:13000/v3"}},
+             **{f"Keystone{kind}Key{i}": "k" * 44 for kind in ("Fernet", "Credential") for i in (0, 1)}}
+    files, _, _ = service_support.render("keystone", {"ServiceNodes": NODES, **given}, "localhost/undercloud/service-x:1")
+    boot = json.loads(files["uc-bootstrap.json"])
+    assert (boot["public_url"], boot["internal_url"]) == ("https://10.0.0.250:13000/v3", "http://10.0.0.250:5000/v3")
+    assert ini(files["keystone.conf"])["oslo_middleware"]["enable_proxy_headers_parsing"] == "true"
+
+    register = script_module(elements.SHIPPED / "keystone-register" / "static" / "usr" / "local" / "bin"
+                             / "uc-keystone-register")
+    endpoints = [{"id": "e1", "interface": "public", "url": "http://10.0.0.250:9292"}]
+    calls = []
+
+    def call(method, url, body=None, token=None):
+        calls.append((method, url.split("/v3", 1)[1], body))
+        path = url.split("/v3", 1)[1]
+        if path.startswith("/auth/tokens"):
+            return "token", {}
+        if path.startswith("/projects"):
+            return None, {"projects": [{"id": "p"}]}
+        if path.startswith("/roles"):
+            return None, {"roles": [{"id": "admin"}]}
+        if path.startswith("/users"):
+            return None, {"users": [{"id": "u"}]}
+        if path.startswith("/services"):
+            return None, {"services": [{"id": "s"}]}
+        if path.startswith("/endpoints?"):
+            return None, {"endpoints": endpoints}
+        return None, {}
+
+    register.call = call
+    conf = tmp_path / "register.json"
+    conf.write_text(json.dumps({"auth_url": "http://keystone/v3", "admin_password": "ap", "region": "RegionOne",
+                                "register": [{"user": "glance", "password": "gp", "name": "glance", "type": "image",
+                                              "url": "http://10.0.0.250:9292",
+                                              "public_url": "https://10.0.0.250:13292"}]}))
+    assert register.main(str(conf)) == 0
+    writes = [(m, p, b) for m, p, b in calls if m in ("POST", "PATCH") and "endpoints" in p]
+    assert writes == [
+        ("PATCH", "/endpoints/e1", {"endpoint": {"url": "https://10.0.0.250:13292"}}),
+        ("POST", "/endpoints", {"endpoint": {"service_id": "s", "interface": "internal",
+                                             "url": "http://10.0.0.250:9292", "region_id": "RegionOne"}}),
+        ("POST", "/endpoints", {"endpoint": {"service_id": "s", "interface": "admin",
+                                             "url": "http://10.0.0.250:9292", "region_id": "RegionOne"}})]

@@ -160,9 +160,13 @@ def test_a_service_of_your_own_is_wired_by_its_declarations_alone(tmp_path):
     assert [d["name"] for d in rendered["resources"]["ServiceData"]["properties"]["value"]["databases"]] == \
         ["foo", "keystone", "placement"]
     frontends = rendered["resources"]["ServiceData"]["properties"]["value"]["haproxy"]
+    # Its endpoint's frontend is served over TLS too, on 13000 + its port's last three digits.
     assert {"name": "foo_api", "port": 9999, "backend_port": 19999, "mode": "http", "check": "GET /",
-            "check_port": 19999, "backup": False,
+            "check_port": 19999, "backup": False, "public_port": 13999,
             "servers": {"get_attr": ["ServiceNodes", "value", "foo_api"]}} in frontends
+    assert next(f for f in frontends if f["name"] == "mysql")["public_port"] == 0  # tcp, no endpoint: none
+    widget = rendered["resources"]["PublicEndpointMap"]["properties"]["value"]["widget"]["if"]
+    assert widget[0] == "public_tls" and widget[1]["str_replace"]["template"] == "https://VIP:13999/v1"
     for f in plan.dir.rglob("*"):
         if f.is_file() and f.name != "secrets.yaml":
             assert secrets["FooDbPassword"] not in f.read_text(), f

@@ -42,7 +42,7 @@ outputs:
     value: {{Controller: {json.dumps([KEYSTONE, MEMCACHED])}}}
 """
 FIELDS = {"role", "node", "address", "service", "step", "health_check", "health", "restarts", "image", "config",
-          "last_restart"}
+          "last_restart", "certificate_expires"}
 
 
 class FakeNode:
@@ -131,7 +131,7 @@ def test_status_asks_the_agents_and_shows_what_they_answer(svc, node):
     row = next(r for r in rows if (r["node"], r["service"]) == ("oc-controller-0", "keystone"))
     assert row == {"role": "Controller", "node": "oc-controller-0", "address": "192.0.2.5", "service": "keystone",
                    "step": 3, "health_check": "HTTP GET :15000/v3", "health": "healthy", "restarts": 0,
-                   "image": "0123456789ab", "config": "a" * 12, "last_restart": ""}
+                   "image": "0123456789ab", "config": "a" * 12, "last_restart": "", "certificate_expires": None}
     probes = node.probes
     assert probes >= 2  # the readiness probes ran on the node for this request
     # The request is in the node's document; the runner keeps it out of the configuration.
@@ -303,3 +303,25 @@ def test_the_command_says_when_this_hosts_container_engine_was_restarted(tmp_pat
         assert len(json.loads(told.stdout)) == 4  # the rows as before
     finally:
         live.stop()
+
+
+def test_haproxys_rows_say_when_the_public_certificate_ends(tmp_path):
+    """`overcloud status -f json`: the public endpoints' certificate (the stack output
+    PublicCertificate) on haproxy's rows; none on the others, and none for a stack without
+    one or with a certificate that cannot be read."""
+    import datetime
+
+    from undercloud import tls
+
+    ca, ca_key = tls.ensure_ca(tmp_path / "tls")
+    cert, _key = tls.issue(ca.read_bytes(), ca_key.read_bytes(), ["192.0.2.250"], days=90)
+    ends = tls.expiry(cert)
+    assert ends - datetime.datetime.now(datetime.UTC) > datetime.timedelta(days=89)
+    outputs = {"RoleNodes": {"Controller": {"oc-controller-0": "192.0.2.5"}},
+               "RoleServices": {"Controller": [["haproxy", 1, None, "haproxy", []], KEYSTONE]},
+               "PublicCertificate": cert.decode()}
+    rows = st.rows(st.targets(outputs), {}, None, 0.0, st.certificates(outputs))
+    assert [(r["service"], r["certificate_expires"]) for r in rows] == [
+        ("haproxy", ends.strftime("%Y-%m-%dT%H:%M:%SZ")), ("keystone", None)]
+    assert st.certificates({**outputs, "PublicCertificate": ""}) == {}
+    assert st.certificates({**outputs, "PublicCertificate": "not a certificate"}) == {}

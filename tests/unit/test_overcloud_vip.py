@@ -4,11 +4,14 @@ haproxy service when the VIP is its own address."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import HTTPS, own_store_url, run_cli
 from undercloud.errors import InvalidInput
+from undercloud.masking import MASK
 from undercloud.overcloud import addresses as oc
 from undercloud.overcloud.library import LIBRARY
 from undercloud.overcloud.secrets import stack_dir
@@ -132,15 +135,23 @@ FRONTENDS = [{"name": "keystone_public", "port": 5000, "backend_port": 15000, "m
               "check_port": 9200, "backup": True, "servers": ["10.1.2.2", "10.1.2.3", "10.1.2.4"]}]
 
 
-def haproxy_role_data(tmp_path, vip: str) -> dict:
+def haproxy_role_data(tmp_path, vip: str, frontends: list = FRONTENDS, environment: Path | None = None,
+                      shown: list | None = None) -> dict:
+    """haproxy's role_data for `vip` (`shown`: add the ConfigFiles resource as `resource
+    show` gives it)."""
     nodes = {"haproxy": ["10.1.2.2", "10.1.2.3"], "keystone": ["10.1.2.2"], "placement": ["10.1.2.3"]}
     r = run_cli("stack", "create", "hap", "-t", str(LIBRARY / "services" / "haproxy.yaml"), "--wait",
+                *(["-e", str(environment)] if environment else []),
                 "-P", f"ServiceNodes={json.dumps(nodes)}", "-P", f"VirtualIP={vip}",
-                "-P", f"ServiceData={json.dumps({'haproxy': FRONTENDS})}",
+                "-P", f"ServiceData={json.dumps({'haproxy': frontends})}",
                 "-P", "ContainerHaproxyImage=localhost/undercloud/service-haproxy:1", "-P", "KeepalivedVirtualRouterId=77")
     assert r.returncode == 0, r.stderr
     out = run_cli("stack", "output", "show", "hap", "role_data", "-f", "json")
     assert out.returncode == 0, out.stderr
+    if shown is not None:
+        res = run_cli("stack", "resource", "show", "hap", "ConfigFiles", "-f", "json")
+        assert res.returncode == 0, res.stderr
+        shown.append(res.stdout)
     assert run_cli("stack", "delete", "hap", "--wait").returncode == 0
     return json.loads(out.stdout)["output_value"]
 
@@ -175,3 +186,34 @@ def test_keepalived_holds_a_dedicated_vip_and_nothing_else(uc_home, tmp_path):
     # The VIP being a haproxy node's own address (no PublicVirtualIP): no keepalived.
     rd = haproxy_role_data(tmp_path, "10.1.2.2")
     assert [i["metadata"]["name"] for i in rd["kube"]] == ["haproxy-config", "haproxy"]
+
+
+def test_haproxy_serves_the_api_endpoints_over_tls_too_with_the_key_never_shown(uc_home, tmp_path):
+    """With a certificate (SSLCertificate, SSLKey from parameter_defaults, as a deploy gives
+    them) each frontend with a public_port also binds it with TLS and says so to the service
+    (X-Forwarded-Proto); the tcp database frontends do not. The key reaches the node's
+    files (public.pem: certificate, then key) but no output or resource shows it."""
+    from undercloud import tls
+
+    ca, ca_key = tls.ensure_ca(tmp_path / "tls")
+    cert, key = tls.issue(ca.read_bytes(), ca_key.read_bytes(), ["10.1.2.250", "overcloud.localdomain"])
+    env = tmp_path / "tls-env.yaml"
+    env.write_text(yaml.safe_dump({"parameter_defaults": {"SSLCertificate": cert.decode(), "SSLKey": key.decode()}}))
+    frontends = [{**FRONTENDS[0], "public_port": 13000}, *[{**f, "public_port": 0} for f in FRONTENDS[1:]]]
+    shown: list = []
+    rd = haproxy_role_data(tmp_path, "10.1.2.250", frontends, env, shown)
+    cfg = rd["kube"][0]["data"]["haproxy.cfg"]
+    assert ("listen keystone_public\n  bind *:5000\n  bind *:13000 ssl crt /etc/haproxy/public.pem\n"
+            "  http-request set-header X-Forwarded-Proto https if { ssl_fc }\n"
+            "  http-request set-header X-Forwarded-Proto http if !{ ssl_fc }\n  mode http\n") in cfg
+    assert cfg.count(" ssl crt ") == 1 and "listen db\n  bind *:3306\n  mode tcp" in cfg
+    files = json.loads(rd["kube"][0]["data"]["config.json"])["config_files"]
+    assert {"source": "/var/lib/undercloud/config/public.pem", "dest": "/etc/haproxy/public.pem",
+            "owner": "root:haproxy", "perm": "0640"} in files
+    pem = rd["kube"][0]["data"]["public.pem"]
+    assert pem.startswith(cert.decode()) and MASK in pem  # the key, masked where it is shown
+    key_body = key.decode().splitlines()[1]
+    assert key_body not in json.dumps(rd) and key_body not in shown[0] and MASK in shown[0]
+    # Without a certificate: no TLS port, an empty public.pem.
+    rd = haproxy_role_data(tmp_path, "10.1.2.250", frontends)
+    assert " ssl " not in rd["kube"][0]["data"]["haproxy.cfg"] and rd["kube"][0]["data"]["public.pem"] == ""

@@ -42,7 +42,7 @@ def status(stack: str, node: str | None = Query(None, max_length=255),
            wait: float = Query(15.0, ge=0, le=60), ctx: Context = Depends(get_context)):
     """One row per service per node (or of node `node`): role, node, address, service, step,
     health_check, health ("healthy", "failing (why)", "unknown (why)"), restarts, image,
-    config, last_restart."""
+    config, last_restart, certificate_expires (haproxy's public certificate; else null)."""
     try:
         outputs = {o["output_key"]: o.get("output_value") for o in ctx.stacks.outputs(stack)}
     except NotFound:
@@ -62,4 +62,4 @@ def status(stack: str, node: str | None = Query(None, max_length=255),
         if answered or time.monotonic() >= deadline or ctx.stopping.wait(LOOK_EVERY):
             break
     reports = {name: got.get(i) for name, i in ids.items()}
-    return rows_of.rows(todo, reports, asked, time.time())
+    return rows_of.rows(todo, reports, asked, time.time(), rows_of.certificates(outputs))

@@ -49,19 +49,23 @@ def clouds_yaml(stack):
     """Print a clouds.yaml with the overcloud's admin credentials (cloud named after the stack).
 
     This is the one command that reveals them (as TripleO's overcloudrc did). The
-    endpoint is the virtual IP in front of the APIs, which this host reaches directly.
+    endpoint is the virtual IP in front of the APIs, which this host reaches directly: its
+    public TLS port, verified with `cacert` (the undercloud's CA, or the one you gave).
     """
     from undercloud.overcloud.clouds import admin_password
     from undercloud.overcloud.clouds import clouds_yaml as render
     from undercloud.overcloud.state import StackState
 
     client = Client()
-    endpoints = _outputs(client, stack).get("EndpointMap") or {}
+    found = _outputs(client, stack)
+    endpoints = found.get("PublicEndpointMap") or found.get("EndpointMap") or {}
     if not endpoints.get("keystone"):
         raise UndercloudError(f"stack {stack} has no keystone endpoint (not deployed, or keystone disabled)",
                               "--stack")
-    password = admin_password(StackState(client, stack).secrets(), stack)
-    click.echo(render(stack, endpoints["keystone"], password), nl=False)
+    state = StackState(client, stack)
+    password = admin_password(state.secrets(), stack)
+    cacert = state.get("last-deploy", {}).get("public_ca")
+    click.echo(render(stack, endpoints["keystone"], password, cacert=cacert), nl=False)
 
 
 def probe(address: str, check: str, timeout: float = 2.0) -> str:
@@ -108,7 +112,8 @@ def status(stack, wait):
     versions (a half-rolled change shows as mixed versions). Health is "healthy", "failing
     (why)", or "unknown (why)" for a node whose agent did not answer within --wait seconds
     (its last report's age is shown, never an older result as now). `-f json` adds the last
-    restart's reason. A podman API service the container nodes rely on that the undercloud
+    restart's reason and, on haproxy's rows, when the public endpoints' certificate ends
+    (a deploy renews it within 30 days of that). A podman API service the container nodes rely on that the undercloud
     had to restart (or that still fails) is said on stderr."""
     client = Client(timeout=60 + wait)
     try:

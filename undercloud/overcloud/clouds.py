@@ -11,11 +11,16 @@ from undercloud.errors import InvalidInput
 from undercloud.overcloud.secrets import stack_dir
 
 
-def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionOne") -> str:
-    return yaml.safe_dump({"clouds": {stack: {
-        "auth": {"auth_url": auth_url, "username": "admin", "password": password, "project_name": "admin",
-                 "user_domain_name": "Default", "project_domain_name": "Default"},
-        "region_name": region, "identity_api_version": 3, "interface": "public"}}}, sort_keys=False)
+def clouds_yaml(stack: str, auth_url: str, password: str, region: str = "RegionOne",
+                cacert: str | None = None) -> str:
+    """The cloud `stack`: its public endpoints, verified with `cacert` (the CA of the public
+    certificate; none: the system's trust store) where they are https."""
+    entry = {"auth": {"auth_url": auth_url, "username": "admin", "password": password, "project_name": "admin",
+                      "user_domain_name": "Default", "project_domain_name": "Default"},
+             "region_name": region, "identity_api_version": 3, "interface": "public"}
+    if cacert and auth_url.startswith("https:"):
+        entry["cacert"] = cacert
+    return yaml.safe_dump({"clouds": {stack: entry}}, sort_keys=False)
 
 
 def admin_password(secrets: dict, stack: str) -> str:
@@ -26,7 +31,7 @@ def admin_password(secrets: dict, stack: str) -> str:
     return password
 
 
-def write_clouds_yaml(home: Path, stack: str, auth_url: str, secrets: dict) -> Path:
+def write_clouds_yaml(home: Path, stack: str, auth_url: str, secrets: dict, cacert: str | None = None) -> Path:
     path = stack_dir(home, stack) / "clouds.yaml"
-    write_atomic(path, clouds_yaml(stack, auth_url, admin_password(secrets, stack)))
+    write_atomic(path, clouds_yaml(stack, auth_url, admin_password(secrets, stack), cacert=cacert))
     return path

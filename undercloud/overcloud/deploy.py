@@ -110,10 +110,14 @@ def deployment_reason(reason: str) -> tuple[str, list[str]]:
 ENDPOINT_WAIT = 90.0  # seconds for every API to answer through the VIP once its service is healthy
 
 
-def _endpoint_answer(url: str) -> str | None:
-    """None when the API answers (any status below 500), else why not."""
+def _endpoint_answer(url: str, ca_file: str | None = None) -> str | None:
+    """None when the API answers (any status below 500), else why not; an https one verified
+    with `ca_file` (none: the system's trust store)."""
+    from undercloud.config import client_context
+
+    context = client_context(ca_file) if ca_file and url.startswith("https:") else None  # None: the system's
     try:
-        with urllib.request.urlopen(url, timeout=5):
+        with urllib.request.urlopen(url, timeout=5, context=context):
             return None
     except urllib.error.HTTPError as exc:
         return None if exc.code < 500 else f"HTTP {exc.code}"
@@ -122,7 +126,8 @@ def _endpoint_answer(url: str) -> str | None:
 
 
 def wait_for_endpoints(endpoints: dict[str, str], timeout: float = ENDPOINT_WAIT,
-                       answer: Callable[[str], str | None] = _endpoint_answer) -> dict[str, str]:
+                       answer: Callable[[str, str | None], str | None] = _endpoint_answer,
+                       ca_file: str | None = None) -> dict[str, str]:
     """Wait until each endpoint answers through the virtual IP: haproxy takes a backend back
     only at its next check, a little after the service passed its own. Returns what still
     does not answer after `timeout`: service -> why."""
@@ -131,7 +136,8 @@ def wait_for_endpoints(endpoints: dict[str, str], timeout: float = ENDPOINT_WAIT
     failing: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(waiting)))) as pool:
         while waiting:
-            failing = {svc: why for svc, why in zip(waiting, pool.map(answer, waiting.values())) if why}
+            urls = list(waiting.values())
+            failing = {svc: why for svc, why in zip(waiting, pool.map(answer, urls, [ca_file] * len(urls))) if why}
             waiting = {svc: waiting[svc] for svc in failing}
             if not waiting or time.monotonic() >= deadline:
                 break

@@ -51,6 +51,13 @@ SECRET_KINDS = ("password", "fernet", "store-key")
 ROLE_DATA = ("outputs", "role_data", "value")
 # The parameters every service template takes (the plan passes each of them).
 COMMON_PARAMETERS = ("ServiceNodes", "VirtualIP", "EndpointMap", "ServiceData", "RoleName")
+PUBLIC_TLS_BASE = 13000  # see public_port
+
+
+def public_port(port: int) -> int:
+    """Where an endpoint is served over TLS on the VIP (haproxy): 13000 + the last three
+    digits of its port, as TripleO numbers its public TLS ports (5000 -> 13000, 9292 -> 13292)."""
+    return PUBLIC_TLS_BASE + port % 1000
 IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 PARAM = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 DB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -337,6 +344,8 @@ def conflicts(services: list[Service]) -> list[str]:
             claim(("secret", name), s, kind_, f"secret {name}")
         for name, spec in s.endpoints.items():
             claim(("endpoint", name), s, (s.type, dict(spec)), f"endpoint {name}")
+            tls = public_port(spec["port"])
+            claim(("port", tls), s, (s.type, f"{name} over TLS"), f"public TLS port {tls} (endpoint {name})")
         for f in s.haproxy:
             claim(("frontend", f["name"]), s, (s.type, f["port"]), f"haproxy frontend {f['name']}")
             claim(("port", f["port"]), s, (s.type, f["name"]), f"haproxy port {f['port']}")

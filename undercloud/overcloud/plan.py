@@ -171,7 +171,10 @@ class Plan:
 
 def service_data(enabled: list[Service]) -> dict:
     """`ServiceData`, every service template's view of what the others declared, with
-    secrets as get_param (their values never appear in the plan's files)."""
+    secrets as get_param (their values never appear in the plan's files). A catalog entry
+    has its internal `url` (EndpointMap) and its `public_url` (PublicEndpointMap: over TLS
+    when the overcloud has a certificate); an http frontend serving an endpoint has the
+    `public_port` haproxy serves it on over TLS (0: none)."""
     databases = [{"name": d["name"], "user": d["user"], "password": {"get_param": d["password"]}}
                  for s in enabled for d in s.databases]
     keystone = []
@@ -181,23 +184,30 @@ def service_data(enabled: list[Service]) -> dict:
             if "type" in k:
                 entry.update(name=k.get("service", k["type"]), type=k["type"],
                              description=k.get("description", ""),
-                             url={"get_attr": ["EndpointMap", "value", k["endpoint"]]})
+                             url={"get_attr": ["EndpointMap", "value", k["endpoint"]]},
+                             public_url={"get_attr": ["PublicEndpointMap", "value", k["endpoint"]]})
             keystone.append(entry)
+    served = {spec["port"] for s in enabled for spec in s.endpoints.values()}
     haproxy = [{"name": f["name"], "port": f["port"], "backend_port": f["backend_port"],
                 "mode": f.get("mode", "http"), "check": f.get("check", ""),
                 "check_port": f.get("check_port", f["backend_port"]), "backup": f.get("backup", False),
+                "public_port": lib.public_port(f["port"]) if f.get("mode", "http") == "http" and f["port"] in served
+                else 0,
                 "servers": {"get_attr": ["ServiceNodes", "value", s.name]}}
                for s in enabled for f in s.haproxy]
     return {"databases": sorted(databases, key=lambda d: d["name"]),
             "keystone": sorted(keystone, key=lambda k: k["user"]),
-            "haproxy": sorted(haproxy, key=lambda f: f["port"])}
+            "haproxy": sorted(haproxy, key=lambda f: f["port"]),
+            "public_endpoints": {"get_attr": ["PublicEndpointMap", "value"]}}
 
 
 def render(home: Path, stack: str, roles: list[Role], library: Library, images: dict[str, Any],
-           hypervisor: str, example: str | None, environments: list[Path], secrets: dict[str, Any]) -> Plan:
+           hypervisor: str, example: str | None, environments: list[Path], secrets: dict[str, Any],
+           tls: dict[str, str] | None = None) -> Plan:
     """Write the plan directory; returns the template and environments, in merge order:
     registry, deploy parameters (images, flavors), secrets (`secrets`: a value for each
-    the library's services declare), the example, yours."""
+    the library's services declare; `tls`: the public certificate the undercloud issued,
+    SSLCertificate and SSLKey), the example, yours."""
     import jinja2
 
     cloud = node_cloud(hypervisor)
@@ -216,7 +226,7 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
     # The role whose first node's address is the virtual IP when none is given: haproxy's; in
     # an overcloud without API services (hypervisor hosts, say) nothing is served there.
     vip_role = (haproxy_roles or roles)[0]
-    endpoints = sorted((name, spec["port"], spec.get("path", "")) for s in enabled
+    endpoints = sorted((name, spec["port"], spec.get("path", ""), lib.public_port(spec["port"])) for s in enabled
                        for name, spec in s.endpoints.items())
     base = stack_dir(home, stack)
     plan = base / "plan"
@@ -245,8 +255,8 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
             + yaml.safe_dump({"resource_registry": registry, "parameter_defaults": params}, sort_keys=True))
         kinds = library.secrets()
         write_atomic(tmp / "secrets.yaml", "# Generated secrets (hidden parameters), kept across re-deploys.\n"
-                      + yaml.safe_dump({"parameter_defaults": {k: secrets[k] for k in sorted(kinds)}},
-                                       sort_keys=True))
+                      + yaml.safe_dump({"parameter_defaults": {**{k: secrets[k] for k in sorted(kinds)},
+                                                                **(tls or {})}}, sort_keys=True))
         shutil.rmtree(plan, ignore_errors=True)
         os.rename(tmp, plan)
     finally:

@@ -36,12 +36,14 @@ def removed_nodes(stack: str, dry_run: dict, get: Callable[..., Any]) -> dict[st
     return out
 
 
-def connect(auth_url: str, password: str):
+def connect(auth_url: str, password: str, cacert: str | None = None):
+    """The overcloud's admin, on its public endpoints (https ones verified with `cacert`)."""
     import openstack
 
     return openstack.connection.Connection(
         auth_url=auth_url, username="admin", password=password, project_name="admin", user_domain_name="Default",
-        project_domain_name="Default", region_name="RegionOne", interface="public", compute_api_version="2.53")
+        project_domain_name="Default", region_name="RegionOne", interface="public", compute_api_version="2.53",
+        **({"cacert": cacert} if cacert else {}))
 
 
 def instances_on(conn, host: str) -> list:

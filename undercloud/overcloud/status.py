@@ -62,10 +62,26 @@ def targets(outputs: dict, only: str | None = None) -> list[tuple[str, str, str,
             for svc in services.get(role) or []]
 
 
+def certificates(outputs: dict) -> dict[str, str]:
+    """Service -> when the certificate it serves ends (ISO 8601, UTC): haproxy's, of the
+    public endpoints (the stack output PublicCertificate)."""
+    from undercloud import tls
+    from undercloud.errors import InvalidInput
+
+    pem = outputs.get("PublicCertificate")
+    if not isinstance(pem, str) or not pem:
+        return {}
+    try:
+        return {"haproxy": tls.expiry(pem.encode()).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    except InvalidInput:
+        return {}
+
+
 def rows(todo: list[tuple[str, str, str, list]], reports: dict[str, dict | None], asked: float | None,
-         now: float) -> list[dict]:
-    """One row per (role, node, address, service): its health (see `health`) and from the
-    node's last report its restarts, image, config and last restart's reason."""
+         now: float, certificates: dict[str, str] | None = None) -> list[dict]:
+    """One row per (role, node, address, service): its health (see `health`), from the
+    node's last report its restarts, image, config and last restart's reason, and when the
+    certificate it serves ends (`certificates`, else None)."""
     out = []
     for role, node, address, svc in todo:
         report = reports.get(node)
@@ -78,5 +94,6 @@ def rows(todo: list[tuple[str, str, str, list]], reports: dict[str, dict | None]
                     "health_check": svc[2] or health_check(svc), "health": health(svc, report, asked, now),
                     "restarts": sum(int(x.get("restarts") or 0) for x in containers.values()) if seen else None,
                     "image": ",".join(sorted({x.get("image_id") or x.get("image", "") for x in containers.values()})),
-                    "config": seen.get("config", ""), "last_restart": last.get("why", "")})
+                    "config": seen.get("config", ""), "last_restart": last.get("why", ""),
+                    "certificate_expires": (certificates or {}).get(svc[0])})
     return out

@@ -205,7 +205,8 @@ def report_repairs(client, out: Output, stack: str) -> None:
         out.note("repaired: nothing needed it when the steps ran again (each service was running and ready)")
 
 
-def scale_in(client, out: Output, stack: str, body: dict, library, yes: bool, secrets: dict):
+def scale_in(client, out: Output, stack: str, body: dict, library, yes: bool, secrets: dict,
+             ca_file: str | None = None):
     """The nodes this update removes (the engine's dry run), compute nodes drained first:
     their instances refused unless `yes`, else deleted, then their nova-compute records.
     Returns (connection to the overcloud or None, the compute nodes drained)."""
@@ -218,10 +219,11 @@ def scale_in(client, out: Output, stack: str, body: dict, library, yes: bool, se
         return None, []
     out.note(f"scale-in: removing {', '.join(sorted(removed))}")
     computes = sorted(n for n, role in removed.items() if scale.COMPUTE_SERVICE in library.service_names(role))
-    keystone = (outputs(client, stack).get("EndpointMap") or {}).get("keystone")
+    found = outputs(client, stack)
+    keystone = (found.get("PublicEndpointMap") or found.get("EndpointMap") or {}).get("keystone")
     if not computes or not keystone:
         return None, []
-    conn = scale.connect(keystone, admin_password(secrets, stack))
+    conn = scale.connect(keystone, admin_password(secrets, stack), ca_file)
     busy = {n: [s.name for s in overcloud_call(f"cannot ask the overcloud's Compute API which instances run on {n}",
                                                scale.instances_on, conn, n)] for n in computes}
     busy = {n: names for n, names in busy.items() if names}
@@ -249,13 +251,15 @@ def outputs(client, stack: str) -> dict:
     return {o["output_key"]: o.get("output_value") for o in client.get(f"/v1/stacks/{stack}/outputs")}
 
 
-def finish(client, out: Output, stack: str, secrets: dict) -> dict:
-    """Waits for the endpoints, prints them, writes clouds.yaml; returns {endpoints, clouds_yaml}."""
+def finish(client, out: Output, stack: str, secrets: dict, ca_file: str | None = None) -> dict:
+    """Waits for the public endpoints (verified with `ca_file` where they are https), prints
+    them, writes clouds.yaml; returns {endpoints, clouds_yaml}."""
     from undercloud.overcloud.clouds import write_clouds_yaml
     from undercloud.overcloud.deploy import ENDPOINT_WAIT, wait_for_endpoints
 
-    endpoints = outputs(client, stack).get("EndpointMap") or {}
-    failing = wait_for_endpoints(endpoints)
+    found = outputs(client, stack)
+    endpoints = found.get("PublicEndpointMap") or found.get("EndpointMap") or {}
+    failing = wait_for_endpoints(endpoints, ca_file=ca_file)
     if failing:
         raise DeployFailed("; ".join(f"{svc} at {endpoints[svc]} does not answer through the virtual IP "
                                      f"after {ENDPOINT_WAIT:.0f} s ({why})" for svc, why in sorted(failing.items())),
@@ -265,10 +269,28 @@ def finish(client, out: Output, stack: str, secrets: dict) -> dict:
     if not endpoints.get("keystone"):
         out.note("no keystone in this overcloud: no clouds.yaml")
         return {"endpoints": endpoints, "clouds_yaml": None}
-    path = write_clouds_yaml(client.home.path, stack, endpoints["keystone"], secrets)
+    path = write_clouds_yaml(client.home.path, stack, endpoints["keystone"], secrets, cacert=ca_file)
     out.note(f"clouds.yaml: {path} (admin credentials; `openstack --os-cloud {stack} ...` with "
              f"OS_CLIENT_CONFIG_FILE={path}, or `undercloud overcloud clouds-yaml`)")
     return {"endpoints": endpoints, "clouds_yaml": str(path)}
+
+
+def public_certificate(client, out: Output, stack: str, library, environments: list[Path], vip: str | None):
+    """The public endpoints' certificate for this deploy (overcloud/public_tls.py), said in
+    one line; None when the overcloud has none (no API endpoint, or no VIP known before the
+    deploy)."""
+    from undercloud.overcloud import public_tls
+
+    if not any(s.endpoints for s in library.enabled):
+        return None
+    public = public_tls.ensure(client.home.path, client.home.tls_dir, stack, environments, vip)
+    if public is None:
+        out.note("public endpoints: plain HTTP (the virtual IP is known only once the nodes exist: give "
+                 "SSLCertificate and SSLKey for TLS)")
+    else:
+        out.note(f"public endpoints: TLS, {'issued by the undercloud' if public.issued else 'your'} certificate "
+                 f"until {public.expires:%Y-%m-%d}")
+    return public
 
 
 def deploy_input(example: str | None, roles: str | None, environments, hypervisor: str, timeout: float,
@@ -340,6 +362,12 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
             client.get(f"/v1/clouds/{op.node_cloud(hypervisor)}")  # known here, before any work
         except NotFound as exc:
             raise UndercloudError(exc.message, f"--hypervisor {hypervisor}") from None
+    # The virtual IP and the public certificate first: a bad certificate is refused before
+    # any image is built.
+    net = network_parameters(client, stack, hypervisor)
+    public = public_certificate(client, out, stack, library, op.environments_for(example, env_paths),
+                                net.get("PublicVirtualIP"))
+    ca_file = str(public.ca_file) if public and public.ca_file else None
     out.note(f"images: building what is missing for {hypervisor} nodes")
     current_set = deployed.load(state).get("current")
     images, records = build_images(client, out, hypervisor, library, current_set)
@@ -348,11 +376,12 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     images.update(deployed.override_parameters(images, overrides, list(overrides)))
     if "ServiceImageSources" in images:
         images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
-    images.update(network_parameters(client, stack, hypervisor))
+    images.update(net)
     images.update(lab_network_parameters(client, out, library))
     kinds = library.secrets()
     secrets = state.secrets(kinds, secrets_given(env_paths, set(kinds)))
-    plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths, secrets)
+    plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths, secrets,
+                     public.parameters if public else None)
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
     params = {k: secrets[k] for k in plan.secret_names}
     digest = op.digest({"bundle": bundle, "parameters": params})
@@ -383,7 +412,8 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
         if unchanged and not drift:
             out.note(f"stack {stack}: no change since the last deploy ({status}) and every service is healthy; "
                      f"nothing to do")
-            return {"stack": stack, "stack_status": status, "changed": False, **finish(client, out, stack, secrets)}
+            return {"stack": stack, "stack_status": status, "changed": False,
+                    **finish(client, out, stack, secrets, ca_file)}
         if status.endswith("_IN_PROGRESS"):
             raise UndercloudError(f"stack {stack} is {status}: wait for it or `undercloud stack cancel {stack}`",
                                   "deploy")
@@ -394,7 +424,7 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
         if drift:
             power_on_stopped(client, out, drift)
         if not unchanged:
-            drained = scale_in(client, out, stack, body, library, yes, secrets)
+            drained = scale_in(client, out, stack, body, library, yes, secrets, ca_file)
         out.note(f"stack {stack}: updating ({status} before{', no change to the stack' if unchanged else ''})")
         client.patch(f"/v1/stacks/{stack}", json=body)
     s = wait(client, out, stack, plan, start, before)
@@ -402,13 +432,15 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     for node in gone:  # now that the node is gone, its agents cannot register again
         from undercloud.overcloud.scale import forget_agents
         overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, out.note)
-    state.put("last-deploy", {"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier})
+    state.put("last-deploy", {"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier,
+                              "public_ca": ca_file})
     deployed.record(state, {**deployed.make_set(library, records, hypervisor), "overrides": overrides})
     now = time.monotonic()
     out.note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
     if drift:
         report_repairs(client, out, stack)
-    return {"stack": stack, "stack_status": s["stack_status"], "changed": True, **finish(client, out, stack, secrets)}
+    return {"stack": stack, "stack_status": s["stack_status"], "changed": True,
+            **finish(client, out, stack, secrets, ca_file)}
 
 
 def plan_bundle_aside(home: Path, stack: str, *args) -> dict:
@@ -436,7 +468,8 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     secret is made (a missing one is a placeholder), the plan is rendered into a temporary
     directory, and the stack is only asked what it would do."""
     from undercloud.overcloud import deploy as od
-    from undercloud.overcloud import deployed, dryrun
+    from undercloud.overcloud import deployed, dryrun, public_tls
+    from undercloud.overcloud import plan as op
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
@@ -463,6 +496,9 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
         images["ServiceImageSources"].update(deployed.sources(i for over in overrides.values() for i in over.values()))
     if current is not None:  # the VIP the stack holds already (asking again claims nothing new)
         images.update(network_parameters(client, stack, hypervisor))
+    # your certificate checked, the kept one as it is (a renewal the deploy would make: not shown)
+    public = public_tls.ensure(client.home.path, client.home.tls_dir, stack, op.environments_for(example, env_paths),
+                               images.get("PublicVirtualIP"), write=False)
     images.update(lab_network_parameters(client, out, library))
     kinds = library.secrets()
     kept = dict(state.get("secrets", {}))
@@ -473,7 +509,7 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
             out.echo(f"stack {stack}: not deployed yet: a deploy would create it")
         return {"stack": stack, "rows": []}
     bundle = plan_bundle_aside(client.home.path, stack, role_list, library, images, hypervisor, example,
-                               env_paths, secrets)
+                               env_paths, secrets, public.parameters if public else None)
     last = state.get("last-deploy", {})
     params = {**{k: secrets[k] for k in sorted(kinds)},
               "DeployIdentifier": last.get("deploy_identifier") or new_identifier()}
