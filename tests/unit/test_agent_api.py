@@ -154,3 +154,28 @@ def test_get_input_substitution_as_heat():
     assert parse_inputs({"v": {"my_in": "x"}}, {"x": "X"}, input_key="my_in") == {"v": "X"}
     with pytest.raises(ResourceFailure, match="'missing' is needed by the config"):
         parse_inputs(cfg, {"x": 1, "y": 2}, strict=True)
+
+
+def test_kube_pods_are_what_the_servers_kube_deployments_declare(ctx):
+    """What a container node's podman proxy lets its agent create: the Pods of the server's
+    `kube` deployments, with their image overrides applied; other groups, other servers and
+    configs the agent would refuse declare nothing; the stored documents are not changed."""
+    meta = ctx.server_metadata
+    meta.register("s1", "n1")
+    meta.register("s2", "n2")
+    web = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"},
+           "spec": {"containers": [{"name": "c", "image": "img:1"}]}}
+    db = {**web, "metadata": {"name": "db"}}
+    meta.put_deployment("s1", deployment("k1", "step1", "kube", {"kind": "List", "items": [
+        {"kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}, web]}, options={"image_overrides": {"img:1": "img:2"}}))
+    meta.put_deployment("s1", deployment("k2", "step2", "kube", json.dumps(db)))
+    meta.put_deployment("s1", deployment("k3", "step3", "kube", {"kind": "Pod", "metadata": {}}))  # no name: refused
+    meta.put_deployment("s1", deployment("sc", "script", "script", "echo"))
+    meta.put_deployment("s2", deployment("k4", "other", "kube", {**web, "metadata": {"name": "theirs"}}))
+    pods = sorted(meta.kube_pods("s1"), key=lambda p: p["metadata"]["name"])
+    assert [(p["metadata"]["name"], p["spec"]["containers"][0]["image"]) for p in pods] == [("db", "img:1"),
+                                                                                            ("web", "img:2")]
+    assert [p["metadata"]["name"] for p in meta.kube_pods("s2")] == ["theirs"]
+    assert meta.kube_pods("nobody") == []
+    meta.kube_pods("s1")
+    assert b"img:2" in meta._get("s1").doc and b'"image": "img:1"' in meta._get("s1").doc  # as published

@@ -1040,31 +1040,38 @@ def _configmap_names(pod: dict) -> list[str]:
                    if isinstance(v, dict) and isinstance(v.get("configMap"), dict)})
 
 
-def hook_kube(c: dict) -> dict:
-    config = c.get("config")
-    try:
-        doc = json.loads(config) if isinstance(config, str) else config
-        if isinstance(doc, dict) and doc.get("kind") == "List":
-            items = doc.get("items") or []
-            if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-                raise PodError("items: a list of ConfigMaps and Pods")
-            configmaps = {(i.get("metadata") or {}).get("name"): i.get("data") or {}
-                          for i in items if i.get("kind") == "ConfigMap"}
-            pods = [i for i in items if i.get("kind", "Pod") == "Pod"]
-        else:
-            configmaps, pods = {}, [doc]
-        for pod in pods:
-            validate(pod)
-    except (ValueError, PodError) as exc:
-        return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 2}
-    options = c.get("options") or {}
-    overrides = options.get("image_overrides") or {}
+def split(config, options: dict | None = None) -> tuple[dict, list[dict]]:
+    """A kube deployment's config (a Pod, or a `kind: List` of ConfigMaps and Pods; JSON
+    text or parsed): (ConfigMap name -> data, Pods), each Pod validated and with the
+    options' image_overrides applied (this role runs another image of these: `overcloud
+    update --role`). ValueError or PodError for a config that is neither."""
+    doc = json.loads(config) if isinstance(config, str) else config
+    if isinstance(doc, dict) and doc.get("kind") == "List":
+        items = doc.get("items") or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise PodError("items: a list of ConfigMaps and Pods")
+        configmaps = {(i.get("metadata") or {}).get("name"): i.get("data") or {}
+                      for i in items if i.get("kind") == "ConfigMap"}
+        pods = [i for i in items if i.get("kind", "Pod") == "Pod"]
+    else:
+        configmaps, pods = {}, [doc]
+    for pod in pods:
+        validate(pod)
+    overrides = (options or {}).get("image_overrides") or {}
     if not isinstance(overrides, dict) or not all(isinstance(v, str) and v for v in overrides.values()):
-        return {"deploy_stdout": "", "deploy_stderr": "kube: options.image_overrides: a map of image -> image",
-                "deploy_status_code": 2}
-    for pod in pods:  # this role runs another image of these (`overcloud update --role`)
+        raise PodError("options.image_overrides: a map of image -> image")
+    for pod in pods:
         for container in (pod.get("spec") or {}).get("containers") or []:
             container["image"] = overrides.get(container.get("image"), container.get("image"))
+    return configmaps, pods
+
+
+def hook_kube(c: dict) -> dict:
+    options = c.get("options") or {}
+    try:
+        configmaps, pods = split(c.get("config"), options)
+    except (ValueError, PodError) as exc:
+        return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 2}
     mode = choose_mode(options)
     if not pods:
         return {"deploy_stdout": "no pods in this config\n", "deploy_stderr": "", "deploy_status_code": 0}

@@ -171,7 +171,7 @@ class Context:
                   addresses=self.addresses, lab_networks=self.lab_networks, endpoint=self.endpoint,
                   hosts_up=self.workers.live_hosts, workers_on=self.workers.live_on,
                   forward=lambda worker, method, path, body: forward_admin(self, worker, method, path, body),
-                  revoke_agent=self.server_metadata.revoke)
+                  revoke_agent=self.server_metadata.revoke, node_pods=self.server_metadata.kube_pods)
         return ServersService(self.store, env)
 
     @cached_property

@@ -279,6 +279,24 @@ class ServerMetadata:
                         "signalled": done, "last_seen": seen, "etag": srv.etag})
         return out
 
+    def kube_pods(self, server_id: str) -> list[dict]:
+        """The Pods the `kube` deployments published for `server_id` declare (image
+        overrides applied), read from the store (whichever worker published them): what a
+        container node's podman proxy lets its agent create."""
+        from undercloud.agent import kube
+
+        with self.store.engine.connect() as conn:
+            docs = conn.execute(select(_DEPLOYMENTS.c.document).where(_DEPLOYMENTS.c.server_id == server_id)).scalars()
+            pods = []
+            for doc in docs:
+                if not isinstance(doc, dict) or doc.get("group") != "kube":
+                    continue
+                try:  # a copy: split applies the overrides in place
+                    pods += kube.split(json.loads(json.dumps(doc.get("config"))), doc.get("options") or {})[1]
+                except (ValueError, TypeError, kube.PodError):
+                    continue  # its agent refuses it too: nothing of it may be created
+        return pods
+
     def record_health(self, server_id: str, report: dict) -> None:
         """What the server's watchdog last saw of its Pods (agents report on change and every
         minute), stored so that every worker shows it."""

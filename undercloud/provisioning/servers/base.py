@@ -100,6 +100,9 @@ class Env:
     # A server being deleted: refuse its agent's token from now on, before any teardown (the
     # service's ServerMetadata.revoke; its records go when the server is gone).
     revoke_agent: Callable[[str], None] = lambda server_id: None
+    # The Pods the deployments of a server declare (ServerMetadata.kube_pods): what a container
+    # node's podman proxy lets its agent create (servers/node_proxy.py).
+    node_pods: Callable[[str], list] = lambda server_id: []
 
     def agent_url(self, address: str) -> str:
         """The API as a node reaches it at `address` (over TLS, the certificate covering it)."""

@@ -42,6 +42,7 @@ import ipaddress
 import json
 import logging
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -53,6 +54,7 @@ from undercloud.host import podman as hp
 from undercloud.host import tunnel
 from undercloud.host.labnet import LAB_NETWORK
 from undercloud.host.run import CommandFailed, run
+from undercloud.provisioning.servers import node_proxy
 from undercloud.provisioning.servers.base import (
     ACTIVE,
     BUILD,
@@ -113,6 +115,7 @@ class ContainerRealiser(Realiser):
         self._creating = 0  # creates in flight: the network must not be removed under them
         # the host's podman API service its nodes' kube hook drives, watched once it is in use
         self.engine_watch: hp.ApiWatch | None = None
+        self.proxies: dict[str, node_proxy.NodeProxy] = {}  # node container -> its podman proxy (node_proxy.py)
         self._net_info: dict | None = None
         self._adopted = False  # the labelled addresses of older containers are in the table
 
@@ -324,6 +327,38 @@ class ContainerRealiser(Realiser):
             if self._inspect_network() is not None:
                 self._network()
         self._watch()  # container servers exist (why this runs): their nodes rely on the API service
+        # their podman proxies (the socket a node mounts is this process's: made again)
+        rows = json.loads(hp.podman("ps", "-a", "--format", "json", "--filter",
+                                    f"label=undercloud.instance={self.instance}", check=False).stdout or "[]")
+        for row in rows:
+            server_id = (row.get("Labels") or {}).get("undercloud.server")
+            if server_id and row.get("Names"):
+                self._proxy(row["Names"][0], server_id)
+
+    def _proxy(self, name: str, server_id: str) -> node_proxy.NodeProxy:
+        """Node `name`'s podman proxy, started when it is not running: the host's API as the
+        Pods of its server's deployments allow (servers/node_proxy.py)."""
+        with self._lock:
+            proxy = self.proxies.get(name)
+            if proxy is None:
+                images = self.env.images
+
+                def known_image(sha256: str) -> bool:
+                    return images is not None and any(i.get("checksum") == sha256 for i in images.list())
+
+                policy = node_proxy.Policy(name, str(HOST_SOCKET), lambda: self.env.node_pods(server_id), known_image)
+                proxy = self.proxies[name] = node_proxy.NodeProxy(self._proxy_dir(name), policy)
+            return proxy
+
+    def _proxy_dir(self, name: str) -> Path:
+        return Path(self.env.home.path) / "servers" / "podman-proxy" / name
+
+    def _drop_proxy(self, name: str) -> None:
+        with self._lock:
+            proxy = self.proxies.pop(name, None)
+        if proxy is not None:
+            proxy.stop()
+        shutil.rmtree(self._proxy_dir(name), ignore_errors=True)
 
     def _watch(self) -> None:
         if self.engine_watch is None:
@@ -338,6 +373,8 @@ class ContainerRealiser(Realiser):
     def watch_engine(self) -> None:
         """One look at the podman API service (host/podman.py's ApiWatch), every few seconds."""
         if self.engine_watch is not None:
+            for proxy in list(self.proxies.values()):  # a node's report of a broken service
+                proxy.pass_report(self.engine_watch.reported)
             self.engine_watch.look()
 
     def cleanup(self) -> list[str]:
@@ -410,12 +447,15 @@ class ContainerRealiser(Realiser):
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
         for vol in spec.volumes:
             args += ["-v", f"{self._volume(spec, vol)}:{vol['path']}"]
-        # The kube hook drives the host's podman through its API; the directory is mounted
-        # (not the socket file) so a restarted API service is still reached.
+        # The kube hook drives the host's podman through its API, as far as the node's own
+        # proxy lets it (node_proxy.py); the proxy's directory is mounted (not the socket
+        # file) so a proxy made again (a service restart) is still reached.
         try:
-            sock = hp.api_service(HOST_SOCKET)
+            hp.api_service(HOST_SOCKET)
             self._watch()
-            args += ["-v", f"{sock.parent}:/run/podman", "-e", f"CONTAINER_HOST=unix:///run/podman/{sock.name}"]
+            proxy = self._proxy(name, spec.id)
+            args += ["-v", f"{proxy.directory}:/run/podman",
+                     "-e", f"CONTAINER_HOST=unix:///run/podman/{node_proxy.SOCKET}"]
         except (RuntimeError, CommandFailed) as exc:
             log.warning("no podman API for the kube hook on %s: %s", name, exc)
         return [*args, image, "sh", "-c", FIRST_BOOT, "first-boot", *AGENT]
@@ -433,6 +473,7 @@ class ContainerRealiser(Realiser):
         found = self._find(spec)
         if found is not None:  # a resumed create: it exists already
             spec.state["container"] = spec.state["instance_name"] = found["Names"][0]
+            self._proxy(found["Names"][0], spec.id)
             if found.get("State") != "running" and not spec.state.get("powered_off"):
                 hp.podman("start", spec.state["container"], check=False)
             return
@@ -590,6 +631,8 @@ class ContainerRealiser(Realiser):
             vols += hp.podman("volume", "ls", "-q", "--filter", node_contract.node_filter(name)).stdout.split()
         for v in vols:
             hp.podman("volume", "rm", "-f", v, check=False)
+        for name in names:
+            self._drop_proxy(name)
         self.env.addresses.release(spec.id)
 
     def _remove(self, name: str) -> None:
