@@ -386,7 +386,8 @@ def test_identity_catalog_and_placement(cloud):
 
 def test_the_real_client_verifies_the_public_endpoints_with_the_undercloud_ca(cloud):
     """clouds.yaml names the undercloud's CA (no --insecure anywhere); the same file with
-    another CA is refused by the client, and the TLS port speaks nothing but TLS."""
+    another CA is refused by the client, and the TLS port speaks nothing but TLS. A node's
+    agent with another CA cannot fetch its metadata."""
     from undercloud import tls
 
     doc = yaml.safe_load(Path(cloud["clouds"]).read_text())
@@ -402,6 +403,17 @@ def test_the_real_client_verifies_the_public_endpoints_with_the_undercloud_ca(cl
     plain = entry["auth"]["auth_url"].replace("https://", "http://")
     with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
         urllib.request.urlopen(plain, timeout=10).close()  # haproxy's TLS port drops plain HTTP
+    # A node's agent, as its first-boot data configures it: it fetches its metadata over TLS
+    # verified with the undercloud's CA; with another CA it gets nothing.
+    from undercloud.agent.transport import Undercloud, Unreachable
+
+    first = sorted((cloud["home"].path / "servers").glob("*/first-boot/config.json"))
+    assert first, "no node's first-boot data"
+    conf = json.loads(first[0].read_text())
+    assert conf["url"].startswith("https://") and conf["ca"] == (cloud["home"].path / "tls" / "ca.pem").read_text()
+    assert Undercloud(conf["url"], conf["server_id"], conf["token"], ca=conf["ca"]).fetch(None).metadata
+    with pytest.raises(Unreachable, match="CERTIFICATE_VERIFY_FAILED"):
+        Undercloud(conf["url"], conf["server_id"], conf["token"], ca=other.read_text()).fetch(None)
 
 
 def test_the_overcloud_is_a_cloud_the_undercloud_knows(cloud):
