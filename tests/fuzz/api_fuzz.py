@@ -3,8 +3,10 @@ network namespace without routes: tests/fuzz/test_api_schemathesis.py starts it 
 
     unshare --net python3 -m tests.fuzz.api_fuzz [--examples 40] [--budget 240] [--seed N]
 
-The app runs in this process (ASGI calls, no socket); only the fake BMC driver exists, and
-the namespace makes sure a fuzzed address reaches nothing anyway. Prints one JSON line:
+The app runs in this process, served as the service serves it: uvicorn on the namespace's
+loopback with the service's TLS (api/tls_port.py), every request over TLS verified by the
+home's CA; only the fake BMC driver exists, and the namespace makes sure a fuzzed address
+reaches nothing anyway. Prints one JSON line:
 operations, examples tried, seconds, and the failures (a 5xx, or a 4xx that is not one
 line of {error, where}).
 
@@ -61,13 +63,36 @@ def raw_headers(app):
     prefix = RAW.lower().encode()
 
     async def wrapped(scope, receive, send):
-        if scope["type"] == "http":  # as the service serves it: over TLS (api/tls_port.py)
-            scope = {**scope, "scheme": "https",
-                     "headers": [(k[len(prefix):], bytes.fromhex(v.decode())) if k.startswith(prefix) else (k, v)
-                                 for k, v in scope["headers"]]}
+        if scope["type"] == "http":
+            scope = {**scope, "headers": [(k[len(prefix):], bytes.fromhex(v.decode())) if k.startswith(prefix)
+                                          else (k, v) for k, v in scope["headers"]]}
         await app(scope, receive, send)
 
     return wrapped
+
+
+def serve_over_tls(ctx, app) -> tuple[str, str]:
+    """`app` served on this namespace's loopback as the service serves it (uvicorn, the
+    service's certificate: api/tls_port.py); (its https URL, the CA file clients verify with)."""
+    import threading
+
+    import uvicorn
+
+    from undercloud.api.tls_port import http_protocol
+
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                                           http=http_protocol(ctx.tls)))
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the fuzzed service did not start")
+        time.sleep(0.05)
+    return f"https://127.0.0.1:{port}", str(ctx.home.ca_file)
 
 
 def main() -> None:
@@ -105,7 +130,8 @@ def main() -> None:
     token = ctx.admin_token
     from undercloud.api.guard import PUBLIC_ROUTES
 
-    schema = schemathesis.openapi.from_asgi("/openapi.json", raw_headers(app), headers={"X-Undercloud-Token": token})
+    url, ca = serve_over_tls(ctx, raw_headers(app))
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers={"X-Undercloud-Token": token}, verify=ca)
     names = ["X-Undercloud-Token", "X-Undercloud-Worker-Token", "X-Server-Token", "X-Deploy-Token", "X-Signal-Token"]
     # bytes a client may put in a header value (no CR, LF or NUL, which end or break it)
     odd_value = st.binary(max_size=48).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"").replace(b"\x00", b""))
@@ -141,7 +167,7 @@ def main() -> None:
                     headers.pop(RAW + name, None)
                 headers["X-Undercloud-Token"] = token
             try:
-                r = case.call(headers=headers, timeout=30)
+                r = case.call(headers=headers, timeout=30, verify=ca)
             except Exception as exc:  # noqa: BLE001 - the client refusing to send it is not our failure
                 if type(exc).__name__ in ("InvalidHeader", "InvalidURL", "LocalProtocolError", "UnicodeEncodeError",
                                           "InvalidRegularExpression", "SerializationNotPossible"):
@@ -175,11 +201,10 @@ def main() -> None:
             continue
         ops += 1
         fuzz(op, label)
-    health = None
-    from fastapi.testclient import TestClient
+    import requests
 
     t = time.monotonic()
-    r = TestClient(app).get("/v1/health")
+    r = requests.get(f"{url}/v1/health", verify=ca, timeout=10)
     health = {"status": r.status_code, "seconds": round(time.monotonic() - t, 3), "keys": sorted(r.json())}
     print(json.dumps({"operations": ops, "examples": tried, "seed": seed, "seconds": round(time.monotonic() - t0, 1),
                       "skipped": skipped, "failures": failures[:50], "failure_count": len(failures),

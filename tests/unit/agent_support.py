@@ -21,7 +21,10 @@ from undercloud.config import Home
 class LiveService:
     """The undercloud API on 127.0.0.1:port over the store in `home`."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, plain_agents: bool = False):
+        """`plain_agents`: servers registered as an agent configured before TLS is (an
+        http:// URL, a token plain HTTP still takes: tokens.TLS_SERVER)."""
+        self.plain_agents = plain_agents
         self.home = Home(home).ensure()
         self.port = free_port()
         self.home.file("port").write_text(str(self.port))
@@ -32,6 +35,8 @@ class LiveService:
 
     def start(self) -> LiveService:
         self.ctx = Context(self.home)
+        if self.plain_agents:
+            self.ctx.server_metadata._url = lambda: self.url
         config = uvicorn.Config(create_app(self.ctx), host="127.0.0.1", port=self.port,
                                 log_level="warning", access_log=False, http=http_protocol(self.ctx.tls))
         self.server = uvicorn.Server(config)

@@ -26,7 +26,7 @@ from undercloud.agent.runner import Agent
 
 @pytest.fixture
 def svc(tmp_path):
-    s = LiveService(tmp_path / "uc").start()
+    s = LiveService(tmp_path / "uc", plain_agents=True).start()
     yield s
     s.stop()
 
@@ -121,7 +121,7 @@ def test_a_token_revoked_while_held_gets_401_at_once(svc):
 
 
 def test_a_change_written_by_another_worker_wakes_the_held_poll_at_its_refresh(svc, tmp_path):
-    other = LiveService(tmp_path / "uc").start()  # a second worker on the same store
+    other = LiveService(tmp_path / "uc", plain_agents=True).start()  # a second worker on the same store
     try:
         tok = svc.meta.register("s1", "n1")
         etag = etag_of(svc, "s1", tok)
@@ -171,6 +171,7 @@ def test_a_stopping_service_does_not_wait_out_held_polls(uc_home):
     from undercloud.api.context import Context
 
     ctx = Context(uc_home.ensure())
+    ctx.server_metadata._url = lambda: "http://127.0.0.1"  # an agent configured before TLS: plain HTTP
     tok = ctx.server_metadata.register("s1", "n1")
     ctx.store.engine.dispose()
     daemon.start(uc_home)

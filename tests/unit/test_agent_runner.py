@@ -21,7 +21,7 @@ from undercloud.agent.runner import Agent
 
 @pytest.fixture
 def svc(tmp_path):
-    s = LiveService(tmp_path / "uc").start()
+    s = LiveService(tmp_path / "uc", plain_agents=True).start()
     yield s
     s.stop()
 

@@ -140,3 +140,35 @@ def test_a_running_service_renews_its_certificate_within_30_days_of_its_end(svc)
     assert svc.ctx.tls.renew(now=ends - datetime.timedelta(days=29)) is True  # the daily check, 29 days before
     assert svc.ctx.tls.expires > first
     assert svc.ctx.tls.renew(now=ends - datetime.timedelta(days=29)) is False  # once
+
+
+def test_plain_http_is_closed_to_an_agent_given_the_ca_and_open_to_one_configured_before(svc, monkeypatch):
+    """A token made for an agent given the https URL and the CA is refused over plain HTTP
+    (426, header or ?token=, before any route runs); over TLS it works. A server registered
+    while agents were told http:// (an agent configured before TLS, or UNDERCLOUD_AGENT_URL
+    http) keeps plain HTTP."""
+    from undercloud import tokens
+
+    token = svc.meta.register("s1", "n1")
+    assert token.startswith(tokens.TLS_SERVER)
+
+    def plain(path: str, headers: dict | None = None) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
+        try:
+            conn.request("GET", path, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, json.loads(r.read() or b"{}")
+        finally:
+            conn.close()
+
+    for path, headers in (("/v1/agent/servers/s1/metadata", {"X-Server-Token": token}),
+                          (f"/v1/agent/servers/s1/metadata?token={token}", {})):
+        status, body = plain(path, headers)
+        assert status == 426 and "its token is taken over https only" in json.dumps(body), (status, body)
+    ca = svc.home.ca_file.read_text()
+    assert Undercloud(f"https://127.0.0.1:{svc.port}", "s1", token, ca=ca).fetch(None).metadata is not None
+    monkeypatch.setattr(svc.meta, "_url", lambda: f"http://127.0.0.1:{svc.port}")
+    old = svc.meta.register("s2", "n2")
+    assert not old.startswith(tokens.TLS_SERVER)
+    assert plain("/v1/agent/servers/s2/metadata", {"X-Server-Token": old})[0] == 200
+    assert plain("/v1/agent/servers/s2/metadata", {"X-Server-Token": "tls-forged"})[0] == 426  # never reaches auth

@@ -63,7 +63,7 @@ class FakeNode:
 
 @pytest.fixture
 def svc(tmp_path):
-    s = LiveService(tmp_path / "uc").start()
+    s = LiveService(tmp_path / "uc", plain_agents=True).start()
     path = tmp_path / "oc.yaml"
     path.write_text(STACK)
     s.ctx.stacks.create("oc", Bundle.from_paths(str(path)).to_json(), {}, wait=True)
@@ -287,7 +287,7 @@ def test_the_command_says_when_this_hosts_container_engine_was_restarted(tmp_pat
     from tests.unit.agent_support import LiveService
     from undercloud.config import host_name
 
-    live = LiveService(tmp_path / "uc").start()
+    live = LiveService(tmp_path / "uc", plain_agents=True).start()
     env = {"UNDERCLOUD_HOME": str(live.home.path)}
     try:
         live.ctx.servers.ensure_local_hosts()

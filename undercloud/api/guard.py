@@ -3,7 +3,8 @@ failure one line.
 
 - The admin token over plain HTTP is refused (426) before anything else: the CLI speaks TLS
   (api/tls_port.py), and a token sent in the clear is one sent across every network the
-  port is on. Plain HTTP stays for the public routes (boot files, agents configured
+  port is on. So is a server token made for an agent given the https URL and the CA
+  (tokens.TLS_SERVER). Plain HTTP stays for the public routes (boot files, agents configured
   before TLS) and the workers' own calls.
 - Audience, from the request line and headers alone, before any body byte is read: a
   request is for a public route (PUBLIC_ROUTES: agent, deploy, stack-signal and
@@ -30,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from urllib.parse import parse_qs
 
 from undercloud import tokens
 from undercloud.api.limits import LIMITS, body_limit, exceeded
@@ -55,6 +57,7 @@ PUBLIC_ROUTES: tuple[tuple[frozenset, re.Pattern], ...] = tuple((frozenset(m), r
     (GET, r"/v1/images/[^/]+/file"),                                      # images by id: ramdisk, kube hook, workers
 ))
 ADMIN_HEADER = b"x-undercloud-token"  # the operator's token: refused on plain HTTP (api/tls_port.py)
+SERVER_HEADER = b"x-server-token"  # a server's agent's token: refused on plain HTTP when made for https
 LENIENT = {"signal_body_bytes"}  # what agents send back (command output) may hold NUL characters
 
 
@@ -184,6 +187,9 @@ def audience(scope) -> tuple[int, str, str | None] | None:
     if scope.get("scheme") == "http" and any(k == ADMIN_HEADER for k, _v in scope["headers"]):
         return (426, "the admin token is taken over https only (the URL `undercloud service status` gives, "
                      "verified with the CA it names)", "scheme")
+    if scope.get("scheme") == "http" and _tls_server_token(scope):
+        return (426, "this server's agent was given the undercloud's https URL and CA: its token is taken over "
+                     "https only", "scheme")
     if any(method in methods and pattern.fullmatch(path) for methods, pattern in PUBLIC_ROUTES):
         return None
     ctx = scope["app"].state.ctx
@@ -193,6 +199,17 @@ def audience(scope) -> tuple[int, str, str | None] | None:
     if not admin(ctx, scope["headers"]):
         return 401, "missing or wrong admin token", None
     return None
+
+
+def _tls_server_token(scope) -> bool:
+    """The request carries a server token made for an agent that speaks https (header or
+    `?token=`, os-collect-config's way)."""
+    prefix = tokens.TLS_SERVER.encode()
+    if any(k == SERVER_HEADER and v.startswith(prefix) for k, v in scope["headers"]):
+        return True
+    query = scope.get("query_string") or b""
+    return b"token=" + prefix in query and any(
+        v.startswith(tokens.TLS_SERVER) for v in parse_qs(query.decode("latin-1")).get("token", []))
 
 
 def _has_body(scope) -> bool:

@@ -26,7 +26,6 @@ import hashlib
 import hmac
 import json
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -191,7 +190,9 @@ class ServerMetadata:
     # --- servers -------------------------------------------------------------------
     def register(self, server_id: str, name: str = "") -> str:
         """Create the server's credentials (or rotate them); returns the new token."""
-        token = secrets.token_urlsafe(32)
+        from undercloud.tokens import server_token
+
+        token = server_token(self.url().startswith("https://"))  # plain HTTP closes for an https agent
         h = hash_token(token)
         with self._lock:
             servers = self._all()
