@@ -213,6 +213,9 @@ def main() -> int:
 
     home = Path(tempfile.mkdtemp(prefix="agent-bench-"))
     os.environ["UNDERCLOUD_HOME"] = str(home)
+    # Agents told an http:// URL (configured before TLS): their tokens are taken over TLS and
+    # plain HTTP alike, so both phases do the same work (the agents dial the port themselves).
+    os.environ["UNDERCLOUD_AGENT_URL"] = "http://127.0.0.1:9"
     from undercloud import daemon
     from undercloud.cli.client import Client
     from undercloud.config import Home

@@ -270,8 +270,10 @@ def replace_node(home: str) -> list[tuple[str, float, str | None]]:
     return [(f"{node} lost, then `overcloud replace` to healthy", took, None)]
 
 
-def token(auth: dict) -> bool:
-    """One password token request to keystone (through the VIP and haproxy): did it succeed?"""
+def token(auth: dict, cacert: str | None = None) -> bool:
+    """One password token request to keystone (through the VIP and haproxy, its public TLS
+    port verified with `cacert`, clouds.yaml's): did it succeed?"""
+    import ssl
     import urllib.request
 
     scope = {"project": {"name": auth["project_name"], "domain": {"name": auth["project_domain_name"]}}}
@@ -281,7 +283,8 @@ def token(auth: dict) -> bool:
     req = urllib.request.Request(auth["auth_url"].rstrip("/") + "/auth/tokens", data=body,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
+        context = ssl.create_default_context(cafile=cacert) if cacert else None
+        with urllib.request.urlopen(req, timeout=5, context=context) as resp:
             return resp.status == 201
     except OSError:
         return False
@@ -298,7 +301,8 @@ def failover(home: str) -> list[tuple[str, float, str | None]]:
 
     instance = Home(Path(home)).instance
     with open(os.path.join(home, "overcloud", "overcloud", "clouds.yaml")) as f:
-        auth = yaml.safe_load(f)["clouds"]["overcloud"]["auth"]
+        entry = yaml.safe_load(f)["clouds"]["overcloud"]
+    auth, cacert = entry["auth"], entry.get("cacert")
     vip = json.loads(cli(home, "stack", "output", "show", "overcloud", "VirtualIP", "-f", "json")[1].stdout)[
         "output_value"]
 
@@ -315,7 +319,7 @@ def failover(home: str) -> list[tuple[str, float, str | None]]:
     (lost,) = holders()
     prefix = f"{instance}-{lost}"
     joined = podman("ps", "-aq", "--filter", f"label=undercloud.node={prefix}").split()
-    assert token(auth), "no token before the loss"
+    assert token(auth, cacert), "no token before the loss"
     start = time.monotonic()
     podman("stop", "-t", "0", *joined)
     podman("stop", "-t", "0", prefix)
@@ -323,7 +327,7 @@ def failover(home: str) -> list[tuple[str, float, str | None]]:
     while time.monotonic() - start < 120 and served is None:
         if moved is None and [n for n in holders() if n != lost]:
             moved = time.monotonic() - start
-        if moved is not None and token(auth):
+        if moved is not None and token(auth, cacert):
             served = time.monotonic() - start
         time.sleep(0.2)
     back = time.monotonic()

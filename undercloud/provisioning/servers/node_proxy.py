@@ -50,7 +50,7 @@ CONTAINER_ACTIONS = {("GET", "json"), ("GET", "logs"), ("POST", "exec"), ("POST"
                      ("POST", "restart"), ("POST", "kill"), ("POST", "wait"), ("PUT", "archive")}
 CREATE_KEYS = {"name", "image", "netns", "utsns", "labels", "env", "oci_runtime", "r_limits", "restart_policy",
                "mounts", "volumes", "cap_add", "cap_drop", "privileged", "entrypoint", "command"}
-MAX_BODY = 1 << 20  # a JSON body; an image archive is streamed to a file instead
+MAX_BODY = 16 << 20  # a JSON body or a config archive; an image archive is streamed to a file instead
 CHUNK = 1 << 20
 
 
@@ -217,6 +217,16 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     policy: Policy
     upstream: str
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone before its answer (a probe's timeout, an agent stopped) is
+        ordinary; anything else is logged once, without the request."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        log.warning("node %s: proxy error: %s: %s", self.policy.node, type(exc).__name__, exc)
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
