@@ -198,6 +198,12 @@ def test_two_services_cannot_claim_one_port_or_endpoint(tmp_path):
     write(tmp_path, "foo.yaml", FOO.replace("endpoint: widget}]", "endpoint: gadget}]"))
     with pytest.raises(TemplateError, match="no enabled service declares the endpoint 'gadget'"):
         op.resolve(roles_with(tmp_path, "Foo"), [env])
+    # Its endpoint's public TLS port (13000 + the last three digits) taken by keystone's (5000).
+    write(tmp_path, "foo.yaml", FOO.replace("{widget: {port: 9999", "{widget: {port: 8000")
+          .replace("port: 9999, backend_port", "port: 8000, backend_port"))
+    with pytest.raises(TemplateError, match=r"foo.yaml: outputs.role_data.value: public TLS port 13000 \(endpoint "
+                                            r"widget\) is also declared by .*keystone.yaml"):
+        op.resolve(roles_with(tmp_path, "Foo"), [env])
 
 
 def test_a_library_template_is_registered_by_its_own_service_type(tmp_path):
