@@ -140,3 +140,24 @@ def test_deploy_refuses_a_bad_certificate_in_one_line(uc_home, tmp_path, operato
     assert r.stderr.splitlines()[-1] == "error: SSLCertificate: the key does not match the certificate"
     assert stranger_key.decode().splitlines()[1] not in r.stderr + r.stdout
     assert run_cli("stack", "list", "-f", "json").stdout.strip() == "[]"
+
+
+def test_the_deploy_says_what_its_public_endpoints_speak(tmp_path):
+    """One line: TLS and whose certificate until when; plain HTTP and why; nothing for an
+    overcloud without an API endpoint (hypervisor hosts)."""
+    from types import SimpleNamespace
+
+    from undercloud.overcloud import workflows
+
+    home = SimpleNamespace(path=tmp_path / "home", tls_dir=tmp_path / "home" / "tls")
+    client = SimpleNamespace(home=home)
+    apis = SimpleNamespace(enabled=[SimpleNamespace(endpoints={}), SimpleNamespace(endpoints={"image": {}})])
+    notes: list[str] = []
+    out = SimpleNamespace(note=notes.append)
+    got = workflows.public_certificate(client, out, "overcloud", apis, [], VIP)
+    assert got.issued and notes == [
+        f"public endpoints: TLS, a certificate of the undercloud's CA, valid until {got.expires:%Y-%m-%d}"]
+    assert workflows.public_certificate(client, out, "inner", apis, [], None) is None
+    assert notes[-1].startswith("public endpoints: plain HTTP (the virtual IP is known only once the nodes exist")
+    hosts = SimpleNamespace(enabled=[SimpleNamespace(endpoints={})])
+    assert workflows.public_certificate(client, out, "hosts", hosts, [], VIP) is None and len(notes) == 2

@@ -288,8 +288,8 @@ def public_certificate(client, out: Output, stack: str, library, environments: l
         out.note("public endpoints: plain HTTP (the virtual IP is known only once the nodes exist: give "
                  "SSLCertificate and SSLKey for TLS)")
     else:
-        out.note(f"public endpoints: TLS, {'issued by the undercloud' if public.issued else 'your'} certificate "
-                 f"until {public.expires:%Y-%m-%d}")
+        whose = "a certificate of the undercloud's CA" if public.issued else "your certificate"
+        out.note(f"public endpoints: TLS, {whose}, valid until {public.expires:%Y-%m-%d}")
     return public
 
 
