@@ -642,6 +642,26 @@ def liveness_probe(container: dict) -> dict | None:
 
 # --- netns mode: the host's podman API, containers in the node's network namespace -------
 
+def unix_request(socket_path: str, method: str, path: str, body, headers: dict,
+                 timeout: float) -> tuple[int, dict, bytes]:
+    """One HTTP request over the Unix socket `socket_path`: (status, headers, body)."""
+    import http.client
+
+    class Conn(http.client.HTTPConnection):
+        def connect(conn):  # noqa: N805 - the connection
+            conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.sock.settimeout(timeout)
+            conn.sock.connect(socket_path)
+
+    conn = Conn("localhost", timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
 class PodmanAPI:
     """The libpod REST API over a Unix socket (standard library only)."""
 
@@ -651,23 +671,11 @@ class PodmanAPI:
     def call(self, method: str, path: str, body=None, raw=None, timeout: float = 120,
              headers: dict | None = None) -> tuple[int, bytes]:
         """`raw`: a tar, as bytes or an open file (streamed; give its Content-Length)."""
-        import http.client
-
-        class Conn(http.client.HTTPConnection):
-            def connect(conn):  # noqa: N805 - the connection, not this API object
-                conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                conn.sock.settimeout(timeout)
-                conn.sock.connect(self.socket_path)
-
-        conn = Conn("localhost", timeout=timeout)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         sent = {"Content-Type": "application/x-tar" if raw is not None else "application/json", **(headers or {})}
-        try:
-            conn.request(method, "/v4.0.0/libpod" + path, body=data, headers=sent)
-            r = conn.getresponse()
-            return r.status, r.read()
-        finally:
-            conn.close()
+        status, _headers, answer = unix_request(self.socket_path, method, "/v4.0.0/libpod" + path, data, sent,
+                                                timeout)
+        return status, answer
 
     def ok(self, method: str, path: str, body=None, raw: bytes | None = None, what: str = "") -> bytes:
         status, data = self.call(method, path, body, raw)

@@ -26,14 +26,12 @@ Anything else: 403 with the reason, logged. The node's report of a broken API se
 from __future__ import annotations
 
 import hashlib
-import http.client
 import http.server
 import json
 import logging
 import os
 import re
 import shutil
-import socket
 import socketserver
 import tempfile
 import threading
@@ -293,24 +291,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._answer(status, data, headers.get("Content-Type", "application/json"))
 
     def _upstream(self, path: str, body, headers: dict | None = None) -> tuple[int, dict, bytes]:
-        upstream = self.server.upstream
-
-        class Conn(http.client.HTTPConnection):
-            def connect(conn):  # noqa: N805 - the connection, not the handler
-                conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                conn.sock.settimeout(conn.timeout)
-                conn.sock.connect(upstream)
-
-        conn = Conn("localhost", timeout=1800)
+        sent = headers or {"Content-Type": self.headers.get("Content-Type") or "application/json"}
         try:
-            sent = headers or {"Content-Type": self.headers.get("Content-Type") or "application/json"}
-            conn.request(self.command, path, body=body, headers=sent)
-            r = conn.getresponse()
-            return r.status, dict(r.getheaders()), r.read()
+            return kube.unix_request(self.server.upstream, self.command, path, body, sent, timeout=1800)
         except OSError as exc:
             return 502, {}, json.dumps({"message": f"node proxy: the host's podman API: {exc}"}).encode()
-        finally:
-            conn.close()
 
     def _answer(self, status: int, data: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
