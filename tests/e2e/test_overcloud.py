@@ -953,6 +953,102 @@ def test_a_dry_run_names_what_the_deploy_then_restarts(cloud):
     assert restarted == sorted(f"{inst}-{n}-memcached-memcached" for n in runs), restarted
 
 
+def nova_database(instance: str, tls: bool) -> str:
+    """From inside nova-conductor's container, as nova connects (its nova.conf's URL, through
+    haproxy on the VIP): the connection's TLS version, or without TLS the server's refusal."""
+    drop = "" if tls else "db.pop('ssl', None)"
+    code = ("import importlib.machinery as m, importlib.util as u, pymysql\n"
+            "loader = m.SourceFileLoader('check', '/usr/local/bin/uc-nova-check')\n"
+            "spec = u.spec_from_loader('check', loader); check = u.module_from_spec(spec); loader.exec_module(check)\n"
+            "db = check.settings()[0]\n"
+            f"{drop}\n"
+            "try:\n"
+            "    cur = pymysql.connect(connect_timeout=5, **db).cursor()\n"
+            "    cur.execute(\"SHOW STATUS LIKE 'Ssl_version'\"); print(cur.fetchone()[1] or 'plain')\n"
+            "except pymysql.MySQLError as exc:\n"
+            "    print('refused', exc.args[0])\n")
+    r = subprocess.run(["podman", "exec", f"{instance}-overcloud-controller-0-nova-conductor-nova-conductor",
+                        "python3", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-1500:]
+    return r.stdout.strip()
+
+
+def test_tls_everywhere_encrypts_the_overcloud_inside_and_it_keeps_working(cloud):
+    """`-e environments/tls-everywhere.yaml` (the library's, by its relative name) on the
+    running overcloud: the catalog's internal and admin URLs become https on the VIP,
+    verified with the undercloud's CA and refused with another; haproxy's internal ports
+    speak only TLS; MariaDB takes nova over TLS and refuses it without; RabbitMQ listens on
+    5671 and no longer on 5672; the agents and compute services report (AMQP over TLS); a new
+    instance boots and reads its metadata (nova-compute to Glance, Neutron and Placement, the
+    metadata agent to nova's metadata API: all over TLS); haproxy's, MariaDB's and RabbitMQ's
+    status rows say when the certificate ends; its key shows nowhere."""
+    import socket
+    import ssl
+
+    from undercloud import tls
+
+    work, clouds, uc_home = cloud["work"], cloud["clouds"], cloud["home"]
+    inst = uc_home.instance
+    assert nova_database(inst, tls=True) == "plain"  # before: the database without TLS
+    args = ("--example", "minimal", "-e", str(work / "one-compute.yaml"), "-e", str(work / "memcached.yaml"),
+            "-e", "environments/tls-everywhere.yaml")
+    r = deploy(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = r.stdout + r.stderr
+    assert "internal endpoints, MariaDB and RabbitMQ: TLS, a certificate of the undercloud's CA, valid until" in said
+    vip = virtual_ip()
+    catalog = ok_json(clouds, "endpoint", "list")
+    urls = {(e["Service Type"], e["Interface"]): e["URL"] for e in catalog}
+    assert urls[("identity", "internal")] == f"https://{vip}:5000/v3"
+    assert urls[("compute", "admin")] == f"https://{vip}:8774/v2.1"
+    assert all(u.startswith(f"https://{vip}:") for u in urls.values()), urls
+    # haproxy's internal port: the certificate names the VIP and chains to the undercloud's CA
+    ca = uc_home.path / "tls" / "ca.pem"
+    with socket.create_connection((vip, 5000), timeout=10) as raw, \
+            ssl.create_default_context(cafile=str(ca)).wrap_socket(raw, server_hostname=vip) as s:
+        assert s.version() in ("TLSv1.2", "TLSv1.3")
+    other, _ = tls.ensure_ca(work / "other-ca")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        with socket.create_connection((vip, 5000), timeout=10) as raw:
+            ssl.create_default_context(cafile=str(other)).wrap_socket(raw, server_hostname=vip).close()
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(f"http://{vip}:5000/v3", timeout=10).close()  # plain HTTP: no answer
+    # MariaDB: nova's connection is TLS; the same without TLS is refused
+    assert nova_database(inst, tls=True).startswith("TLSv1.")
+    assert nova_database(inst, tls=False).startswith("refused")
+    # RabbitMQ: AMQP over TLS only
+    controller = node_addresses(["overcloud-controller-0"])["overcloud-controller-0"]
+    socket.create_connection((controller, 5671), timeout=5).close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((controller, 5672), timeout=5).close()
+    agents = ok_json(clouds, "network", "agent", "list")
+    assert agents and all(a["Alive"] for a in agents), agents
+    assert all(c["State"] == "up" for c in ok_json(clouds, "compute", "service", "list"))
+    # a new instance: ACTIVE, and its console shows what the metadata API told it
+    server = boot(clouds, "vm-tls")
+    assert server["status"] == "ACTIVE", server
+    console(clouds, "vm-tls", "guest-tiny: instance-id " + server["id"])
+    assert openstack(clouds, "server", "delete", "--wait", "vm-tls").returncode == 0
+    # status: the internal certificate's end on the rows of those that serve it
+    internal = (uc_home.path / "overcloud" / "overcloud" / "tls" / "internal.pem").read_bytes()
+    ends = tls.expiry(internal).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rows = status_rows()
+    served = {x["service"]: x["certificate_expires"] for x in rows if x["certificate_expires"]}
+    assert served["mysql"] == served["rabbitmq"] == ends and served["haproxy"] <= ends, served
+    assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
+    # the key: in the node's files (0600 for MariaDB), nowhere the undercloud shows
+    key = (uc_home.path / "overcloud" / "overcloud" / "tls" / "internal.key").read_text().splitlines()[1]
+    shown = said
+    for cmd in (["stack", "event", "list", "overcloud", "-f", "json"],
+                ["stack", "resource", "show", "overcloud", "ControllerMySQL.ConfigFiles", "-f", "json"],
+                ["stack", "resource", "show", "overcloud", "ControllerConfig_Step2", "-f", "json"],
+                ["stack", "output", "show", "overcloud", "--all", "-f", "json"]):
+        out = run_cli(*cmd)
+        assert out.returncode == 0, out.stderr
+        shown += out.stdout + out.stderr
+    assert key not in shown + (uc_home.path / "service.log").read_text(errors="replace")
+
+
 def test_delete_leaves_nothing_behind(cloud):
     uc_home = cloud["home"]
     libvirt = f"{uc_home.instance}-overcloud-novacompute-0-nova-libvirt-nova-libvirt"

@@ -198,6 +198,10 @@ def test_check_reads_the_database_and_host_from_nova_conf(check, tmp_path, monke
     assert (host, down) == ("ctl-0", 30)
     conf.write_text("[DEFAULT]\nhost = h1\n[database]\nconnection = mysql+pymysql://nova:x@db/nova\n")
     assert check.settings(str(conf))[1:] == ("h1", 60)
+    # Internal TLS: the server verified with the CA nova's URL names (SQLAlchemy's ssl_ca).
+    conf.write_text("[database]\nconnection = mysql+pymysql://nova:x@10.0.0.9/nova?ssl_ca=/etc/ca.pem\n")
+    assert check.settings(str(conf))[0] == {"host": "10.0.0.9", "port": 3306, "user": "nova", "password": "x",
+                                            "database": "nova", "ssl": {"ca": "/etc/ca.pem"}}
     conf.write_text("[database]\nconnection = sqlite:////var/lib/nova/nova.sqlite\n")
     with pytest.raises(ValueError, match="not a MySQL URL"):
         check.settings(str(conf))

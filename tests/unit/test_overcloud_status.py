@@ -325,3 +325,24 @@ def test_haproxys_rows_say_when_the_public_certificate_ends(tmp_path):
         ("haproxy", ends.strftime("%Y-%m-%dT%H:%M:%SZ")), ("keystone", None)]
     assert st.certificates({**outputs, "PublicCertificate": ""}) == {}
     assert st.certificates({**outputs, "PublicCertificate": "not a certificate"}) == {}
+
+
+def test_with_internal_tls_mariadb_rabbitmq_and_haproxy_say_when_theirs_ends(tmp_path):
+    """The internal certificate (stack output InternalCertificate) is served by haproxy,
+    MariaDB and RabbitMQ: their rows say when it ends; haproxy's says the sooner of its two."""
+    from undercloud import tls
+
+    ca, ca_key = tls.ensure_ca(tmp_path / "tls")
+    public, _ = tls.issue(ca.read_bytes(), ca_key.read_bytes(), ["192.0.2.250"], days=90)
+    internal, _ = tls.issue(ca.read_bytes(), ca_key.read_bytes(), ["192.0.2.250"], days=40)
+    soon = tls.expiry(internal).strftime("%Y-%m-%dT%H:%M:%SZ")
+    services = [["haproxy", 1, None, "haproxy", []], ["mysql", 2, None, "mysql", []],
+                ["rabbitmq", 2, None, "rabbitmq", []], KEYSTONE]
+    outputs = {"RoleNodes": {"Controller": {"oc-controller-0": "192.0.2.5"}}, "RoleServices": {"Controller": services},
+               "PublicCertificate": public.decode(), "InternalCertificate": internal.decode()}
+    rows = st.rows(st.targets(outputs), {}, None, 0.0, st.certificates(outputs))
+    assert {r["service"]: r["certificate_expires"] for r in rows} == {
+        "haproxy": soon, "mysql": soon, "rabbitmq": soon, "keystone": None}
+    # Internal TLS off (the output empty): only haproxy's public one.
+    off = st.certificates({**outputs, "InternalCertificate": ""})
+    assert off == {"haproxy": tls.expiry(public).strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -55,7 +55,9 @@ def outputs(client: Client, stack: str) -> dict:
 @click.option("--roles", type=click.Path(dir_okay=False), help="Your roles_data.yaml (TripleO format).")
 @click.option("-e", "--environment", "environments", multiple=True, type=click.Path(dir_okay=False),
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
-                   "mapping a service to OS::Heat::None...); repeat to merge several, in order.")
+                   "mapping a service to OS::Heat::None...); repeat to merge several, in order. A "
+                   "path not found here is looked up in the undercloud's library: "
+                   "-e environments/tls-everywhere.yaml turns TLS on inside the overcloud.")
 @click.option("--hypervisor", default=CONTAINER, show_default=True, callback=check_hypervisor,
               metavar="|".join((*HYPERVISOR_TYPES[::-1], f"{OPENSTACK}:CLOUD")),  # container|vm|baremetal|openstack:CLOUD
               help="How nodes are realised (the flavor of every role). openstack:CLOUD: servers of "

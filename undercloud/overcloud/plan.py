@@ -206,8 +206,9 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
            tls: dict[str, str] | None = None) -> Plan:
     """Write the plan directory; returns the template and environments, in merge order:
     registry, deploy parameters (images, flavors), secrets (`secrets`: a value for each
-    the library's services declare; `tls`: the public certificate the undercloud issued,
-    SSLCertificate and SSLKey), the example, yours."""
+    the library's services declare; `tls`: the certificates the undercloud issued,
+    SSLCertificate and SSLKey, and with internal TLS InternalTLSCertificate, InternalTLSKey
+    and InternalTLSCA), the example, yours."""
     import jinja2
 
     cloud = node_cloud(hypervisor)

@@ -62,19 +62,29 @@ def targets(outputs: dict, only: str | None = None) -> list[tuple[str, str, str,
             for svc in services.get(role) or []]
 
 
+# The stack outputs of the certificates, and the services that serve each.
+SERVED = {"PublicCertificate": ("haproxy",), "InternalCertificate": ("haproxy", "mysql", "rabbitmq")}
+
+
 def certificates(outputs: dict) -> dict[str, str]:
-    """Service -> when the certificate it serves ends (ISO 8601, UTC): haproxy's, of the
-    public endpoints (the stack output PublicCertificate)."""
+    """Service -> when the certificate it serves ends (ISO 8601, UTC), the soonest when it
+    serves two: the public endpoints' (haproxy) and with internal TLS the internal one
+    (haproxy, MariaDB, RabbitMQ)."""
     from undercloud import tls
     from undercloud.errors import InvalidInput
 
-    pem = outputs.get("PublicCertificate")
-    if not isinstance(pem, str) or not pem:
-        return {}
-    try:
-        return {"haproxy": tls.expiry(pem.encode()).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    except InvalidInput:
-        return {}
+    out: dict[str, str] = {}
+    for key, services in SERVED.items():
+        pem = outputs.get(key)
+        if not isinstance(pem, str) or not pem:
+            continue
+        try:
+            ends = tls.expiry(pem.encode()).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except InvalidInput:
+            continue
+        for service in services:
+            out[service] = min(out.get(service, ends), ends)
+    return out
 
 
 def rows(todo: list[tuple[str, str, str, list]], reports: dict[str, dict | None], asked: float | None,

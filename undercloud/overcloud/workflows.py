@@ -293,6 +293,30 @@ def public_certificate(client, out: Output, stack: str, library, environments: l
     return public
 
 
+def internal_certificate(client, out: Output, stack: str, environments: list[Path], vip: str | None):
+    """The internal certificate with EnableInternalTLS (overcloud/internal_tls.py), said in
+    one line; None without."""
+    from undercloud.overcloud import internal_tls
+
+    internal = internal_tls.ensure(client.home.path, client.home.tls_dir, stack, environments, vip)
+    if internal is not None:
+        out.note(f"internal endpoints, MariaDB and RabbitMQ: TLS, a certificate of the undercloud's CA, "
+                 f"valid until {internal.expires:%Y-%m-%d}")
+    return internal
+
+
+def library_environment(path: str) -> str:
+    """An environment's path: where you are, else the undercloud's library's
+    (`environments/tls-everywhere.yaml`) when it has that file."""
+    import os
+
+    from undercloud.overcloud.library import LIBRARY
+
+    if not os.path.exists(path) and not os.path.isabs(path) and (LIBRARY / path).is_file():
+        return str(LIBRARY / path)
+    return path
+
+
 def deploy_input(example: str | None, roles: str | None, environments, hypervisor: str, timeout: float,
                  yes: bool) -> dict:
     """The deploy's input as the service takes it (paths absolute: the service reads them)."""
@@ -301,7 +325,8 @@ def deploy_input(example: str | None, roles: str | None, environments, hyperviso
     if not example and not roles and not environments:
         example = "minimal"
     return {"example": example, "roles": os.path.abspath(roles) if roles else None,
-            "environments": [os.path.abspath(e) for e in environments], "hypervisor": hypervisor,
+            "environments": [os.path.abspath(library_environment(e)) for e in environments],
+            "hypervisor": hypervisor,
             "timeout": float(timeout), "yes": bool(yes)}
 
 
@@ -325,7 +350,7 @@ def check_deploy(stack: str, input: dict):
         raise InvalidInput(f"{hypervisor!r}: one of {', '.join(op.HYPERVISOR_FLAVORS)}, or openstack:<cloud>",
                            "--hypervisor")
     role_list = load_roles(roles_file_for(example, roles))
-    env_paths = [Path(e) for e in input.get("environments") or []]
+    env_paths = [Path(library_environment(e)) for e in input.get("environments") or []]
     for e in env_paths:
         if not e.is_file():
             raise UndercloudError("environment file not found", str(e))
@@ -368,6 +393,8 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     public = public_certificate(client, out, stack, library, op.environments_for(example, env_paths),
                                 net.get("PublicVirtualIP"))
     ca_file = str(public.ca_file) if public and public.ca_file else None
+    internal = internal_certificate(client, out, stack, op.environments_for(example, env_paths),
+                                    net.get("PublicVirtualIP"))
     out.note(f"images: building what is missing for {hypervisor} nodes")
     current_set = deployed.load(state).get("current")
     images, records = build_images(client, out, hypervisor, library, current_set)
@@ -381,7 +408,7 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     kinds = library.secrets()
     secrets = state.secrets(kinds, secrets_given(env_paths, set(kinds)))
     plan = op.render(home, stack, role_list, library, images, hypervisor, example, env_paths, secrets,
-                     public.parameters if public else None)
+                     {**(public.parameters if public else {}), **(internal.parameters if internal else {})})
     bundle = Bundle.from_paths(str(plan.template), env_paths=[str(p) for p in plan.environments]).to_json()
     params = {k: secrets[k] for k in plan.secret_names}
     digest = op.digest({"bundle": bundle, "parameters": params})
@@ -468,7 +495,7 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     secret is made (a missing one is a placeholder), the plan is rendered into a temporary
     directory, and the stack is only asked what it would do."""
     from undercloud.overcloud import deploy as od
-    from undercloud.overcloud import deployed, dryrun, public_tls
+    from undercloud.overcloud import deployed, dryrun, internal_tls, public_tls
     from undercloud.overcloud import plan as op
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
@@ -508,8 +535,11 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
         if not input.get("rows_only"):
             out.echo(f"stack {stack}: not deployed yet: a deploy would create it")
         return {"stack": stack, "rows": []}
+    internal = internal_tls.ensure(client.home.path, client.home.tls_dir, stack,
+                                   op.environments_for(example, env_paths), images.get("PublicVirtualIP"), write=False)
     bundle = plan_bundle_aside(client.home.path, stack, role_list, library, images, hypervisor, example,
-                               env_paths, secrets, public.parameters if public else None)
+                               env_paths, secrets,
+                               {**(public.parameters if public else {}), **(internal.parameters if internal else {})})
     last = state.get("last-deploy", {})
     params = {**{k: secrets[k] for k in sorted(kinds)},
               "DeployIdentifier": last.get("deploy_identifier") or new_identifier()}
