@@ -172,3 +172,25 @@ def test_plain_http_is_closed_to_an_agent_given_the_ca_and_open_to_one_configure
     assert not old.startswith(tokens.TLS_SERVER)
     assert plain("/v1/agent/servers/s2/metadata", {"X-Server-Token": old})[0] == 200
     assert plain("/v1/agent/servers/s2/metadata", {"X-Server-Token": "tls-forged"})[0] == 426  # never reaches auth
+
+
+def test_the_workers_token_is_refused_over_plain_http_by_a_worker_whose_url_is_https(svc, monkeypatch):
+    """A worker forwards to another at the URL that one gives (https by default): the
+    workers' token sent in the clear is refused there (426, before any route runs); over TLS
+    it works. A worker given an http URL (UNDERCLOUD_AGENT_URL, or one of an older version)
+    still takes it over plain HTTP."""
+    import httpx
+
+    headers = {"X-Undercloud-Worker-Token": svc.ctx.worker_token}
+    assert svc.ctx.agent_url.startswith("https://")
+    r = httpx.get(f"http://127.0.0.1:{svc.port}/v1/stacks", headers=headers, timeout=10)
+    assert r.status_code == 426 and "the workers' token is taken over https only" in r.text, r.text
+    assert svc.ctx.worker_token not in r.text
+    ok = httpx.get(f"https://127.0.0.1:{svc.port}/v1/stacks", headers=headers, timeout=10,
+                   verify=str(svc.home.ca_file))
+    assert ok.status_code == 200, ok.text
+    monkeypatch.setenv("UNDERCLOUD_AGENT_URL", f"http://127.0.0.1:{svc.port}")
+    assert httpx.get(f"http://127.0.0.1:{svc.port}/v1/stacks", headers=headers, timeout=10).status_code == 200
+    # a wrong worker token over plain HTTP to it: 401 as ever
+    assert httpx.get(f"http://127.0.0.1:{svc.port}/v1/stacks", headers={"X-Undercloud-Worker-Token": "x"},
+                     timeout=10).status_code == 401

@@ -4,8 +4,10 @@ failure one line.
 - The admin token over plain HTTP is refused (426) before anything else: the CLI speaks TLS
   (api/tls_port.py), and a token sent in the clear is one sent across every network the
   port is on. So is a server token made for an agent given the https URL and the CA
-  (tokens.TLS_SERVER). Plain HTTP stays for the public routes (boot files, agents configured
-  before TLS) and the workers' own calls.
+  (tokens.TLS_SERVER), and the workers' own token to a worker whose URL (the one the other
+  workers are given) is https. Plain HTTP stays for the public routes (boot files, agents
+  configured before TLS) and for a worker given an http URL (UNDERCLOUD_AGENT_URL, or one of
+  an older version).
 - Audience, from the request line and headers alone, before any body byte is read: a
   request is for a public route (PUBLIC_ROUTES: agent, deploy, stack-signal and
   image-download routes, `/v1/health`; each checks its caller's own credential) or an
@@ -57,6 +59,7 @@ PUBLIC_ROUTES: tuple[tuple[frozenset, re.Pattern], ...] = tuple((frozenset(m), r
     (GET, r"/v1/images/[^/]+/file"),                                      # images by id: ramdisk, kube hook, workers
 ))
 ADMIN_HEADER = b"x-undercloud-token"  # the operator's token: refused on plain HTTP (api/tls_port.py)
+WORKER_HEADER = b"x-undercloud-worker-token"  # the workers' own: plain HTTP only to a worker whose URL is http
 SERVER_HEADER = b"x-server-token"  # a server's agent's token: refused on plain HTTP when made for https
 LENIENT = {"signal_body_bytes"}  # what agents send back (command output) may hold NUL characters
 
@@ -177,7 +180,7 @@ def admin(ctx, headers) -> bool:
     request); compared as the bytes sent."""
     given = dict(headers)
     return (tokens.same(given.get(b"x-undercloud-token"), ctx.admin_token)
-            or tokens.same(given.get(b"x-undercloud-worker-token"), ctx.worker_token))
+            or tokens.same(given.get(WORKER_HEADER), ctx.worker_token))
 
 
 def audience(scope) -> tuple[int, str, str | None] | None:
@@ -190,6 +193,10 @@ def audience(scope) -> tuple[int, str, str | None] | None:
     if scope.get("scheme") == "http" and _tls_server_token(scope):
         return (426, "this server's agent was given the undercloud's https URL and CA: its token is taken over "
                      "https only", "scheme")
+    if scope.get("scheme") == "http" and any(k == WORKER_HEADER for k, _v in scope["headers"]) \
+            and scope["app"].state.ctx.agent_url.startswith("https://"):
+        # the other workers reach this one at the URL it gives them (workers' table): https
+        return (426, "this worker's URL is https: the workers' token is taken over https only", "scheme")
     if any(method in methods and pattern.fullmatch(path) for methods, pattern in PUBLIC_ROUTES):
         return None
     ctx = scope["app"].state.ctx
