@@ -980,8 +980,9 @@ def test_tls_everywhere_encrypts_the_overcloud_inside_and_it_keeps_working(cloud
     speak only TLS; MariaDB takes nova over TLS and refuses it without; RabbitMQ listens on
     5671 and no longer on 5672; the agents and compute services report (AMQP over TLS); a new
     instance boots and reads its metadata (nova-compute to Glance, Neutron and Placement, the
-    metadata agent to nova's metadata API: all over TLS); haproxy's, MariaDB's and RabbitMQ's
-    status rows say when the certificate ends; its key shows nowhere."""
+    metadata agent to nova's metadata API: all over TLS); libvirt (with vm1 in it), memcached
+    and keepalived are not restarted; haproxy's, MariaDB's and RabbitMQ's status rows say when
+    the certificate ends; its key shows nowhere."""
     import socket
     import ssl
 
@@ -990,12 +991,21 @@ def test_tls_everywhere_encrypts_the_overcloud_inside_and_it_keeps_working(cloud
     work, clouds, uc_home = cloud["work"], cloud["clouds"], cloud["home"]
     inst = uc_home.instance
     assert nova_database(inst, tls=True) == "plain"  # before: the database without TLS
+    libvirt = f"{inst}-overcloud-novacompute-0-nova-libvirt-nova-libvirt"
+    guests, before = qemu_pids(libvirt), container_starts(inst)
+    assert len(guests) == 1  # vm1
     args = ("--example", "minimal", "-e", str(work / "one-compute.yaml"), "-e", str(work / "memcached.yaml"),
             "-e", "environments/tls-everywhere.yaml")
     r = deploy(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     said = r.stdout + r.stderr
     assert "internal endpoints, MariaDB and RabbitMQ: TLS, a certificate of the undercloud's CA, valid until" in said
+    # what calls nothing over it kept running: libvirt with vm1 in it, memcached, keepalived
+    after = container_starts(inst)
+    kept = [n for n in before if n.endswith(("-nova-libvirt-nova-libvirt", "-memcached-memcached",
+                                              "-keepalived-keepalived"))]
+    assert kept and all(after.get(n) == before[n] for n in kept), [(n, before[n], after.get(n)) for n in kept]
+    assert qemu_pids(libvirt) == guests and ok_json(clouds, "server", "show", "vm1")["status"] == "ACTIVE"
     vip = virtual_ip()
     catalog = ok_json(clouds, "endpoint", "list")
     urls = {(e["Service Type"], e["Interface"]): e["URL"] for e in catalog}

@@ -183,7 +183,7 @@ def test_the_clients_verify_the_database_the_broker_and_nova_metadata(uc_home, t
     ca = "/var/lib/undercloud/config/ca.pem"
     assert f"connection = mysql+pymysql://nova:{MASK}@{VIP}/nova?ssl_ca={ca}\n" in conf
     assert f"connection = mysql+pymysql://nova_api:{MASK}@{VIP}/nova_api?ssl_ca={ca}\n" in conf
-    assert f"@10.1.2.2:5671/\n" in conf and f"ssl = true\nssl_ca_file = {ca}\n" in conf
+    assert "@10.1.2.2:5671/\n" in conf and f"ssl = true\nssl_ca_file = {ca}\n" in conf
     plain = role_data(tmp_path, "nova-conductor")["kube"][0]["data"]["nova.conf"]
     assert f"connection = mysql+pymysql://nova:{MASK}@10.1.2.2:13306/nova\n" in plain
     assert "@10.1.2.2:5672/\n" in plain and "ssl = false\n" in plain
@@ -195,7 +195,8 @@ def test_the_clients_verify_the_database_the_broker_and_nova_metadata(uc_home, t
 def test_each_deploy_step_hands_every_container_the_ca(tmp_path):
     """The rendered step's items: with internal TLS every ConfigMap carries ca.pem (mounted
     with the service's configuration) and every container trusts it alone (OpenSSL's and
-    requests' CA file); without, the services' items as they declared them."""
+    requests' CA file), but those of a service declaring `internal_tls_client: false`
+    (nova_libvirt: its instances live in it); without, the items as the services declared them."""
     from tests.unit.test_overcloud_plan import plan_for
     from undercloud.orchestration.template.functions import Yaql
 
@@ -206,14 +207,18 @@ def test_each_deploy_step_hands_every_container_the_ca(tmp_path):
         {"kind": "ConfigMap", "metadata": {"name": "mysql-config"}, "data": {"config.json": "{}"}},
         {"kind": "Pod", "metadata": {"name": "mysql"}, "spec": {"containers": [
             {"name": "mysql", "env": [{"name": "A", "value": "1"}]}, {"name": "side"}]}}]},
+        {"step": 2, "internal_tls_client": False, "kube": [
+            {"kind": "ConfigMap", "metadata": {"name": "memcached-config"}, "data": {}},
+            {"kind": "Pod", "metadata": {"name": "memcached"}, "spec": {"containers": [{"name": "memcached"}]}}]},
         {"step": 3, "kube": [{"kind": "ConfigMap", "metadata": {"name": "keystone-config"}, "data": {}}]}]
     parser, context = Yaql.engine()
 
     def evaluate(ca):
         return parser(items).evaluate({"data": {"chain": chain, "ca": ca}}, context.create_child_context())
 
-    assert evaluate("") == chain[0]["kube"]
-    cm, pod = evaluate("PEM")
+    assert evaluate("") == chain[0]["kube"] + chain[1]["kube"]
+    cm, pod, *untouched = evaluate("PEM")
+    assert untouched == chain[1]["kube"]  # a service that calls nothing over internal TLS: as declared
     assert cm["data"] == {"config.json": "{}", "ca.pem": "PEM"}
     trust = [{"name": "SSL_CERT_FILE", "value": "/var/lib/undercloud/config/ca.pem"},
              {"name": "REQUESTS_CA_BUNDLE", "value": "/var/lib/undercloud/config/ca.pem"}]

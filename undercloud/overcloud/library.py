@@ -19,6 +19,9 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
                                     # also mode: tcp, check_port (the check's, else backend_port),
                                     # check: GET /path, backup: true (one server at a time: the
                                     # others are backups)
+    internal_tls_client: false      # (memcached, nova_libvirt, haproxy) it calls nothing over
+                                    # internal TLS: its Pods are not handed the CA, so turning
+                                    # tls-everywhere on or off leaves them running
 
 A service's health is declared once, as the readiness probe of its Pod (the first container
 that has one; `resources.Pod.properties.value`, an OS::Heat::Value): the agent runs it,
