@@ -7,7 +7,7 @@ tree makes hundreds of thousands of lasting objects at once, so a tree of 20,000
 six full collections, each walking every object: 40 % of its time (bench/template_bench.py).
 A full collection every 100 middle ones at most (the quarter rule stays) collects young
 garbage as before and cut that to one: the tree loads in 0.69 of the time, at the same peak
-memory (the figures in docs/architecture.md, "Templates").
+memory (measure it again with bench/template_bench.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The overcloud's workflows (deploy; update, rollback, replace, scale and delete to come),
+"""The overcloud's workflows (deploy, update, rollback, replace, scale and delete),
 run by the service (api/workflows.py) so that they survive their client: the CLI starts
 one, or attaches to the one running, and follows its events.
 
