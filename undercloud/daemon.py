@@ -275,7 +275,7 @@ def serve(home: Home, db_url: str | None = None, host: str = "127.0.0.1", hyperv
     from undercloud.api.app import create_app, run_startup  # the service itself: only here
     from undercloud.api.context import Context
     from undercloud.api.tls_port import http_protocol
-    from undercloud.provisioning.servers.service import local_types
+    from undercloud.provisioning.servers.placement import local_types
 
     local_types()  # a bad UNDERCLOUD_HYPERVISOR_TYPES is one line, before anything starts
 

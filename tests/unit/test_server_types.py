@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from undercloud import server_types
 from undercloud.provisioning.servers.base import realisers
-from undercloud.provisioning.servers.service import LOCAL_TYPES
+from undercloud.provisioning.servers.placement import LOCAL_TYPES
 
 
 def test_the_realisers_declare_exactly_the_named_types():

@@ -26,7 +26,8 @@ from undercloud.errors import Conflict, InvalidInput, NotFound, ServiceUnavailab
 from undercloud.orchestration.template import Bundle
 from undercloud.provisioning.servers.base import Env
 from undercloud.provisioning.servers.fake import FakeRealiser
-from undercloud.provisioning.servers.service import HOST_SPEC, ServersService
+from undercloud.provisioning.servers.placement import HOST_SPEC, Placement
+from undercloud.provisioning.servers.service import ServersService
 from undercloud.store.nodes import Node
 from undercloud.store.servers import Server
 
@@ -606,14 +607,14 @@ def test_placements_racing_from_two_workers_never_overfill_a_host(uc, monkeypatc
     register_host(uc, "host-a", memory_mb=3 * 512)
     other = ServersService(uc.ctx.store, uc.servers.env,
                            realisers={"container": FakeRealiser(uc.servers.env, "container")})
-    used = ServersService._used
+    used = Placement.used
 
     def slow(self, s, ht=None):
         out = used(self, s, ht)
         time.sleep(0.1)
         return out
 
-    monkeypatch.setattr(ServersService, "_used", slow)
+    monkeypatch.setattr(Placement, "used", slow)
     results = {}
 
     def make(svc, i):

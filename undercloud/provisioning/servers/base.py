@@ -221,7 +221,9 @@ def realisers() -> dict[str, type[Realiser]]:
 
             found: dict[str, type[Realiser]] = {}
             for mod in pkgutil.iter_modules(pkg.__path__):
-                if mod.name in ("base", "service", "flavors", "hosts", "fake"):
+                # not realisers: this interface, the servers service and its parts, the test one
+                if mod.name in ("base", "service", "flavors", "hosts", "placement", "image_choice", "first_boot",
+                                "forwarding", "leftovers", "fake"):
                     continue
                 module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
                 for obj in vars(module).values():

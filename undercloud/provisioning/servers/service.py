@@ -1,4 +1,4 @@
-"""The servers service: flavors, placement, image choice, first-boot data, and the realisers.
+"""The servers service: the server records, their life cycle, and the realisers.
 
     servers = ServersService(store, env)           # env: realiser Env (home, api port, ...)
     servers.create(id=..., name=..., flavor="container", image="overcloud-full",
@@ -11,24 +11,25 @@ capacity, a free node) runs before anything is written, so a refused request lea
 nothing behind. The first-boot data (with the server's token) lives in
 `$UNDERCLOUD_HOME/servers/<id>/first-boot/` (mode 700), which realisers hand to the
 machine read-only (container mount, config-drive ISO, ...).
+
+`ServersService` is the one entry point; beside it in this package: flavors.py (sizes),
+placement.py (hypervisor hosts, where a server goes), image_choice.py (which image),
+first_boot.py (the first-boot files), forwarding.py (requests about a server another host
+runs) and leftovers.py (machines of servers deleted while their host was down).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select
 
 from undercloud import server_types
-from undercloud.agent.files import remove_temps, write_atomic
+from undercloud.agent.files import remove_temps
 from undercloud.config import host_name
 from undercloud.errors import (
     Conflict,
@@ -41,40 +42,20 @@ from undercloud.errors import (
 from undercloud.host.labnet import LAB_NETWORK
 from undercloud.provisioning.servers import base
 from undercloud.provisioning.servers.base import ACTIVE, BUILD, DELETED, ERROR, REBUILD, Env, Realiser, Spec
+from undercloud.provisioning.servers.first_boot import FirstBootFiles
 from undercloud.provisioning.servers.flavors import Flavors, hypervisor_type
+from undercloud.provisioning.servers.forwarding import Forwarding
+from undercloud.provisioning.servers.image_choice import choose_image, server_image
+from undercloud.provisioning.servers.leftovers import Leftovers
+from undercloud.provisioning.servers.placement import LOCAL_TYPES, Placement
 from undercloud.store import Store
-from undercloud.store.addresses import Address
-from undercloud.store.servers import HypervisorHost, Leftover, Server
+from undercloud.store.servers import HypervisorHost, Server
 
 log = logging.getLogger("undercloud.servers")
 
 GONE = "the machine is gone (removed outside the undercloud?)"  # the fault when a machine vanished
 NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostname label (dots allowed)
-# Nova's default allocation ratios: container and VM hosts may overcommit CPUs and memory.
-CPU_RATIO, RAM_RATIO = 16.0, 1.5
 AVAILABLE_TTL = 60.0
-# Nova's ComputeCapabilitiesFilter key for the host a server must run on (flavor property or
-# scheduler hint): how a flavor, or one server, is pinned to a hypervisor host.
-HOST_SPEC = "capabilities:hypervisor_hostname"
-
-
-# The types a worker's own host may realise: their realisers neither use nodes nor are remote
-# (tests/unit/test_server_types.py checks it).
-LOCAL_TYPES = (server_types.CONTAINER, server_types.VM)
-
-
-def local_types() -> tuple[str, ...]:
-    """The hypervisor types this worker's host offers: UNDERCLOUD_HYPERVISOR_TYPES (comma
-    separated, as Nova's compute_driver is configured per host), else container and vm."""
-    raw = os.environ.get("UNDERCLOUD_HYPERVISOR_TYPES")
-    if raw is None:
-        return LOCAL_TYPES
-    types = tuple(t.strip() for t in raw.split(",") if t.strip())
-    bad = [t for t in types if t not in LOCAL_TYPES]
-    if bad:
-        raise InvalidInput(f"UNDERCLOUD_HYPERVISOR_TYPES: {bad[0]!r} is not a type a host realises "
-                           f"({', '.join(LOCAL_TYPES)})", "UNDERCLOUD_HYPERVISOR_TYPES")
-    return types
 
 
 def view(row: Server) -> dict:
@@ -89,18 +70,6 @@ def view(row: Server) -> dict:
     }
 
 
-def host_capacity() -> tuple[int, int, int]:
-    """(vcpus, memory MB, disk GB) this machine offers to container and VM servers."""
-    cpus = os.cpu_count() or 1
-    try:
-        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
-        mem = pages * size // (1 << 20)
-    except (ValueError, OSError):
-        mem = 4096
-    disk = shutil.disk_usage("/").total // (1 << 30)
-    return int(cpus * CPU_RATIO), int(mem * RAM_RATIO), int(disk)
-
-
 class ServersService:
     def __init__(self, store: Store, env: Env, realisers: dict[str, Realiser] | None = None):
         self.store = store
@@ -111,6 +80,11 @@ class ServersService:
         self._lock = threading.Lock()  # guards _realisers and _making
         self._available: dict[str, float] = {}  # hypervisor type -> when it was last found usable
         self._making: set[str] = set()  # servers whose machine this worker is making now
+        # its parts (placement.py, ...); those that need a realiser ask this service's, at each call
+        self.placement = Placement(store, env, lambda ht: self._unavailable(ht, self.realiser(ht)))
+        self.forwarding = Forwarding(env, self.placement)
+        self.first_boot_files = FirstBootFiles(self.root, env)
+        self.leftovers = Leftovers(store, lambda ht: self.realiser(ht), self.first_boot_files)
 
     # ---- realisers -----------------------------------------------------------------
     def realiser(self, ht: str) -> Realiser:
@@ -200,40 +174,14 @@ class ServersService:
         except base.RealiserError as exc:
             raise UndercloudError(str(exc), f"hypervisor {ht}") from None
 
-    # ---- hypervisor hosts ----------------------------------------------------------
+    # ---- hypervisor hosts (placement.py) -------------------------------------------
     def ensure_local_hosts(self) -> None:
-        """This host for the types it offers (each worker's host registers itself): container
-        and VM servers, or those UNDERCLOUD_HYPERVISOR_TYPES lists (a hypervisor host without
-        libvirt: `container`); a type no longer offered is dropped when no server holds it."""
-        vcpus, mem, disk = host_capacity()
-        name = host_name()
-        offered = local_types()
-        with self.store.session() as s:
-            for ht in LOCAL_TYPES:
-                row = s.get(HypervisorHost, (name, ht))
-                if ht in offered and row is None:
-                    s.add(HypervisorHost(name=name, hypervisor_type=ht, vcpus=vcpus, memory_mb=mem, disk_gb=disk))
-                elif ht not in offered and row is not None and not s.scalar(
-                        select(func.count()).select_from(Server).where(Server.host == name,
-                                                                       Server.hypervisor_type == ht)):
-                    s.delete(row)
+        """This host, registered for the hypervisor types it offers."""
+        self.placement.ensure_local_hosts()
 
     def hosts(self) -> list[dict]:
-        with self.store.session() as s:
-            used = self._used(s)
-            up = self._hosts_up()
-            # machines of servers deleted while their host was down, still to be removed there
-            left = dict(((host, t), n) for host, t, n in s.execute(
-                select(Leftover.host, Leftover.hypervisor_type, func.count())
-                .group_by(Leftover.host, Leftover.hypervisor_type)))
-            out = []
-            for h in s.scalars(select(HypervisorHost).order_by(HypervisorHost.hypervisor_type, HypervisorHost.name)):
-                vcpus, ram, disk, n = used.get((h.name, h.hypervisor_type), (0, 0, 0, 0))
-                out.append({"name": h.name, "hypervisor_type": h.hypervisor_type, "vcpus": h.vcpus,
-                            "memory_mb": h.memory_mb, "disk_gb": h.disk_gb, "vcpus_used": vcpus,
-                            "memory_mb_used": ram, "disk_gb_used": disk, "servers": n,
-                            "leftovers": left.get((h.name, h.hypervisor_type), 0),
-                            "state": "up" if h.name in up else "down"})
+        """The hypervisor hosts, their use and state, and this host's container engine."""
+        out = self.placement.hosts()
         # this host's container engine, as its watch last found it (other hosts' watch their own)
         engine = self.engine_health(summary=True)
         for row in out:
@@ -241,109 +189,13 @@ class ServersService:
         return out
 
     def forget_host(self, name: str) -> dict:
-        """Remove a hypervisor host that will not come back: down, and running no server
-        (a worker of it registers it again when it starts)."""
-        with self.store.session() as s:
-            types = sorted(s.scalars(select(HypervisorHost.hypervisor_type).where(HypervisorHost.name == name)))
-            if not types:
-                raise NotFound(f"no hypervisor host {name[:80]!r} (`server hypervisors` lists them)", "host")
-            if name in self._hosts_up():
-                raise Conflict(f"host {name} has a live undercloud worker: stop it first", "host")
-            n = s.scalar(select(func.count()).select_from(Server).where(Server.host == name))
-            if n:
-                raise Conflict(f"host {name} holds {n} server(s): delete them first (`server list`)", "host")
-            s.execute(delete(HypervisorHost).where(HypervisorHost.name == name))
-        if self.env.lab_networks is not None:  # off the lab networks it shared: no tunnel to it
-            self.env.lab_networks.leave(name)
-        if self.env.addresses is not None:
-            self.env.addresses.release(f"host:{name}")
-        return {"name": name, "hypervisor_types": types}
+        """Remove a hypervisor host that is down and runs no server."""
+        return self.placement.forget_host(name)
 
-    def _used(self, s, ht: str | None = None) -> dict[tuple[str, str], tuple[int, int, int, int]]:
-        """(host, hypervisor type) -> (vCPUs, RAM MB, disk GB, servers) its servers use: one query."""
-        query = (select(Server.host, Server.hypervisor_type, func.sum(Server.vcpus), func.sum(Server.ram),
-                        func.sum(Server.disk), func.count())
-                 .where(Server.host.is_not(None)).group_by(Server.host, Server.hypervisor_type))
-        if ht is not None:
-            query = query.where(Server.hypervisor_type == ht)
-        return {(host, t): (int(c or 0), int(r or 0), int(d or 0), int(n)) for host, t, c, r, d, n in s.execute(query)}
-
-    def _hosts_up(self) -> set[str]:
-        """The hosts a worker of heart-beats (this worker's own always)."""
-        return self.env.hosts_up() | {host_name()}
-
-    def _place(self, s, flavor: dict, ht: str, hints: dict) -> str:
-        """The host a new server runs on: of the registered hosts of its hypervisor type that
-        are up, can realise it (asked here for this host; the others' workers answer when
-        they make it) and have room, the one the flavor property or scheduler hint HOST_SPEC names,
-        else this host, else the one with most free RAM (Nova's default weigher). This host
-        first, unlike Nova's spreading: each host's servers share only that host's lab network,
-        so a stack's servers stay together unless this host cannot take them."""
-        pinned = {str(v) for v in (flavor["properties"].get(HOST_SPEC), hints.get(HOST_SPEC)) if v}
-        # One placement of a type at a time, across workers: this write takes the hosts' rows
-        # (row locks on PostgreSQL, the write lock on SQLite) before their use is read, and
-        # holds them until the server's row is committed.
-        s.execute(update(HypervisorHost).where(HypervisorHost.hypervisor_type == ht)
-                  .values(vcpus=HypervisorHost.vcpus))
-        query = select(HypervisorHost).where(HypervisorHost.hypervisor_type == ht).order_by(HypervisorHost.name)
-        if pinned:
-            query = query.where(HypervisorHost.name.in_(pinned))
-        hosts = s.scalars(query).all() if len(pinned) < 2 else []
-        if not hosts:
-            if pinned:
-                raise Conflict(f"no {ht} hypervisor host {' and '.join(sorted(pinned))!r} is registered "
-                               f"({HOST_SPEC} of flavor {flavor['name']} or the scheduler hints)", "flavor")
-            raise Conflict(f"no {ht} hypervisor host is registered here ({host_name()})", "flavor")
-        why, fits = [], []
-        used, up = self._used(s, ht), self._hosts_up()
-        for h in hosts:
-            vcpus, ram, disk, _n = used.get((h.name, ht), (0, 0, 0, 0))
-            if h.name not in up:
-                why.append(f"{h.name} has no live undercloud worker")
-            elif h.name == host_name() and (unavailable := self._unavailable(ht, self.realiser(ht))):
-                why.append(f"{h.name} cannot realise {ht} servers: {unavailable}")
-            elif vcpus + flavor["vcpus"] > h.vcpus:
-                why.append(f"{h.name} has {h.vcpus - vcpus} free vCPUs < {flavor['vcpus']}")
-            elif ram + flavor["ram"] > h.memory_mb:
-                why.append(f"{h.name} has {h.memory_mb - ram} MB free < {flavor['ram']} MB")
-            elif disk + flavor["disk"] > h.disk_gb:
-                why.append(f"{h.name} has {h.disk_gb - disk} GB free < {flavor['disk']} GB")
-            else:
-                fits.append((h.name != host_name(), -(h.memory_mb - ram), h.name))
-        if fits:
-            return min(fits)[2]
-        if len(why) > 5:
-            why[5:] = [f"{len(why) - 5} more hosts cannot"]
-        raise Conflict(f"no {ht} host can take flavor {flavor['name']}: " + "; ".join(why), "flavor")
-
-    # ---- images --------------------------------------------------------------------
+    # ---- images (image_choice.py) --------------------------------------------------
     def choose_image(self, ref: str, ht: str, flavor_name: str, formats: tuple[str, ...]) -> dict:
         """The image named (or with id) `ref` for hypervisor type `ht`; the newest if several."""
-        images = self.env.images
-        if images is None:
-            raise UndercloudError("no image store in this undercloud", "image")
-        try:
-            one = images.get(ref)  # by id: must suit the flavor too
-            candidates = [one] if one["id"] == ref else images.list(name=ref)
-        except (NotFound, Conflict):
-            candidates = images.list(name=ref)
-        if not candidates:
-            raise NotFound(f"no image named {ref!r} (see `undercloud image list`)", "image")
-        # "missing": the content is on another worker (records are shared, content per home)
-        fits = [i for i in candidates if i.get("hypervisor_type") == ht
-                and (not formats or i["disk_format"] in formats) and i.get("status") in ("active", "missing")]
-        if not fits:
-            have = ", ".join(sorted({f"{i.get('hypervisor_type') or 'no hypervisor_type'} ({i['disk_format']})"
-                                     for i in candidates}))
-            kind = "oci" if ht == server_types.CONTAINER else "qcow2"
-            raise Conflict(f"no {ht} image named {ref!r}: flavor {flavor_name!r} asks for hypervisor_type {ht}, "
-                           f"{ref!r} exists for: {have} (build one: undercloud image build {ref} --type {kind})",
-                           "image")
-        for i in sorted(fits, key=lambda i: i.get("created_at") or "", reverse=True):
-            if i["status"] == "active" or images.ensure_blob(i).exists():  # fetched from the worker that has it
-                return i
-        raise Conflict(f"image {ref!r}: its content is on no live worker (`undercloud image list` says missing)",
-                       "image")
+        return choose_image(self.env.images, ref, ht, flavor_name, formats)
 
     # ---- requests ------------------------------------------------------------------
     @staticmethod
@@ -396,11 +248,11 @@ class ServersService:
         vols = self.check_volumes(volumes)
         node = None
         if realiser.uses_nodes:
-            node = self._claim(id, fl, img, scheduler_hints or {})
+            node = self.placement.claim_node(id, fl, img, scheduler_hints or {})
         try:
             with self.store.session() as s:
                 host = (None if realiser.uses_nodes or realiser.remote
-                        else self._place(s, fl, ht, scheduler_hints or {}))
+                        else self.placement.place(s, fl, ht, scheduler_hints or {}))
                 row = Server(id=id, name=name, hypervisor_type=ht, flavor=fl, vcpus=fl["vcpus"], ram=fl["ram"],
                              disk=fl["disk"], image_id=img["id"],
                              image_name=img["name"], host=host, node_id=node["uuid"] if node else None,
@@ -411,7 +263,7 @@ class ServersService:
             if node is not None:
                 self.env.scheduler.release(id)
             raise
-        if self._elsewhere(row):  # placed on another host: its worker makes the machine
+        if self.forwarding.elsewhere(row):  # placed on another host: its worker makes the machine
             try:
                 return self.resume(id, first_boot)
             except UndercloudError as exc:
@@ -436,9 +288,9 @@ class ServersService:
             row = self._find(s, server_id)
         if row.status != BUILD:
             return view(row)
-        if self._elsewhere(row):
-            return self._on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
-                                     {"action": "spawn", "first_boot": first_boot})
+        if self.forwarding.elsewhere(row):
+            return self.forwarding.on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
+                                               {"action": "spawn", "first_boot": first_boot})
         realiser = self.realiser(row.hypervisor_type)
         spec = self.spec(row)
         if not spec.first_boot:
@@ -473,71 +325,20 @@ class ServersService:
             with self._lock:
                 self._making.discard(server_id)
 
-    def _claim(self, id: str, fl: dict, img: dict, hints: dict) -> dict:
-        from undercloud.provisioning.scheduler import Request
-
-        props = fl["properties"]
-        caps = {k.split(":", 1)[1]: v for k, v in props.items()
-                if k.startswith("capabilities:") and k != "capabilities:profile"}
-        caps.update({k.split(":", 1)[1]: str(v) for k, v in hints.items() if k.startswith("capabilities:")})
-        rc = next((k.split(":", 1)[1][len("CUSTOM_"):].lower() for k, v in props.items()
-                   if k.startswith("resources:CUSTOM_") and str(v) != "0"), None)
-
-        def size(key: str, value: int) -> int:
-            return 0 if str(props.get(f"resources:{key}", "")) == "0" else value
-
-        req = Request(instance_uuid=id, resource_class=rc, profile=props.get("capabilities:profile"),
-                      capabilities=caps, cpus=size("VCPU", fl["vcpus"]), memory_mb=size("MEMORY_MB", fl["ram"]),
-                      local_gb=size("DISK_GB", fl["disk"]), hypervisor_type=server_types.BAREMETAL,
-                      instance_info={"image_source": img["id"], "image_checksum": img["checksum"],
-                                     "flavor": fl["name"]})
-        if self.env.scheduler is None:
-            raise UndercloudError("no scheduler in this undercloud", "flavor")
-        try:
-            return self.env.scheduler.claim(req)
-        except Conflict as exc:
-            raise Conflict(f"no valid node for flavor {fl['name']!r}: {exc.message}", "flavor") from None
-
+    # ---- first-boot files (first_boot.py) ------------------------------------------
     def _write_first_boot(self, spec: Spec, realiser: Realiser) -> None:
-        d = self.first_boot_dir(spec.id)
-        d.mkdir(parents=True, exist_ok=True)
-        os.chmod(d.parent, 0o700)
         # where its agent reaches the undercloud (the network made if missing): a failure is its fault
-        spec.first_boot["url"] = self._call(spec.id, realiser.agent_url, spec, "spawning")
-        spec.first_boot["ca"] = self.env.ca()  # what the agent verifies that URL with
-        data = dict(spec.first_boot, hostname=spec.name, server_id=spec.id, networks=spec.networks)
-        write_atomic(d / "config.json", json.dumps(data, indent=2, sort_keys=True))
-        # user data also as a file of its own (NoCloud's name), executable when it is a script
-        ud = data.get("user_data")
-        path = d / "user-data"
-        if isinstance(ud, str) and ud:
-            write_atomic(path, ud, 0o700 if ud.startswith("#!") else 0o600)
-        else:
-            path.unlink(missing_ok=True)
-        spec.first_boot = data
+        self.first_boot_files.write(spec, lambda sp: self._call(sp.id, realiser.agent_url, sp, "spawning"))
 
     def first_boot_dir(self, server_id: str) -> Path:
-        return self.root / server_id / "first-boot"
+        return self.first_boot_files.dir(server_id)
 
     def read_first_boot(self, server_id: str) -> dict:
-        try:
-            return json.loads((self.first_boot_dir(server_id) / "config.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        return self.first_boot_files.read(server_id)
 
+    # ---- a server's Spec, and saving what its realiser did -------------------------
     def spec(self, row: Server, first_boot: dict | None = None, image: dict | None = None) -> Spec:
-        img = image
-        if img is None:
-            try:
-                img = self.env.images.get(row.image_id) if self.env.images is not None else None
-            except NotFound:
-                img = None
-        img = img or {"id": row.image_id, "name": row.image_name, "disk_format": None, "checksum": None,
-                      "properties": {}}
-        path = None
-        if self.env.images is not None and img.get("checksum"):
-            path = self.env.images.ensure_blob(img) if img.get("id") and img.get("size") is not None \
-                else self.env.images.blob_path(img["checksum"])
+        img, path = server_image(self.env.images, row, image)
         node = None
         if row.node_id and self.env.nodes is not None:
             try:
@@ -624,7 +425,7 @@ class ServersService:
         Nova syncs power states: a machine that died or was stopped outside shows in `server
         list` without anyone asking for it by name. One realiser status call per server."""
         t0 = time.perf_counter()
-        others = self._other_hosts()
+        others = self.placement.other_hosts()
         with self.store.session() as s:
             rows = s.execute(select(Server.id, Server.status)
                              .where(Server.status.in_((ACTIVE, "SHUTOFF")), Server.task.is_(None))
@@ -667,44 +468,17 @@ class ServersService:
             return "" if summary else None
         return watch.summary() if summary else dict(watch.status)
 
-    # ---- servers of another host ----------------------------------------------------
-    def _other_hosts(self) -> set[str]:
-        """The other registered hypervisor hosts (each worker registers its own). A server's
-        host that is not registered at all is taken for this one."""
-        with self.store.session() as s:
-            return set(s.scalars(select(HypervisorHost.name).distinct())) - {host_name()}
-
-    def _elsewhere(self, row: Server) -> str | None:
-        """The host of a container or VM server another host runs (None: this one, or a
-        server of no host: bare metal, another cloud's)."""
-        if row.host in (None, host_name()):  # the usual case, asked without a query
-            return None
-        return row.host if row.host in self._other_hosts() else None
-
-    def _worker_of(self, row: Server) -> str | None:
-        workers = self.env.workers_on(row.host) if self.env.forward is not None else []
-        return workers[0] if workers else None
-
-    def _on_its_host(self, row: Server, method: str, path: str, body: Any = None, worker: str | None = None) -> Any:
-        """Run a request about `row` on a live worker of its host (only that host can reach
-        the machine; `worker` when already found); with none alive, the operation waits for
-        the host: one line."""
-        worker = worker or self._worker_of(row)
-        if worker is None:
-            raise ServiceUnavailable(f"server {row.name} runs on host {row.host}, where no undercloud worker is "
-                                     "alive; its operations wait for that host", "server")
-        return self.env.forward(worker, method, path, body)
-
+    # ---- one server (another host's: asked of its host's worker, forwarding.py) ----
     def refresh(self, ref: str) -> dict:
         """Ask the realiser how the server is; store status, addresses and fault."""
         with self.store.session() as s:
             row = self._find(s, ref)
-        if self._elsewhere(row):  # its host's worker asks; without one, or no answer, as last known
-            worker = self._worker_of(row)
+        if self.forwarding.elsewhere(row):  # its host's worker asks; without one, or no answer, as last known
+            worker = self.forwarding.worker_of(row)
             if worker is None:
                 return view(row)
             try:
-                return self._on_its_host(row, "GET", f"/v1/servers/{row.id}", worker=worker)
+                return self.forwarding.on_its_host(row, "GET", f"/v1/servers/{row.id}", worker=worker)
             except ServiceUnavailable as exc:  # a busy host (an emulated VM loading an image): ask again later
                 log.info("server %s: %s; shown as last known", row.name, exc.message)
                 return view(row)
@@ -745,9 +519,9 @@ class ServersService:
     def power(self, ref: str, on: bool) -> dict:
         with self.store.session() as s:
             row = self._find(s, ref)
-        if self._elsewhere(row):
-            return self._on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
-                                     {"action": "power-on" if on else "power-off"})
+        if self.forwarding.elsewhere(row):
+            return self.forwarding.on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
+                                               {"action": "power-on" if on else "power-off"})
         # ERROR too: a machine that crashed or was stopped outside is powered on again, as a
         # BMC powers a node on whatever happened to it (a machine that is gone says so).
         if row.status not in (ACTIVE, "SHUTOFF", ERROR) or row.task:
@@ -769,9 +543,9 @@ class ServersService:
         `first_boot` (e.g. new user_data) replace those of its first-boot data."""
         with self.store.session() as s:
             row = self._find(s, ref)
-        if self._elsewhere(row):
-            return self._on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
-                                     {"action": "rebuild", "image": image, "first_boot": first_boot})
+        if self.forwarding.elsewhere(row):
+            return self.forwarding.on_its_host(row, "POST", f"/v1/servers/{row.id}/action",
+                                               {"action": "rebuild", "image": image, "first_boot": first_boot})
         realiser = self.realiser(row.hypervisor_type)
         if not realiser.can_rebuild:
             raise Conflict(f"{row.hypervisor_type} servers cannot be rebuilt in place", "server")
@@ -791,8 +565,8 @@ class ServersService:
     def console(self, ref: str, lines: int = 100) -> str:
         with self.store.session() as s:
             row = self._find(s, ref)
-        if self._elsewhere(row):
-            return self._on_its_host(row, "GET", f"/v1/servers/{row.id}/console?lines={int(lines)}")["console"]
+        if self.forwarding.elsewhere(row):
+            return self.forwarding.on_its_host(row, "GET", f"/v1/servers/{row.id}/console?lines={int(lines)}")["console"]
         return self.realiser(row.hypervisor_type).console(self.spec(row), lines)
 
     def delete(self, ref: str) -> dict:
@@ -811,11 +585,11 @@ class ServersService:
                                    "server")
         # its agent's token is refused from now on, whether or not the caller waits for the teardown
         self.env.revoke_agent(row.id)
-        if self._elsewhere(row):  # started there; `gone` asks there again until it is done
-            if self._worker_of(row) is None:
-                self._delete_locally(row)
+        if self.forwarding.elsewhere(row):  # started there; `gone` asks there again until it is done
+            if self.forwarding.worker_of(row) is None:
+                self.leftovers.leave(row)
             else:
-                self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0")
+                self.forwarding.on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0")
             return view(row)
         self._save(row.id, task="deleting")
         realiser = self.realiser(row.hypervisor_type)
@@ -835,13 +609,13 @@ class ServersService:
             row = s.get(Server, server_id)
         if row is None:
             return True
-        if self._elsewhere(row):  # only its host can tell; its worker removes the record when done
-            worker = self._worker_of(row)
+        if self.forwarding.elsewhere(row):  # only its host can tell; its worker removes the record when done
+            worker = self.forwarding.worker_of(row)
             if worker is None:  # the host went down meanwhile
-                self._delete_locally(row)
+                self.leftovers.leave(row)
                 return True
             try:
-                return bool(self._on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0", worker=worker)
+                return bool(self.forwarding.on_its_host(row, "DELETE", f"/v1/servers/{row.id}?wait=0", worker=worker)
                             .get("deleted"))
             except NotFound:  # removed there since we read it
                 return True
@@ -852,7 +626,7 @@ class ServersService:
             return False
         if row.node_id and self.env.scheduler is not None:
             self.env.scheduler.release(row.id)
-        shutil.rmtree(self.root / row.id, ignore_errors=True)
+        self.first_boot_files.remove(row.id)
         with self.store.session() as s:
             r = s.get(Server, server_id)
             if r is not None:
@@ -863,44 +637,9 @@ class ServersService:
             log.warning("servers: %s clean-up: %s", row.hypervisor_type, exc)
         return True
 
-    def _delete_locally(self, row: Server) -> None:
-        """Nova's local delete: the server's host has no live worker (down, or gone for good),
-        so the record and its address go now, in one transaction, and its machine is left to
-        that host (a Leftover), whose worker removes it when it comes back (`remove_leftovers`)."""
-        with self.store.session() as s:
-            r = s.get(Server, row.id)
-            if r is None:
-                return
-            s.add(Leftover(id=r.id, name=r.name, host=r.host, hypervisor_type=r.hypervisor_type,
-                           volumes=list(r.volumes or []), state=dict(r.state or {})))
-            s.execute(delete(Address).where(Address.holder == r.id))
-            s.delete(r)
-        shutil.rmtree(self.root / row.id, ignore_errors=True)
-        log.warning("server %s (%s) deleted while its host %s has no live worker: that host removes its "
-                    "machine when its worker comes back", row.name, row.id, row.host)
-
     def remove_leftovers(self) -> list[str]:
-        """The machines on this host of servers deleted while it was down (at start, before
-        anything is made: their addresses may be another server's now; and every status pass)."""
-        with self.store.session() as s:
-            rows = s.scalars(select(Leftover).where(Leftover.host == host_name())).all()
-        removed = []
-        for lo in rows:
-            spec = Spec(id=lo.id, name=lo.name, hypervisor_type=lo.hypervisor_type, flavor={}, image={},
-                        image_path=None, first_boot={}, networks=[], volumes=list(lo.volumes or []),
-                        state=dict(lo.state or {}))
-            try:
-                realiser = self.realiser(lo.hypervisor_type)
-                realiser.delete(spec)
-                with self.store.session() as s:
-                    s.execute(delete(Leftover).where(Leftover.id == lo.id))
-                removed.append(lo.name)
-                realiser.cleanup()  # the network, when it was the last
-            except Exception as exc:  # noqa: BLE001 - the next pass tries again
-                log.warning("servers: removing the machine of deleted server %s: %s", lo.name, exc)
-        if removed:
-            log.info("removed the machines of servers deleted while this host was down: %s", ", ".join(removed))
-        return removed
+        """The machines on this host of servers deleted while it was down (leftovers.py)."""
+        return self.leftovers.remove()
 
     def wait(self, ref: str, until: set[str], timeout: float, interval: float = 0.2) -> dict:
         deadline = time.monotonic() + timeout
