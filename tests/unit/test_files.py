@@ -316,14 +316,14 @@ def test_container_network_json_is_replaced_whole(tmp_path, monkeypatch):
     path.parent.mkdir()
     path.write_text('{"subnet": "10.130.4.0/24", "gat')  # half-written by an older version
     info = {"subnet": "10.130.4.0/24", "gateway": "10.130.4.1", "address": "10.130.4.1"}
-    r._save_network(info)
+    r.net.save(info)
     assert json.loads(path.read_text()) == info and _mode(path) == 0o644
-    assert next(r._subnet_choices()) == "10.130.4.0/24"
+    assert next(r.net.subnet_choices()) == "10.130.4.0/24"
 
     def crash(*_a):
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError):
-        r._save_network(dict(info, address="10.130.4.2"))
+        r.net.save(dict(info, address="10.130.4.2"))
     assert json.loads(path.read_text()) == info and os.listdir(path.parent) == [path.name]

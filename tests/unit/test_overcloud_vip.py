@@ -47,14 +47,14 @@ def test_container_addresses_skip_the_virtual_ips(tmp_path, monkeypatch):
     r = container.ContainerRealiser(env)
     info = {"subnet": "10.1.2.0/24", "gateway": "10.1.2.1"}
     spec = SimpleNamespace(id="new", networks=[], state={})
-    assert r._allocate(spec, info) == "10.1.2.254"  # .250-.253 skipped
+    assert r.net.allocate(spec, info) == "10.1.2.254"  # .250-.253 skipped
     with pytest.raises(base.RealiserError, match="fixed_ip 10.1.2.251 is kept for virtual IPs"):
-        r._allocate(SimpleNamespace(id="other", networks=[{"fixed_ip": "10.1.2.251"}], state={}), info)
+        r.net.allocate(SimpleNamespace(id="other", networks=[{"fixed_ip": "10.1.2.251"}], state={}), info)
     with pytest.raises(base.RealiserError, match="fixed_ip 10.1.2.7 is held by server s7"):
-        r._allocate(SimpleNamespace(id="other", networks=[{"fixed_ip": "10.1.2.7"}], state={}), info)
+        r.net.allocate(SimpleNamespace(id="other", networks=[{"fixed_ip": "10.1.2.7"}], state={}), info)
     with pytest.raises(base.RealiserError, match=r"the lab network 10.1.2.0/24 has no free address"):
-        r._allocate(SimpleNamespace(id="other", networks=[], state={}), info)
-    assert r._allocate(SimpleNamespace(id="new", networks=[], state={"ip": "10.1.2.254"}), info) == "10.1.2.254"
+        r.net.allocate(SimpleNamespace(id="other", networks=[], state={}), info)
+    assert r.net.allocate(SimpleNamespace(id="new", networks=[], state={"ip": "10.1.2.254"}), info) == "10.1.2.254"
 
 
 def test_each_stack_keeps_its_own_virtual_ip_until_deleted(tmp_path):

@@ -1,7 +1,7 @@
 """Lab networks that span hypervisor hosts.
 
 A host's container servers live on its lab network (a podman network and its bridge,
-provisioning/servers/container.py). Another host's worker may join that network
+provisioning/servers/container_net.py). Another host's worker may join that network
 (`UNDERCLOUD_LAB_NETWORK`): its own bridge gets the same subnet, and a VXLAN between the
 hosts' bridges (host/tunnel.py) makes them one layer-2 segment, so an overcloud's roles may
 run on several hosts and still reach each other and their virtual IP.

@@ -221,9 +221,10 @@ def realisers() -> dict[str, type[Realiser]]:
 
             found: dict[str, type[Realiser]] = {}
             for mod in pkgutil.iter_modules(pkg.__path__):
-                # not realisers: this interface, the servers service and its parts, the test one
+                # not realisers: this interface, the servers service and its parts, the test one,
+                # the container realiser's network
                 if mod.name in ("base", "service", "flavors", "hosts", "placement", "image_choice", "first_boot",
-                                "forwarding", "leftovers", "fake"):
+                                "forwarding", "leftovers", "fake", "container_net"):
                     continue
                 module = importlib.import_module(f"{pkg.__name__}.{mod.name}")
                 for obj in vars(module).values():
