@@ -1,5 +1,6 @@
-"""The deploy ramdisk's own logic (undercloud/agent/deploy.py), run here on the host: root
-device hints, the resumable, verified download, the config drive partition, the call-back.
+"""The deploy ramdisk's own logic (undercloud/agent/ramdisk.py) and the first boot's
+(undercloud/agent/first_boot.py), run here on the host: root device hints, the resumable,
+verified download, the config drive partition, the call-back; the config drive read back.
 
 No VM needed (the whole path under TCG is in test_server_baremetal.py); the download and
 call-back talk to a real HTTP server on loopback, the disk is a sparse file.
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from undercloud.agent import deploy
+from undercloud.agent import first_boot, ramdisk
 
 GIB = 1024 ** 3
 
@@ -33,7 +34,7 @@ DISKS = [dev("/dev/vda", 2), dev("/dev/vdb", 100, serial="S-BIG", rotational=Tru
 
 
 def test_root_device_without_hints_is_the_smallest_disk_of_at_least_4_gib():
-    assert deploy.pick_root_device({}, DISKS)["name"] == "/dev/sda"
+    assert ramdisk.pick_root_device({}, DISKS)["name"] == "/dev/sda"
 
 
 @pytest.mark.parametrize("hints,want", [
@@ -46,18 +47,18 @@ def test_root_device_without_hints_is_the_smallest_disk_of_at_least_4_gib():
     ({"rotational": "true"}, "/dev/vdb"),
 ])
 def test_root_device_hints(hints, want):
-    assert deploy.pick_root_device(hints, DISKS)["name"] == want
+    assert ramdisk.pick_root_device(hints, DISKS)["name"] == want
 
 
 def test_root_device_hints_that_match_nothing_name_the_disks():
-    with pytest.raises(deploy.DeployError) as e:
-        deploy.pick_root_device({"serial": "nope"}, DISKS)
+    with pytest.raises(ramdisk.DeployError) as e:
+        ramdisk.pick_root_device({"serial": "nope"}, DISKS)
     assert str(e.value) == ('no disk matching root_device hints {"serial": "nope"} '
                             '(disks: /dev/vda 2 GiB; /dev/vdb 100 GiB; /dev/sda 20 GiB)')
-    with pytest.raises(deploy.DeployError, match="unsupported hint.*hctl"):
-        deploy.pick_root_device({"hctl": "0:0:0:0"}, DISKS)
-    with pytest.raises(deploy.DeployError, match=r"size: cannot read 'big'"):
-        deploy.pick_root_device({"size": "big"}, DISKS)
+    with pytest.raises(ramdisk.DeployError, match="unsupported hint.*hctl"):
+        ramdisk.pick_root_device({"hctl": "0:0:0:0"}, DISKS)
+    with pytest.raises(ramdisk.DeployError, match=r"size: cannot read 'big'"):
+        ramdisk.pick_root_device({"size": "big"}, DISKS)
 
 
 class _Server:
@@ -118,11 +119,11 @@ SHA = hashlib.sha256(DATA).hexdigest()
 
 
 def test_download_resumes_with_range_and_verifies_the_checksum(tmp_path, monkeypatch):
-    monkeypatch.setattr(deploy.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(ramdisk.time, "sleep", lambda _s: None)
     srv = _Server(DATA, cut_at=300_000)
     try:
         dest = tmp_path / "image"
-        deploy.download(srv.url + "/file", dest, len(DATA), SHA)
+        ramdisk.download(srv.url + "/file", dest, len(DATA), SHA)
         assert dest.read_bytes() == DATA
         assert srv.ranges[0] is None and srv.ranges[1] == f"bytes={300_000}-"  # resumed where it broke
     finally:
@@ -132,8 +133,8 @@ def test_download_resumes_with_range_and_verifies_the_checksum(tmp_path, monkeyp
 def test_a_corrupted_download_is_caught_with_both_checksums(tmp_path):
     srv = _Server(DATA, corrupt=True)
     try:
-        with pytest.raises(deploy.DeployError) as e:
-            deploy.download(srv.url + "/file", tmp_path / "image", len(DATA), SHA)
+        with pytest.raises(ramdisk.DeployError) as e:
+            ramdisk.download(srv.url + "/file", tmp_path / "image", len(DATA), SHA)
         got = hashlib.sha256(bytes([DATA[0] ^ 1]) + DATA[1:]).hexdigest()
         assert str(e.value) == (f"image checksum mismatch: the {len(DATA)} bytes downloaded have sha256 {got}, "
                                 f"expected {SHA}")
@@ -144,8 +145,8 @@ def test_a_corrupted_download_is_caught_with_both_checksums(tmp_path):
 def test_a_refused_download_is_not_retried(tmp_path):
     srv = _Server(DATA)
     try:
-        with pytest.raises(deploy.DeployError, match=r"^image download refused: HTTP 404$"):
-            deploy.download(srv.url + "/missing", tmp_path / "i", len(DATA), SHA)
+        with pytest.raises(ramdisk.DeployError, match=r"^image download refused: HTTP 404$"):
+            ramdisk.download(srv.url + "/missing", tmp_path / "i", len(DATA), SHA)
         assert srv.paths == ["/missing"]  # asked once, not again
     finally:
         srv.close()
@@ -155,7 +156,7 @@ def test_call_back_carries_the_deploy_token_in_a_header_only(monkeypatch, capsys
     srv = _Server(b"")
     try:
         req = {"url": srv.url, "server_id": "sid-1", "token": "t0ken-secret"}
-        deploy.call_back(req, False, "image checksum mismatch: x")
+        ramdisk.call_back(req, False, "image checksum mismatch: x")
         assert srv.calls == [("/v1/deploy/servers/sid-1/callback", "t0ken-secret",
                               {"ok": False, "error": "image checksum mismatch: x"})]
         assert "t0ken-secret" not in capsys.readouterr().out
@@ -177,7 +178,7 @@ def test_config_drive_goes_to_the_end_of_the_disk_leaving_room_to_grow_root(tmp_
     iso = tmp_path / "cd.iso"
     subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(iso), "-V", "config-2", "-J", "-r",
                     str(tmp_path / "cd")], check=True)
-    start = deploy.write_config_drive(iso, str(disk))
+    start = ramdisk.write_config_drive(iso, str(disk))
     table = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, text=True,
                                       check=True).stdout)["partitiontable"]["partitions"]
     assert [p["start"] for p in table] == [2048, start]
@@ -194,16 +195,16 @@ def test_config_drive_goes_to_the_end_of_the_disk_leaving_room_to_grow_root(tmp_
 
 def test_network_data_of_the_config_drive_maps_macs_to_addresses(monkeypatch):
     done = []
-    monkeypatch.setattr(deploy, "set_address", lambda mac, a, p, persist, gw: done.append((mac, a, p, gw)) or "eth9")
+    monkeypatch.setattr(first_boot, "set_address", lambda mac, a, p, persist, gw: done.append((mac, a, p, gw)) or "eth9")
     data = {"links": [{"id": "eth0", "ethernet_mac_address": "fa:16:3e:00:00:01"}],
             "networks": [{"link": "eth0", "type": "ipv4", "ip_address": "192.168.24.100",
                           "netmask": "255.255.255.0"}, {"link": "eth0", "type": "ipv6"}]}
-    assert deploy.apply_network_data(data) == ["192.168.24.100/24 on eth9"]
+    assert first_boot.apply_network_data(data) == ["192.168.24.100/24 on eth9"]
     assert done == [("fa:16:3e:00:00:01", "192.168.24.100", 24, None)]
     # a default route (Nova's form) names the gateway; other routes are not the default
     data["networks"][0]["routes"] = [{"network": "10.0.0.0", "netmask": "255.0.0.0", "gateway": "192.168.24.9"},
                                      {"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "192.168.24.254"}]
-    assert deploy.apply_network_data(data) == ["192.168.24.100/24 on eth9 via 192.168.24.254"]
+    assert first_boot.apply_network_data(data) == ["192.168.24.100/24 on eth9 via 192.168.24.254"]
     assert done[-1] == ("fa:16:3e:00:00:01", "192.168.24.100", 24, "192.168.24.254")
 
 
@@ -226,8 +227,8 @@ def test_a_config_drive_gateway_becomes_the_nodes_default_route(tmp_path):
         subprocess.run(["ip", "-n", ns, "link", "add", "nic0", "address", mac, "type", "veth", "peer", "name", "nic0p"],
                        check=True)
         subprocess.run(["ip", "-n", ns, "link", "set", "nic0p", "up"], check=True)  # so nic0 gets a carrier
-        code = ("import json, sys; from undercloud.agent import deploy; "
-                "print(deploy.apply_network_data(json.loads(sys.stdin.read()), persist=False))")
+        code = ("import json, sys; from undercloud.agent import first_boot; "
+                "print(first_boot.apply_network_data(json.loads(sys.stdin.read()), persist=False))")
         r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], input=net.decode(),
                            capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
         assert r.returncode == 0, r.stderr
@@ -238,13 +239,15 @@ def test_a_config_drive_gateway_becomes_the_nodes_default_route(tmp_path):
         subprocess.run(["ip", "netns", "del", ns])
 
 
-def test_unknown_subcommand_shows_usage(capsys):
-    assert deploy.main(["nope"]) == 2
-    assert "usage: python3 -m undercloud.agent.deploy firstboot|ramdisk" in capsys.readouterr().err
+def test_an_argument_shows_usage(capsys):
+    assert first_boot.main(["nope"]) == 2
+    assert "usage: python3 -m undercloud.agent.first_boot" in capsys.readouterr().err
+    assert ramdisk.main(["nope"]) == 2
+    assert "usage: python3 -m undercloud.agent.ramdisk" in capsys.readouterr().err
 
 
 def test_vm_config_drive_layout_is_what_firstboot_reads(tmp_path):
-    """The undercloud side (vm_configdrive) and the node side (deploy.firstboot) agree."""
+    """The undercloud side (vm_configdrive) and the node side (first_boot.firstboot) agree."""
     from undercloud.provisioning.servers.base import Spec
     from undercloud.provisioning.servers.vm_configdrive import contents
 
@@ -259,12 +262,12 @@ def test_vm_config_drive_layout_is_what_firstboot_reads(tmp_path):
     assert agent["url"] == "http://192.168.24.1:9" and agent["token"] == "tok" and agent["server_id"] == "sid"
     assert files["openstack/latest/user_data"] == b"#!/bin/sh\n"
     seen = []
-    deploy_set = deploy.set_address
+    first_boot_set = first_boot.set_address
     try:
-        deploy.set_address = lambda mac, a, p, persist, gw: seen.append((mac, a, p, gw)) or "ens3"  # type: ignore[assignment]
-        deploy.apply_network_data(net)
+        first_boot.set_address = lambda mac, a, p, persist, gw: seen.append((mac, a, p, gw)) or "ens3"  # type: ignore[assignment]
+        first_boot.apply_network_data(net)
     finally:
-        deploy.set_address = deploy_set  # type: ignore[assignment]
+        first_boot.set_address = first_boot_set  # type: ignore[assignment]
     assert seen == [("fa:16:3e:00:00:02", "192.168.24.101", 24, None)]  # no gateway given: no route
     # Settings.load reads the agent part as the agent's configuration file.
     from undercloud.agent.settings import Settings
@@ -285,10 +288,10 @@ def _firstboot_from(tmp_path, monkeypatch, files: dict[str, bytes]) -> Path:
         (media / name).write_bytes(data)
     root = tmp_path / "root"
     (root / "etc").mkdir(parents=True)
-    monkeypatch.setattr(deploy, "find_config_drive", lambda: "/dev/sr9")
-    monkeypatch.setattr(deploy, "Mounted", lambda device: contextlib.nullcontext(media))
-    monkeypatch.setattr(deploy.subprocess, "run", lambda *a, **k: None)  # `hostname`
-    assert deploy.firstboot(root) == 0
+    monkeypatch.setattr(first_boot, "find_config_drive", lambda: "/dev/sr9")
+    monkeypatch.setattr(first_boot, "Mounted", lambda device: contextlib.nullcontext(media))
+    monkeypatch.setattr(first_boot.subprocess, "run", lambda *a, **k: None)  # `hostname`
+    assert first_boot.firstboot(root) == 0
     return root
 
 
@@ -321,15 +324,15 @@ def test_the_ramdisk_waits_for_its_cd_to_show_and_gives_up_in_time(monkeypatch):
     loaded: the ramdisk looks again until the request is there, within its wait."""
     looks, plugs, now = [], [], [0.0]
     found = ({"server_id": "s1"}, None)
-    monkeypatch.setattr(deploy, "find_request", lambda: looks.append(now[0]) or (found if len(looks) == 4 else None))
-    monkeypatch.setattr(deploy, "cdroms", lambda: [] if len(looks) < 3 else ["/dev/sr0"])
-    monkeypatch.setattr(deploy, "coldplug", lambda rounds=3: plugs.append(rounds))
-    monkeypatch.setattr(deploy.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(deploy.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
-    assert deploy.wait_for_request(timeout=30) == found
+    monkeypatch.setattr(ramdisk, "find_request", lambda: looks.append(now[0]) or (found if len(looks) == 4 else None))
+    monkeypatch.setattr(ramdisk, "cdroms", lambda: [] if len(looks) < 3 else ["/dev/sr0"])
+    monkeypatch.setattr(ramdisk, "coldplug", lambda rounds=3: plugs.append(rounds))
+    monkeypatch.setattr(ramdisk.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(ramdisk.time, "sleep", lambda s: now.__setitem__(0, now[0] + s))
+    assert ramdisk.wait_for_request(timeout=30) == found
     assert looks == [0.0, 2.0, 4.0, 6.0] and plugs == [1, 1]  # drivers loaded again while no drive showed
     looks.clear()
-    monkeypatch.setattr(deploy, "find_request", lambda: looks.append(now[0]))  # no request ever
+    monkeypatch.setattr(ramdisk, "find_request", lambda: looks.append(now[0]))  # no request ever
     start = now[0]
-    assert deploy.wait_for_request(timeout=10) is None
+    assert ramdisk.wait_for_request(timeout=10) is None
     assert now[0] - start <= 12 and len(looks) == 6

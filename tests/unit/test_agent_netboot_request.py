@@ -1,5 +1,5 @@
 """The deploy ramdisk booted from the network: its request comes from the URL on its kernel
-command line (agent/deploy.request_from_cmdline), served here by a real HTTP server on
+command line (agent/ramdisk.request_from_cmdline), served here by a real HTTP server on
 loopback."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import free_port
-from undercloud.agent.deploy import DeployError, boot_mac, cmdline_args, request_from_cmdline
+from undercloud.agent.ramdisk import DeployError, boot_mac, cmdline_args, request_from_cmdline
 
 
 @pytest.fixture

@@ -113,20 +113,20 @@ def test_a_client_idling_on_a_kept_alive_tls_connection_does_not_hold_the_stop(t
 
 def test_the_ramdisk_calls_back_over_tls_with_the_requests_ca_and_not_with_another(svc, tmp_path, capsys,
                                                                                  monkeypatch):
-    """The deploy ramdisk's call-back (agent/deploy.py): verified against the CA its request
+    """The deploy ramdisk's call-back (agent/ramdisk.py): verified against the CA its request
     carries; this service knows no such deploy, so the answer is a refusal (a 4xx), which
     shows the TLS connection was made; with another CA it never reaches the service."""
-    from undercloud.agent import deploy
+    from undercloud.agent import ramdisk
 
     monkeypatch.delenv("UNDERCLOUD_CA_FILE", raising=False)
-    monkeypatch.setattr(deploy.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ramdisk.time, "sleep", lambda s: None)
     url = f"https://127.0.0.1:{svc.port}"
     req = {"url": url, "server_id": "s-none", "token": "t", "ca": svc.home.ca_file.read_text()}
-    deploy.trust(req, tmp_path / "ca.pem")
-    deploy.call_back(req, True, attempts=1)
+    ramdisk.trust(req, tmp_path / "ca.pem")
+    ramdisk.call_back(req, True, attempts=1)
     assert "the undercloud refused the call-back (HTTP 4" in capsys.readouterr().out
-    deploy.trust({**req, "ca": other_ca(tmp_path)}, tmp_path / "other.pem")
-    deploy.call_back(req, True, attempts=1)
+    ramdisk.trust({**req, "ca": other_ca(tmp_path)}, tmp_path / "other.pem")
+    ramdisk.call_back(req, True, attempts=1)
     out = capsys.readouterr().out
     assert "CERTIFICATE_VERIFY_FAILED" in out and "giving up" in out
 

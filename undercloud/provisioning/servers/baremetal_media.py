@@ -5,7 +5,7 @@ Ironic builds a per-node ISO for Redfish virtual media too; here xorriso copies 
 ramdisk ISO (boot records replayed) and adds `undercloud/deploy.json` (where the image
 is, the call-back token, the node's address, the root-device hints) and
 `undercloud/configdrive.iso` (the server's first-boot data). The ramdisk reads them
-(undercloud/agent/deploy.py). A BMC downloads virtual media when it is inserted, so the
+(undercloud/agent/ramdisk.py). A BMC downloads virtual media when it is inserted, so the
 file is served only for that call, on loopback, under a random path.
 """
 

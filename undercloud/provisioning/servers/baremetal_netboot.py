@@ -7,7 +7,7 @@ answers its MAC (and only the armed MACs: host/dnsmasq.py), with its address and
 iPXE, the URL of its boot script on the undercloud's API (`/v1/deploy/boot/<mac>`). The
 script loads the ramdisk's kernel and initramfs (taken once from the deploy ISO) and
 passes the request's URL on the kernel command line, where the ramdisk finds it
-(agent/deploy.request_from_cmdline); disarming (call-back, undeploy, abort) removes it all.
+(agent/ramdisk.request_from_cmdline); disarming (call-back, undeploy, abort) removes it all.
 
 The request holds the deploy token and the config drive (whose vendor data holds the
 server's agent token), and all of it travels over plain HTTP (firmware's iPXE speaks

@@ -7,7 +7,7 @@ id) and kept in /var/lib/libvirt/images, where the qemu user can read them:
   NAME-config.iso     first-boot data as a config drive (vm_configdrive.py), attached as a CD
   NAME-console.log    the serial console (`server console`)
 plus one lab address (vm_net.Addresses, in the store's address table) and a MAC derived from the server id. The node
-image's agent unit runs `undercloud.agent.deploy firstboot` first, which applies the
+image's agent unit runs `undercloud.agent.first_boot` first, which applies the
 config drive (hostname, static address, agent configuration); the agent then reaches the
 undercloud at its lab address (Env.listen), the bridge's `.1`.
 """

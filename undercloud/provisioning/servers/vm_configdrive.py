@@ -1,8 +1,8 @@
 """First-boot data as an OpenStack config drive (ISO 9660, label `config-2`).
 
 A VM gets it as a CD; the deploy ramdisk writes it as the last partition of a bare-metal
-node's disk. On the node, `python3 -m undercloud.agent.deploy firstboot` reads it (see
-undercloud/agent/deploy.py for the layout). The ISO holds the server's token: files are
+node's disk. On the node, `python3 -m undercloud.agent.first_boot` reads it (see
+undercloud/agent/first_boot.py for the layout). The ISO holds the server's token: files are
 written 0600, and the ISO is removed with the server.
 """
 

@@ -1,41 +1,32 @@
-"""On the node, around the agent: first-boot data and the deploy ramdisk's image writing.
+"""The deploy (and inspection) ramdisk's program: write a node's image, or report its hardware.
 
-Standard library only (runs on a bare python3).
+Standard library only (runs on a bare python3, like the rest of the agent).
 
-    python3 -m undercloud.agent.deploy firstboot   # a booted server: apply its config drive
-    python3 -m undercloud.agent.deploy ramdisk     # the deploy ramdisk: write the image, if asked
-
-First-boot data is an OpenStack config drive (ISO 9660 labelled `config-2`): a VM gets it as
-a CD, a bare-metal node as a partition the ramdisk wrote at the end of its disk.
-    openstack/latest/meta_data.json      uuid, hostname, name, meta
-    openstack/latest/network_data.json   links (MACs) and networks (static addresses)
-    openstack/latest/user_data           the server's user_data (kept, not run)
-    openstack/latest/vendor_data2.json   {"undercloud": agent configuration: url, server_id, token, ...}
-A server of another OpenStack cloud (`openstack:<cloud>`) has the agent configuration as its
-user_data instead, `{"undercloud": {...}}`, since that cloud's Nova writes its own vendor data.
-`firstboot` sets the hostname, the static addresses and writes the agent's configuration,
-before the agent starts (an ExecStartPre of its unit).
+    python3 -m undercloud.agent.ramdisk   # run by the ramdisk's /init, before the agent loop
 
 The deploy ramdisk (Ironic's direct deploy) finds `undercloud/deploy.json` on
 the CD it booted from (or, booted from the network, at the URL of its kernel command line:
 `request_from_cmdline`) (the undercloud made that ISO for this deploy and inserted it through
 the BMC's virtual media): it sets its address, picks the root device by the hints,
 downloads the image from the undercloud's image store (resuming with Range), verifies the
-sha256, writes it, adds the config drive as a last partition, and calls back; the
-undercloud then ejects the media, sets boot to disk and reboots the node. Any failure is
-called back as one line (never the token), and the node waits to be powered off.
+sha256, writes it, adds the config drive as a last partition (read at the node's first
+boot: first_boot.py), and calls back; the undercloud then ejects the media, sets boot to
+disk and reboots the node. A request in `inspect` mode instead calls back the node's
+inventory (CPUs, memory, disks, MACs). Any failure is called back as one line (never the
+token), and the node waits to be powered off. Booted without a request, it returns at once
+and the agent loop follows.
+
+What it shares with the first boot (the error, the output, commands, media, addresses) is
+in first_boot.py.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
-import ipaddress
 import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,10 +36,17 @@ import urllib.request
 from pathlib import Path
 
 from undercloud.agent import files
-from undercloud.agent.settings import DEFAULT_STATE
+from undercloud.agent.first_boot import (
+    DeployError,
+    Mounted,
+    interfaces,
+    read_attr,
+    read_json,
+    say,
+    set_address,
+    sh,
+)
 
-CONFIG_DRIVE_LABEL = "config-2"
-AGENT_CONFIG = Path("/etc/undercloud-agent/config.json")
 REQUEST = "undercloud/deploy.json"      # on the deploy CD
 CONFIG_DRIVE_FILE = "undercloud/configdrive.iso"
 MIN_ROOT_BYTES = 4 * 1024 ** 3          # Ironic's default: the smallest disk of at least 4 GiB
@@ -56,215 +54,25 @@ CHUNK = 1 << 20
 REQUEST_WAIT = 90.0                     # seconds to wait for the CD with the request to show
 
 
-class DeployError(Exception):
-    """One line that goes back to the undercloud as the node's last error."""
-
-
-def say(msg: str) -> None:
-    print(f"undercloud-deploy: {msg}", flush=True)
-
-
-def sh(*argv: str, input: bytes | None = None, timeout: float = 600) -> str:
-    try:
-        r = subprocess.run(argv, input=input, capture_output=True, timeout=timeout)
-    except FileNotFoundError:
-        raise DeployError(f"{argv[0]} is missing on this node") from None
-    except subprocess.TimeoutExpired:
-        raise DeployError(f"`{' '.join(argv[:2])}` did not finish within {timeout:.0f} s") from None
-    if r.returncode != 0:
-        err = (r.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise DeployError(f"`{' '.join(argv[:2])}` failed: {err[:200]}")
-    return r.stdout.decode(errors="replace")
-
-
-# ---- reading media -----------------------------------------------------------------
-class Mounted:
-    """A read-only mount of a block device on a temporary directory."""
-
-    def __init__(self, device: str):
-        self.device, self.dir = device, Path(tempfile.mkdtemp(prefix="uc-media-"))
-
-    def __enter__(self) -> Path:
-        sh("mount", "-o", "ro", self.device, str(self.dir), timeout=60)
-        return self.dir
-
-    def __exit__(self, *exc) -> None:
-        subprocess.run(["umount", str(self.dir)], capture_output=True)
-        try:
-            self.dir.rmdir()
-        except OSError:
-            pass
-
-
+# ---- the boot CD -------------------------------------------------------------------
 def cdroms() -> list[str]:
     return sorted(f"/dev/{p.name}" for p in Path("/sys/block").glob("sr*"))
 
 
-def find_config_drive() -> str | None:
-    link = Path(f"/dev/disk/by-label/{CONFIG_DRIVE_LABEL}")
-    if link.exists():
-        return str(link.resolve())
-    try:
-        out = subprocess.run(["blkid", "-t", f"LABEL={CONFIG_DRIVE_LABEL}", "-o", "device"],
-                             capture_output=True, text=True, timeout=60).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        out = []
-    return out[0] if out else None
-
-
-def read_json(path: Path, default=None):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return default
-
-
-# ---- network -----------------------------------------------------------------------
-def interfaces() -> dict[str, str]:
-    """MAC (lower case) -> interface name."""
-    out = {}
-    for dev in Path("/sys/class/net").iterdir():
-        try:
-            mac = (dev / "address").read_text().strip().lower()
-        except OSError:
-            continue
-        if dev.name != "lo" and mac and mac != "00:00:00:00:00:00":
-            out[mac] = dev.name
-    return out
-
-
-def set_address(mac: str, address: str, prefix: int, persist: bool, gateway: str | None = None) -> str:
-    """Put `address/prefix` on the interface with `mac`, and the default route through
-    `gateway` if one is given; returns the interface name."""
-    deadline = time.monotonic() + 30  # NICs may still be probing at first boot
-    while (dev := interfaces().get(mac.lower())) is None:
-        if time.monotonic() > deadline:
-            raise DeployError(f"no network interface with MAC {mac} (have {', '.join(interfaces()) or 'none'})")
-        time.sleep(1)
-    networkd = persist and Path("/etc/systemd/network").is_dir() and shutil.which("systemctl")
-    if shutil.which("ip"):  # the ramdisk has iproute2; node images may have only networkd
-        sh("ip", "link", "set", "dev", dev, "up")
-        sh("ip", "addr", "replace", f"{address}/{prefix}", "dev", dev)
-        if gateway:
-            sh("ip", "route", "replace", "default", "via", gateway, "dev", dev)
-    elif not networkd:
-        raise DeployError(f"cannot set {address} on {dev}: neither ip (iproute2) nor systemd-networkd here")
-    if networkd:
-        # Kept across reboots; and networkd stops asking DHCP on it (80-undercloud-dhcp.network).
-        unit = Path(f"/etc/systemd/network/10-undercloud-{dev}.network")
-        text = (f"[Match]\nMACAddress={mac.lower()}\n\n[Network]\nAddress={address}/{prefix}\n"
-                + (f"Gateway={gateway}\n" if gateway else "")
-                + "DHCP=no\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n")
-        if _attr(unit) != text.strip() or not has_address(address):
-            files.write_atomic(unit, text, 0o644)
-            # `networkctl reload` needs D-Bus, which minimal images lack: restart networkd instead.
-            subprocess.run(["systemctl", "restart", "systemd-networkd.service"], capture_output=True, timeout=60)
-    wait_address(address, 30)
-    return dev
-
-
-def has_address(address: str) -> bool:
-    """Whether `address` is assigned here (binding to it succeeds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind((address, 0))
-            return True
-        except OSError:
-            return False
-
-
-def wait_address(address: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not has_address(address):
-        if time.monotonic() > deadline:
-            raise DeployError(f"address {address} did not come up within {timeout:.0f} s")
-        time.sleep(0.5)
-
-
-def apply_network_data(data: dict, persist: bool = True) -> list[str]:
-    links = {link.get("id"): link for link in data.get("links") or []}
-    done = []
-    for net in data.get("networks") or []:
-        if net.get("type") not in ("ipv4", "ipv4_static") or not net.get("ip_address"):
-            continue
-        mac = (links.get(net.get("link")) or {}).get("ethernet_mac_address")
-        if not mac:
-            continue
-        prefix = ipaddress.ip_network(f"0.0.0.0/{net.get('netmask', '255.255.255.0')}").prefixlen
-        # the default route, as Nova writes it: network and netmask 0.0.0.0
-        gateway = next((r.get("gateway") for r in net.get("routes") or []
-                        if r.get("network") == "0.0.0.0" and r.get("netmask") == "0.0.0.0" and r.get("gateway")), None)
-        dev = set_address(mac, net["ip_address"], prefix, persist, gateway)
-        done.append(f"{net['ip_address']}/{prefix} on {dev}" + (f" via {gateway}" if gateway else ""))
-    return done
-
-
-# ---- first boot --------------------------------------------------------------------
-def firstboot(root: Path = Path("/")) -> int:
-    device = find_config_drive()
-    if device is None:
-        say(f"no config drive (label {CONFIG_DRIVE_LABEL}); keeping the current configuration")
-        return 0
-    with Mounted(device) as media:
-        base = media / "openstack" / "latest"
-        meta = read_json(base / "meta_data.json", {}) or {}
-        network = read_json(base / "network_data.json", {}) or {}
-        vendor = read_json(base / "vendor_data2.json", {}) or {}
-        user_data = (base / "user_data").read_bytes() if (base / "user_data").exists() else None
-    agent = vendor.get("undercloud")
-    if not isinstance(agent, dict) and user_data is not None:
-        # A real Nova passes no vendor data of ours: the agent configuration comes as the
-        # server's user data, {"undercloud": {...}}, with the server's own user data inside.
-        try:
-            agent = json.loads(user_data).get("undercloud")
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            agent = None
-        if isinstance(agent, dict):
-            own = agent.get("user_data")
-            user_data = own.encode() if isinstance(own, str) and own else None
-    # The undercloud's name for it first: another Nova's hostname has its domain (.novalocal).
-    hostname = (agent.get("hostname") if isinstance(agent, dict) else None) or meta.get("hostname") or meta.get("name")
-    if hostname:
-        files.write_atomic(root / "etc" / "hostname", hostname + "\n", 0o644)
-        hosts = root / "etc" / "hosts"
-        lines = [x for x in (hosts.read_text().splitlines() if hosts.exists() else []) if "# undercloud" not in x]
-        files.write_atomic(hosts, "\n".join([*lines, f"127.0.1.1 {hostname} # undercloud"]) + "\n", 0o644)
-        subprocess.run(["hostname", hostname], capture_output=True)
-    if isinstance(agent, dict) and agent.get("server_id"):
-        files.write_atomic(root / AGENT_CONFIG.relative_to("/"), json.dumps(agent))
-    if user_data is not None:
-        state = root / DEFAULT_STATE.relative_to("/")
-        files.write_atomic(state / "user_data", user_data)  # 0600: user data may hold secrets
-    try:  # last: a network problem must not keep the agent from its configuration
-        for line in apply_network_data(network):
-            say(f"address {line}")
-    except DeployError as exc:
-        say(f"network: {exc}")
-    say(f"first boot of {hostname or 'this server'} ({meta.get('uuid', '?')}) applied from {device}")
-    return 0
-
-
 # ---- root device -------------------------------------------------------------------
-def _attr(path: Path) -> str:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return ""
-
-
 def block_devices() -> list[dict]:
     out = []
     for d in sorted(Path("/sys/block").iterdir()):
-        if re.match(r"(loop|ram|sr|zram|dm-|fd|nbd)", d.name) or _attr(d / "removable") == "1":
+        if re.match(r"(loop|ram|sr|zram|dm-|fd|nbd)", d.name) or read_attr(d / "removable") == "1":
             continue
-        size = int(_attr(d / "size") or 0) * 512
+        size = int(read_attr(d / "size") or 0) * 512
         if size == 0:
             continue
-        out.append({"name": f"/dev/{d.name}", "size": size, "model": _attr(d / "device" / "model"),
-                    "vendor": _attr(d / "device" / "vendor"),
-                    "serial": _attr(d / "serial") or _attr(d / "device" / "serial"),
-                    "wwn": _attr(d / "wwid") or _attr(d / "device" / "wwid"),
-                    "rotational": _attr(d / "queue" / "rotational") == "1"})
+        out.append({"name": f"/dev/{d.name}", "size": size, "model": read_attr(d / "device" / "model"),
+                    "vendor": read_attr(d / "device" / "vendor"),
+                    "serial": read_attr(d / "serial") or read_attr(d / "device" / "serial"),
+                    "wwn": read_attr(d / "wwid") or read_attr(d / "device" / "wwid"),
+                    "rotational": read_attr(d / "queue" / "rotational") == "1"})
     return out
 
 
@@ -510,7 +318,7 @@ def coldplug(rounds: int = 3) -> None:
     for _ in range(rounds):
         aliases = set()
         for p in Path("/sys/bus").glob("*/devices/*/modalias"):
-            alias = _attr(p)
+            alias = read_attr(p)
             if alias:
                 aliases.add(alias)
         if aliases:
@@ -523,7 +331,7 @@ def coldplug(rounds: int = 3) -> None:
 def inventory() -> dict:
     """What inspection reports (Ironic's basics): CPUs, memory, arch, disks, NICs, local_gb."""
     mem_kb = 0
-    for line in _attr(Path("/proc/meminfo")).splitlines():
+    for line in read_attr(Path("/proc/meminfo")).splitlines():
         if line.startswith("MemTotal:"):
             mem_kb = int(line.split()[1])
     disks = block_devices()
@@ -561,7 +369,7 @@ def wait_for_request(timeout: float = REQUEST_WAIT) -> tuple[dict, bytes | None]
 def ramdisk() -> int:
     coldplug()
     try:
-        found = request_from_cmdline(_attr(Path("/proc/cmdline"))) or wait_for_request()
+        found = request_from_cmdline(read_attr(Path("/proc/cmdline"))) or wait_for_request()
     except DeployError as exc:
         say(f"no deploy request: {exc}")  # nothing to call back to: the undercloud's timeout tells
         found = None
@@ -604,16 +412,10 @@ def ramdisk() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args == ["firstboot"]:
-        try:
-            return firstboot()
-        except DeployError as exc:
-            say(f"first boot: {exc}")
-            return 1
-    if args == ["ramdisk"]:
-        return ramdisk()
-    print("usage: python3 -m undercloud.agent.deploy firstboot|ramdisk", file=sys.stderr)
-    return 2
+    if args:
+        print("usage: python3 -m undercloud.agent.ramdisk", file=sys.stderr)
+        return 2
+    return ramdisk()
 
 
 if __name__ == "__main__":
