@@ -261,8 +261,11 @@ def test_cancel_and_delete_sent_to_any_worker_are_done_by_the_one_running_the_st
         wait_for(f"{name}'s handle", lambda n=name: rows(first, n).get("handle", {}).get("status") == "COMPLETE",
                  timeout=30)
 
-    def post(home, path, headers):
-        conn = http.client.HTTPConnection("127.0.0.1", int((home / "port").read_text()), timeout=30)
+    def post(home, path, headers):  # over TLS: a worker whose URL is https refuses the workers' token on plain HTTP
+        import ssl
+
+        conn = http.client.HTTPSConnection("127.0.0.1", int((home / "port").read_text()), timeout=30,
+                                           context=ssl.create_default_context(cafile=str(home / "tls" / "ca.pem")))
         try:
             conn.request("POST", path, headers=headers)
             r = conn.getresponse()
@@ -275,6 +278,13 @@ def test_cancel_and_delete_sent_to_any_worker_are_done_by_the_one_running_the_st
     status, text = post(first.path, "/v1/stacks/held/cancel", {"X-Undercloud-Worker-Token": "forged"})
     assert status == 401, text
     token = crypto_of(store_of(first).engine.dialect).derived("undercloud worker request")
+    plain = http.client.HTTPConnection("127.0.0.1", int((first.path / "port").read_text()), timeout=30)
+    try:  # the same credential sent in the clear: refused before anything runs
+        plain.request("POST", "/v1/stacks/held/cancel", headers={"X-Undercloud-Worker-Token": token})
+        r = plain.getresponse()
+        assert r.status == 426 and "taken over https only" in r.read().decode()
+    finally:
+        plain.close()
     status, text = post(first.path, "/v1/stacks/held/cancel",
                         {"X-Undercloud-Worker-Token": token, "X-Undercloud-Forwarded": "w-test"})
     assert status == 503 and "its CREATE runs on worker" in text, text
