@@ -22,8 +22,6 @@ from undercloud.errors import InvalidInput
 from undercloud.overcloud.secrets import secrets_given, stack_dir
 
 GIVEN = ("EnableInternalTLS", "CloudNameInternal")
-TRUE = ("true", "t", "yes", "y", "on", "1")  # Heat's boolean parameter values
-FALSE = ("false", "f", "no", "n", "off", "0")
 
 
 @dataclass
@@ -35,10 +33,13 @@ class InternalTLS:
 def enabled(environments: list[Path]) -> bool:
     """EnableInternalTLS as the environments set it (the last wins); one line when it is no
     boolean."""
-    value = secrets_given(environments, {"EnableInternalTLS"}).get("EnableInternalTLS", "false").strip().lower()
-    if value not in TRUE + FALSE:
-        raise InvalidInput(f"{value[:32]!r} is not a boolean (true or false)", "EnableInternalTLS")
-    return value in TRUE
+    from undercloud.orchestration.template.parameters import to_bool  # Heat's boolean values
+
+    value = secrets_given(environments, {"EnableInternalTLS"}).get("EnableInternalTLS", "false")
+    try:
+        return to_bool(value)
+    except ValueError:
+        raise InvalidInput(f"{value.strip()[:32]!r} is not a boolean (true or false)", "EnableInternalTLS") from None
 
 
 def ensure(home: Path, ca_dir: Path, stack: str, environments: list[Path], vip: str | None,
