@@ -380,10 +380,13 @@ def test_a_worker_that_looked_dead_stops_its_walk_when_another_took_it_over(eng)
     a, _ = engine(eng.store, "wa")
     a.create("s", eng.bundle("t.yaml", template("Test::Slow", 12)), {})  # runs on in wa: ~1.5 s of calls
     sid = a.show("s")["id"]
+    deadline = time.monotonic() + 10  # create returns once its thread starts; the walk is made there
+    while a.walks.get(sid) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    walk = a.walks.get(sid)
     stop_beating(eng.store, "wa")  # wa's beats stopped reaching the store, its walk did not stop
     b, _ = engine(eng.store, "wb")
     assert a.fence() == []  # still wa's: nothing to stop
-    walk = a.walks.get(sid)
     assert b.take_over() == [sid]
     # wa's walk ends at its next write (refused: the generation moved on) or, with nothing to
     # write, when its heartbeat sees the row is wb's now (fence), whichever comes first
