@@ -165,13 +165,14 @@ def test_prune_outputs_keeps_the_newest_and_any_in_use(tmp_path, monkeypatch):
         d.mkdir(parents=True)
         (d / "manifest.json").write_text(json.dumps({"label": "x (oci)", "artifacts": []}))
         os.utime(d / "manifest.json", (now - age, now - age))
-    other = tmp_path / "outputs" / "other-image"
-    other.mkdir()
-    (other / "manifest.json").write_text(json.dumps({"label": "y (oci)", "artifacts": []}))
-    os.utime(other / "manifest.json", (now - 9999, now - 9999))
+    for other, label in (("other-image", "y (oci) on bookworm"), ("other-suite", "x (oci) on trixie")):
+        (tmp_path / "outputs" / other).mkdir()
+        (tmp_path / "outputs" / other / "manifest.json").write_text(json.dumps({"label": label, "artifacts": []}))
+        os.utime(tmp_path / "outputs" / other / "manifest.json", (now - 9999, now - 9999))
     said = []
-    build.prune_outputs("x (oci)", said.append, keep=2)
+    build.prune_outputs("x (oci) on bookworm", said.append, keep=2)  # the manifests above: before suites
     left = sorted(p.name for p in (tmp_path / "outputs").iterdir())
-    # Two newest kept; "in-use" is third but was used a minute ago (another home may be uploading it).
-    assert left == ["in-use", "new1", "new2", "other-image"]
+    # Two newest kept; "in-use" is third but was used a minute ago (another home may be uploading it);
+    # another image's, and the same image's of another Debian release, are not this group's.
+    assert left == ["in-use", "new1", "new2", "other-image", "other-suite"]
     assert len(said) == 2 and all(s.startswith("pruned cached outputs ") for s in said)

@@ -57,7 +57,9 @@ def outputs(client: Client, stack: str) -> dict:
               help="An environment file (parameter_defaults such as ControllerCount, resource_registry "
                    "mapping a service to OS::Heat::None...); repeat to merge several, in order. A "
                    "path not found here is looked up in the undercloud's library: "
-                   "-e environments/tls-everywhere.yaml turns TLS on inside the overcloud.")
+                   "-e environments/tls-everywhere.yaml turns TLS on inside the overcloud; "
+                   "-e environments/release-2025.1.yaml deploys OpenStack 2025.1 (Debian 13's "
+                   "packages) instead of zed (OvercloudRelease; an overcloud keeps its release).")
 @click.option("--hypervisor", default=CONTAINER, show_default=True, callback=check_hypervisor,
               metavar="|".join((*HYPERVISOR_TYPES[::-1], f"{OPENSTACK}:CLOUD")),  # container|vm|baremetal|openstack:CLOUD
               help="How nodes are realised (the flavor of every role). openstack:CLOUD: servers of "
@@ -98,6 +100,7 @@ def deploy(example, roles, environments, hypervisor, stack, timeout, yes, dry_ru
     Examples:
       undercloud deploy                          # the `minimal` example, container nodes
       undercloud deploy --example ha
+      undercloud deploy -e environments/release-2025.1.yaml --stack epoxy   # OpenStack 2025.1
       undercloud deploy --example hypervisor-host --stack hosts --hypervisor vm -e store.yaml
           # store.yaml: {parameter_defaults: {UndercloudStoreUrl: postgresql://...}}
       undercloud deploy --roles my_roles.yaml -e counts.yaml   # e.g. {ComputeCount: 2}

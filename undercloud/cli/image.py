@@ -180,10 +180,13 @@ def download_to(client: Client, img: dict, out: Path) -> None:
 @click.option("--elements-path", "elements_path", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A directory of your own elements, searched before the shipped ones (repeatable).")
+@click.option("--release", type=click.Choice(["zed", "2025.1"]), default=None,
+              help="The OpenStack release of service images: zed (Debian 12, the default) or 2025.1 "
+                   "(Debian 13), as a deploy's OvercloudRelease picks.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every stage, even if unchanged.")
 @formatted(["id", "name", "disk_format", "hypervisor_type", "size", "status"])
 def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[str, ...],
-          elements_path: tuple[Path, ...], no_cache: bool):
+          elements_path: tuple[Path, ...], release: str | None, no_cache: bool):
     """Build an image from elements and register it in the image store.
 
     \b
@@ -207,9 +210,9 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
     if all_:
         from undercloud.overcloud.library import library_images
 
-        targets = catalog.default_targets(library_images())
+        targets = catalog.default_targets(library_images(), release)
     else:
-        targets = catalog.targets(name, types, elements)
+        targets = catalog.targets(name, types, elements, release)
     return build_targets(Client(timeout=600), [t.with_elements_path(elements_path) for t in targets], no_cache)
 
 

@@ -61,6 +61,16 @@ class Target:
     elements: tuple[str, ...]
     layer_on: tuple[str, ...] = ()  # service images: elements of the shared base layer
     elements_path: tuple[Path, ...] = ()
+    suite: str = ""  # the Debian release it is made of (catalog.RELEASES); "" for rootfs.SUITE
+
+    @property
+    def debian(self) -> str:
+        return self.suite or rootfs.SUITE
+
+    @property
+    def cache_group(self) -> str:
+        """The outputs kept together in the cache (prune_outputs): one image, type and suite."""
+        return f"{self.label} on {self.debian}"
 
     @property
     def label(self) -> str:
@@ -141,7 +151,7 @@ class Builder:
     # ---- keys ----------------------------------------------------------------------
     def _plan(self) -> dict[str, str]:
         """Each layer's key: what made it + the build of the layer below (see rootfs.build_id)."""
-        d = rootfs.debootstrap_key()
+        d = rootfs.debootstrap_key(self.t.debian)
         p = rootfs.digest("packages", d, rootfs.build_id(d), rootfs.SECURITY_MIRROR,
                           sorted(elements.packages(self.base_elements)),
                           [(e.name, e.digest(elements.PACKAGE_PHASES)) for e in self.base_elements
@@ -174,7 +184,7 @@ class Builder:
         props = {
             "build_key": self.key,
             "elements": {e.name: e.digest()[:12] for e in self.all_elements},
-            "os_distro": "debian", "os_version": rootfs.SUITE,
+            "os_distro": "debian", "os_version": self.t.debian,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         if any(e.name == "agent" for e in self.all_elements):
@@ -212,8 +222,8 @@ class Builder:
 
     def _make_layer(self, stage: str, key: str, lowers: list[Path], make: Callable[[Path], None]) -> Path:
         if stage == "debootstrap":
-            self.say(f"{stage}: debootstrap {rootfs.SUITE} minbase from {rootfs.MIRROR}")
-            return rootfs.make_debootstrap(key, self.log)
+            self.say(f"{stage}: debootstrap {self.t.debian} minbase from {rootfs.MIRROR}")
+            return rootfs.make_debootstrap(key, self.log, self.t.debian)
         tmp = rootfs.layer_dir(key).parent / f"{key}.tmp-{os.getpid()}"
         rootfs.clear_abandoned(tmp.parent, key)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -230,7 +240,7 @@ class Builder:
         for el, script in elements.phase_scripts(els, phase):
             self.say(f"{phase}: {el.name}/{script.name}")
             env = rootfs.chroot_env({"ELEMENT": el.name, "PHASE": phase, "IMAGE_NAME": self.t.name,
-                                     "IMAGE_TYPE": self.t.type})
+                                     "IMAGE_TYPE": self.t.type}, self.t.debian)
             if phase in elements.OUTSIDE:
                 env.update(TARGET_ROOT=str(root), ELEMENT_DIR=str(el.path), UNDERCLOUD_SRC=str(AGENT_SRC),
                            UNDERCLOUD_PYTHON=sys.executable)
@@ -266,7 +276,7 @@ class Builder:
         if not pkgs:
             return
         self.say(f"packages: apt-get install {' '.join(sorted(pkgs))}")
-        env = rootfs.chroot_env()
+        env = rootfs.chroot_env(suite=self.t.debian)
         self._run(["chroot", str(root), "apt-get", "-q", "update"], env, "apt-get update failed")
         try:
             self._run(["chroot", str(root), "apt-get", "-q", "-y", "--no-install-recommends",
@@ -288,7 +298,7 @@ class Builder:
                 self.install_packages(root, els)
                 if clean:  # a service's packages: the base's clean-up ran in the layers below
                     self._run(["chroot", str(root), "sh", "-c", "apt-get clean; rm -rf /var/lib/apt/lists/*"],
-                              rootfs.chroot_env(), "clean-up failed")
+                              rootfs.chroot_env(suite=self.t.debian), "clean-up failed")
         return make
 
     def make_image(self, els: list[elements.Element]) -> Callable[[Path], None]:
@@ -368,13 +378,13 @@ class Builder:
                     a.path = out / a.path.name
                 # The manifest goes in with the outputs (one rename): a directory without
                 # one is never seen by another build.
-                (tmp / manifest.name).write_text(json.dumps({"label": self.t.label, "artifacts": [
+                (tmp / manifest.name).write_text(json.dumps({"label": self.t.cache_group, "artifacts": [
                     {"role": a.role, "file": a.path.name, "sha256": a.sha256, "size": a.size,
                      "disk_format": a.disk_format} for a in arts]}))
                 os.rename(tmp, out)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-        prune_outputs(self.t.label, self.say)
+        prune_outputs(self.t.cache_group, self.say)
         for key in rootfs.prune_layers():
             self.say(f"pruned cached layer {key[:12]}")
         return arts
@@ -422,9 +432,11 @@ class Builder:
         raise UndercloudError(f"unknown output type {self.t.type!r}", "--type")
 
 
-def prune_outputs(label: str, say: Callable[[str], None], keep: int = KEEP_OUTPUTS) -> None:
-    """Keep the `keep` most recently used outputs of one image and type; older ones go, so
-    the shared cache does not grow with every agent or element change. Their podman tags
+def prune_outputs(group: str, say: Callable[[str], None], keep: int = KEEP_OUTPUTS) -> None:
+    """Keep the `keep` most recently used outputs of one image, type and Debian suite
+    (`group`: Target.cache_group); older ones go, so the shared cache does not grow with
+    every agent or element change, and an image of one release never pushes out another's.
+    Their podman tags
     stay: an image registered in some home may still name them (and the store holds the
     archive to load them back from)."""
     base = rootfs.cache_dir() / "outputs"
@@ -437,7 +449,7 @@ def prune_outputs(label: str, say: Callable[[str], None], keep: int = KEEP_OUTPU
             continue
         if not isinstance(data, dict):  # an older manifest format: never read again
             found.append((0.0, d))
-        elif data.get("label") == label:
+        elif _group(data.get("label")) == group:
             found.append((m.stat().st_mtime, d))
     stale = [d for t, d in found if t == 0.0]
     # Outputs used in the last minutes stay whatever their rank: another home's build may
@@ -447,6 +459,12 @@ def prune_outputs(label: str, say: Callable[[str], None], keep: int = KEEP_OUTPU
         with rootfs.locked(d.name):
             shutil.rmtree(d, ignore_errors=True)
         say(f"pruned cached outputs {d.name[:12]}")
+
+
+def _group(label) -> str:
+    """A manifest's group; one written before suites were per image says only its label (bookworm)."""
+    label = str(label)
+    return label if " on " in label else f"{label} on bookworm"
 
 
 def plan(target: Target) -> str:

@@ -18,13 +18,29 @@ IMAGES = {
     "guest-tiny": ("guest",),  # for the overcloud's Glance; a deploy does not need it
 }
 SERVICE_BASE = ("base", "service-base")  # service-NAME: this shared layer + element NAME
+# The OpenStack releases a service image may be, and the Debian suite that ships each: the
+# service's packages are that suite's (OvercloudRelease: overcloud/release.py).
+RELEASES = {"zed": "bookworm", "2025.1": "trixie"}
+DEFAULT_RELEASE = "zed"
+# The undercloud's own worker is no OpenStack service: its payload is this host's Python and
+# libraries (images/payload.py), so its image is of the host's suite whatever the release.
+RELEASE_FREE = {"service-undercloud-worker"}
 
 
-def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> list[Target]:
+def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
+            release: str | None = None) -> list[Target]:
+    """What building image `name` makes; a service image of `release` (default
+    DEFAULT_RELEASE) comes from that release's Debian suite."""
     if name.startswith("service-"):
         if types and types != ("oci",):
             raise InvalidInput("service images are built as oci only", "--type")
-        return [Target(name, "oci", (name.removeprefix("service-"), *extra), layer_on=SERVICE_BASE)]
+        release = release or DEFAULT_RELEASE
+        if release not in RELEASES:
+            raise InvalidInput(f"unknown OpenStack release {release!r}: {' or '.join(RELEASES)}", "release")
+        return [Target(name, "oci", (name.removeprefix("service-"), *extra), layer_on=SERVICE_BASE,
+                       suite="" if name in RELEASE_FREE else RELEASES[release])]
+    if release:
+        raise InvalidInput(f"{name} is no service image: only service images have an OpenStack release", "release")
     if not types:
         if name not in IMAGES:
             raise InvalidInput(f"unknown image {name!r}: give --type (oci, qcow2, ramdisk, guest) to build it "
@@ -34,8 +50,8 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = ())
             for t in dict.fromkeys(types)]
 
 
-def default_targets(service_images: list[str]) -> list[Target]:
+def default_targets(service_images: list[str], release: str | None = None) -> list[Target]:
     """What a deploy needs (`image build --all`): the node images and `service_images`
-    (the service library declares which)."""
+    (the service library declares which) of `release`."""
     out = [t for name, types in IMAGES.items() if "guest" not in types for t in targets(name)]
-    return out + [t for s in service_images for t in targets(s)]
+    return out + [t for s in service_images for t in targets(s, release=release)]

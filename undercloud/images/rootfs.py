@@ -25,7 +25,7 @@ from undercloud.config import cache_dir
 from undercloud.errors import UndercloudError
 from undercloud.host.run import require, run
 
-SUITE = os.environ.get("UNDERCLOUD_DEBIAN_SUITE", "bookworm")
+SUITE = os.environ.get("UNDERCLOUD_DEBIAN_SUITE", "bookworm")  # a target's own suite, else this
 MIRROR = os.environ.get("UNDERCLOUD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 SECURITY_MIRROR = os.environ.get("UNDERCLOUD_DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 INCLUDE = ("python3",)  # the agent needs only python3
@@ -39,8 +39,8 @@ def digest(*parts: object) -> str:
     return h.hexdigest()
 
 
-def debootstrap_key() -> str:
-    return digest("debootstrap", 1, SUITE, MIRROR, "minbase", INCLUDE)
+def debootstrap_key(suite: str = SUITE) -> str:
+    return digest("debootstrap", 1, suite, MIRROR, "minbase", INCLUDE)
 
 
 @contextlib.contextmanager
@@ -127,8 +127,8 @@ def drop_layer(key: str) -> None:
         shutil.rmtree(d)
 
 
-def make_debootstrap(key: str, log: Callable[[str], None]) -> Path:
-    """The bottom layer: Debian minbase with python3."""
+def make_debootstrap(key: str, log: Callable[[str], None], suite: str = SUITE) -> Path:
+    """The bottom layer: Debian `suite` minbase with python3."""
     require("debootstrap", "debootstrap")
     dest = layer_dir(key)
     if dest.exists():
@@ -137,12 +137,12 @@ def make_debootstrap(key: str, log: Callable[[str], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f"{key[:12]}.tmp-"))
     try:
         proc = subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(tmp), MIRROR],
+            ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", suite, str(tmp), MIRROR],
             capture_output=True, text=True)
         log(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-            raise UndercloudError(f"debootstrap {SUITE} from {MIRROR} failed: {tail[0]}", "root file system")
+            raise UndercloudError(f"debootstrap {suite} from {MIRROR} failed: {tail[0]}", "root file system")
         os.rename(tmp, dest)
     finally:
         if tmp.exists():
@@ -248,9 +248,9 @@ def chroot_ready(root: Path) -> Iterator[None]:
             resolv.unlink(missing_ok=True)
 
 
-def chroot_env(extra: dict | None = None) -> dict:
+def chroot_env(extra: dict | None = None, suite: str = SUITE) -> dict:
     env = {"PATH": PATH, "HOME": "/root", "LANG": "C.UTF-8", "DEBIAN_FRONTEND": "noninteractive",
-           "TMPDIR": "/tmp", "UNDERCLOUD_DEBIAN_SUITE": SUITE, "UNDERCLOUD_DEBIAN_MIRROR": MIRROR,
+           "TMPDIR": "/tmp", "UNDERCLOUD_DEBIAN_SUITE": suite, "UNDERCLOUD_DEBIAN_MIRROR": MIRROR,
            "UNDERCLOUD_DEBIAN_SECURITY_MIRROR": SECURITY_MIRROR}
     env.update(extra or {})
     return env

@@ -190,7 +190,8 @@ class ImageStore:
 
         Each item: name, disk_format, sha256, properties. A property value "#N" is replaced
         by the id of the Nth item (so a batch can link an ISO to its kernel and ramdisk).
-        With `replace`, earlier images of the same name and hypervisor_type are removed in
+        With `replace`, earlier images of the same name, hypervisor_type and Debian release
+        (os_version: a service's images of two OpenStack releases are kept apart) are removed in
         the same transaction (content they alone used is removed after), except those a
         stack still names (its current or previous deployed set: something to roll back
         to) and those `keep` names (ids or podman tags).
@@ -228,7 +229,8 @@ class ImageStore:
                     ht = r.properties.get("hypervisor_type")
                     for old in s.scalars(select(Image).where(Image.name == r.name)):
                         if old.properties.get("hypervisor_type") == ht and old.id not in ids \
-                                and old.disk_format == r.disk_format and not _still_used(old, kept, named):
+                                and old.disk_format == r.disk_format and not _still_used(old, kept, named) \
+                                and old.properties.get("os_version") == r.properties.get("os_version"):
                             replaced.append(old)
                             s.delete(old)
             s.add_all(rows)

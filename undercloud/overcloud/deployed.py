@@ -5,7 +5,7 @@ secrets (state.py, as `deployed-sets`); their images are kept in the image store
 of a registration).
 
 A set: {"images": {param: {"name", "ref", "id", "services"}}, "overrides": {role: {param:
-{"name", "ref", "id", "services"}}}, "hypervisor", "at"}: `overrides` are the images one
+{"name", "ref", "id", "services"}}}, "hypervisor", "release", "at"}: `overrides` are the images one
 role runs instead (`overcloud update --role`), as the `<Role>ImageOverrides` parameters
 (the set's image reference -> the role's) say."""
 
@@ -25,8 +25,8 @@ def load(state) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def make_set(library, records: dict[str, dict], hypervisor: str) -> dict[str, Any]:
-    """The set a deploy with these image records (name -> record) makes."""
+def make_set(library, records: dict[str, dict], hypervisor: str, release: str) -> dict[str, Any]:
+    """The set a deploy of OpenStack `release` with these image records (name -> record) makes."""
     services: dict[str, list[str]] = {}
     for s in library.enabled:
         for param in s.images:
@@ -37,7 +37,7 @@ def make_set(library, records: dict[str, dict], hypervisor: str) -> dict[str, An
         r = records[name]
         images[param] = {"name": name, "ref": r["properties"]["podman_image"], "id": r["id"],
                          "services": sorted(services.get(param, []))}
-    return {"images": images, "hypervisor": hypervisor, "at": time.time()}
+    return {"images": images, "hypervisor": hypervisor, "release": release, "at": time.time()}
 
 
 def record(state, new: dict[str, Any]) -> None:

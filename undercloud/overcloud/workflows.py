@@ -76,16 +76,18 @@ def deployed_records(client, library, current: dict | None) -> dict[str, dict]:
     return have
 
 
-def build_images(client, out: Output, hypervisor: str, library, current: dict | None = None) -> tuple[dict, dict]:
-    """Build what is missing (node image, the service images the enabled services declare
-    and the deployed set has not); returns (the image parameters, the records by name)."""
+def build_images(client, out: Output, hypervisor: str, library, current: dict | None = None,
+                 release: str | None = None) -> tuple[dict, dict]:
+    """Build what is missing (node image, the service images of `release` the enabled
+    services declare and the deployed set has not); returns (the image parameters, the
+    records by name)."""
     from undercloud.cli.image import build_targets
     from undercloud.images import catalog
     from undercloud.overcloud import deploy as od
 
     have = deployed_records(client, library, current)
     targets = node_targets(hypervisor) + [t for name in od.service_images(library) if name not in have
-                                          for t in catalog.targets(name)]
+                                          for t in catalog.targets(name, release=release)]
     records = {r["name"]: r for r in build_targets(client, targets, say=out.note, progress=out.note)}
     records.update(have)
     return od.image_parameters(library, records), records
@@ -334,6 +336,7 @@ def check_deploy(stack: str, input: dict):
     """What can be refused before anything is asked of the service, in `undercloud deploy`'s
     words: (roles, environment paths, library)."""
     from undercloud.overcloud import plan as op
+    from undercloud.overcloud import release as overcloud_release
     from undercloud.overcloud.roles import load_roles, roles_file_for
     from undercloud.overcloud.secrets import stack_dir
 
@@ -356,6 +359,7 @@ def check_deploy(stack: str, input: dict):
             raise UndercloudError("environment file not found", str(e))
     library = op.resolve(role_list, op.environments_for(example, env_paths))
     op.check_required(library, op.environments_for(example, env_paths))
+    overcloud_release.given(op.environments_for(example, env_paths))  # a release we do not deploy: refused here
     return role_list, env_paths, library
 
 
@@ -367,6 +371,7 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     from undercloud.orchestration.template import Bundle
     from undercloud.overcloud import deployed
     from undercloud.overcloud import plan as op
+    from undercloud.overcloud import release as overcloud_release
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
@@ -378,6 +383,8 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     timeout, yes = float(input.get("timeout") or 60), bool(input.get("yes"))
     home = client.home.path
     state = StackState(client, stack)
+    current_set = deployed.load(state).get("current")
+    release = overcloud_release.choose(stack, op.environments_for(example, env_paths), current_set)
     wrong = op.container_roles(library, role_list, op.environments_for(example, env_paths), hypervisor,
                                lambda name: client.get(f"/v1/flavors/{name}")["hypervisor_type"])
     if wrong:
@@ -395,9 +402,9 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     ca_file = str(public.ca_file) if public and public.ca_file else None
     internal = internal_certificate(client, out, stack, op.environments_for(example, env_paths),
                                     net.get("PublicVirtualIP"))
-    out.note(f"images: building what is missing for {hypervisor} nodes")
-    current_set = deployed.load(state).get("current")
-    images, records = build_images(client, out, hypervisor, library, current_set)
+    out.note(f"images: building what is missing for {hypervisor} nodes, OpenStack {release}")
+    images, records = build_images(client, out, hypervisor, library, current_set, release)
+    images[overcloud_release.PARAMETER] = release
     # The images a role runs instead (`overcloud update --role`) stay, as the set's do.
     overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
     images.update(deployed.override_parameters(images, overrides, list(overrides)))
@@ -461,7 +468,7 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
         overcloud_call(f"forget the Neutron agents of {node}", forget_agents, conn, node, out.note)
     state.put("last-deploy", {"digest": digest, "stack_id": s["id"], "deploy_identifier": identifier,
                               "public_ca": ca_file})
-    deployed.record(state, {**deployed.make_set(library, records, hypervisor), "overrides": overrides})
+    deployed.record(state, {**deployed.make_set(library, records, hypervisor, release), "overrides": overrides})
     now = time.monotonic()
     out.note(f"stack {stack}: {s['stack_status']} in {now - stack_start:.1f} s ({now - start:.1f} s with the images)")
     if drift:
@@ -497,6 +504,7 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     from undercloud.overcloud import deploy as od
     from undercloud.overcloud import deployed, dryrun, internal_tls, public_tls
     from undercloud.overcloud import plan as op
+    from undercloud.overcloud import release as overcloud_release
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
@@ -511,12 +519,14 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
         raise UndercloudError(f"stack {stack} is {current['stack_status']}: wait for it or "
                               f"`undercloud stack cancel {stack}`", "deploy")
     current_set = deployed.load(state).get("current")
+    release = overcloud_release.choose(stack, op.environments_for(example, env_paths), current_set)
     records = deployed_records(client, library, current_set)
     for name in od.service_images(library):
         if name not in records:
-            out.note(f"images: would build {name}")
+            out.note(f"images: would build {name} (OpenStack {release})")
             records[name] = {"id": f"would-build-{name}", "properties": {"podman_image": f"(would build {name})"}}
     images = od.image_parameters(library, records)
+    images[overcloud_release.PARAMETER] = release
     overrides = deployed.kept_overrides(current_set, images, [r.name for r in role_list])
     images.update(deployed.override_parameters(images, overrides, list(overrides)))
     if "ServiceImageSources" in images:
@@ -751,6 +761,7 @@ def update(client, out: Output, stack: str, input: dict) -> None:
     """`overcloud update`: build the chosen services' images, roll them out."""
     from undercloud.cli.image import build_targets
     from undercloud.images import catalog
+    from undercloud.overcloud import release as overcloud_release
     from undercloud.overcloud import rollout
 
     services, roles = list(input.get("services") or []), list(input.get("roles") or [])
@@ -771,7 +782,7 @@ def update(client, out: Output, stack: str, input: dict) -> None:
     params = rollout.choose(current, services, by_role)
     names = sorted({current["images"][p]["name"] for p in params})
     targets = [t.with_elements_path(tuple(Path(p) for p in elements_path)) for n in names
-               for t in catalog.targets(n)]
+               for t in catalog.targets(n, release=overcloud_release.of_set(current))]
     if dry_run:
         records = would_build(client, out, targets, no_cache)
     else:
