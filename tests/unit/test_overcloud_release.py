@@ -97,6 +97,8 @@ def test_the_cli_refuses_an_unknown_release_in_one_line(uc_home, tmp_path):
     assert "Traceback" not in r.stderr and r.stdout == ""
     listed = run_cli("image", "list", "-f", "json")
     assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == []
+    helped = run_cli("image", "build", "--help").stdout
+    assert f"[{'|'.join(catalog.RELEASES)}]" in helped  # the CLI offers every release the catalog builds
     r = run_cli("image", "build", "overcloud-full", "--release", "2025.1")
     assert r.returncode != 0 and "only service images have an OpenStack release" in r.stderr
     assert "Traceback" not in r.stderr
