@@ -227,6 +227,54 @@ def test_service_uptime_is_the_age_of_a_process(check):
         proc.wait()
 
 
+def test_cells_are_ready_only_when_they_map_this_confs_databases_and_broker(check, start):
+    db = "mysql+pymysql://nova:p%40ss@10.0.0.9/nova?ssl_ca=/var/lib/undercloud/config/ca.pem"
+    mq = "rabbit://openstack:pw@10.0.0.9:5671/"
+    cell0 = start.cell0_connection(db)  # as the bootstrap nova-api maps it
+    cell1 = "beeebff4-0c52-4410-b595-c80bcf9e5c18"
+    good = [(check.CELL0, "cell0", cell0, "none:///"), (cell1, "cell1", db, mq)]
+    assert check.cells_verdict(good, db, mq) is None
+    # before internal TLS: the old database URL (no ssl_ca) and broker (5672) still mapped
+    old = [(check.CELL0, "cell0", cell0.replace("?ssl_ca=/var/lib/undercloud/config/ca.pem", ""), "none:///"),
+           (cell1, "cell1", db.split("?")[0], mq.replace("5671", "5672"))]
+    why = check.cells_verdict(old, db, mq)
+    assert why.startswith("cell0 maps another database") and "p%40ss" not in why and "10.0.0.9" not in why
+    assert check.cells_verdict([good[0], old[1]], db, mq).startswith("cell1 maps another database or broker")
+    assert check.cells_verdict([good[0], (cell1, "cell1", db, mq.replace("5671", "5672"))], db, mq) \
+        .startswith("cell1 maps another")
+    assert check.cells_verdict([], db, mq) == "cell0 is not mapped yet"
+    assert check.cells_verdict(good[:1], db, mq) == "cell1 is not mapped yet"
+
+
+def test_the_api_database_is_reached_as_nova_conf_says(check, tmp_path):
+    conf = tmp_path / "nova.conf"
+    conf.write_text("[api_database]\nconnection = mysql+pymysql://nova_api:x@10.0.0.9/nova_api?ssl_ca=/ca.pem\n")
+    assert check.connect_args(check.read_conf(str(conf)), "api_database", str(conf)) == {
+        "host": "10.0.0.9", "port": 3306, "user": "nova_api", "password": "x", "database": "nova_api",
+        "ssl": {"ca": "/ca.pem"}}
+
+
+def test_a_service_waits_for_the_cells_saying_each_reason_once(start, monkeypatch, capsys):
+    said = iter([(1, "uc-nova-check: cell0 is not mapped yet"), (1, "uc-nova-check: cell0 is not mapped yet"),
+                 (1, "uc-nova-check: cell1 maps another database or broker than this nova.conf's"), (0, "")])
+
+    def run(argv, **_kw):
+        assert argv == ["uc-nova-check", "cells"]
+        rc, err = next(said)
+        return subprocess.CompletedProcess(argv, rc, "", err)
+
+    monkeypatch.setattr(start.subprocess, "run", run)
+    start.wait_cells(timeout=10, pause=0)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["uc-nova-start: waiting for the cell mappings: cell0 is not mapped yet",
+                     "uc-nova-start: waiting for the cell mappings: cell1 maps another database or broker than "
+                     "this nova.conf's"]
+    monkeypatch.setattr(start.subprocess, "run", lambda argv, **_kw: subprocess.CompletedProcess(
+        argv, 1, "", "uc-nova-check: cell1 is not mapped yet\n"))
+    with pytest.raises(start.Failed, match="did not match this nova.conf within 0 s: cell1 is not mapped yet"):
+        start.wait_cells(timeout=0, pause=0)
+
+
 def test_check_usage_is_exit_2():
     r = subprocess.run([sys.executable, str(BIN / "uc-nova-check")], capture_output=True, text=True)
     assert r.returncode == 2 and "usage: uc-nova-check" in r.stderr
