@@ -64,18 +64,25 @@ def test_templates_declare_literally_what_they_use(name):
     assert container["command"] == ["/usr/local/bin/uc-start"] and pod["spec"]["hostNetwork"] is True
 
 
-def test_one_environment_gives_every_mechanism_parameter():
+@pytest.mark.parametrize("env_name,agent", [("neutron-linuxbridge", "neutron-linuxbridge-agent"),
+                                            ("neutron-ovs", "neutron-ovs-agent")])
+def test_one_environment_gives_every_mechanism_parameter(env_name, agent):
     """The templates leave the mechanism's parameters without defaults; the environment
-    alone must supply all of them (a missing one would fail the stack, not a test)."""
-    env = yaml.safe_load(ENV.read_text())["parameter_defaults"]
-    for name in TEMPLATES:
+    alone must supply all of them (a missing one would fail the stack, not a test), and it
+    enables its own L2 agent and disables the other."""
+    env_file = OVERCLOUD / "environments" / f"{env_name}.yaml"
+    env = yaml.safe_load(env_file.read_text())["parameter_defaults"]
+    for name in ("neutron-server", agent, "neutron-dhcp-agent", "neutron-metadata-agent"):
         params = yaml.safe_load((SERVICES / f"{name}.yaml").read_text())["parameters"]
         needed = {p for p, spec in params.items() if "default" not in spec and not spec.get("hidden")
                   and not p.startswith("Container") and p not in library.COMMON_PARAMETERS}
         assert needed <= set(env), f"{name}: {needed - set(env)}"
-    registry = yaml.safe_load(ENV.read_text())["resource_registry"]
-    for stype, target in registry.items():
-        assert (ENV.parent / target).resolve() == library.builtin_registry()[stype]
+    registry = yaml.safe_load(env_file.read_text())["resource_registry"]
+    enabled = {t for t, target in registry.items() if target != "OS::Heat::None"}
+    assert {t for t in registry if t not in enabled} == {"OS::TripleO::Services::NeutronLinuxbridgeAgent",
+                                                         "OS::TripleO::Services::NeutronOvsAgent"} - enabled
+    for stype in enabled:
+        assert (env_file.parent / registry[stype]).resolve() == library.builtin_registry()[stype] == SERVICES / f"{agent}.yaml"
 
 
 def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
@@ -205,7 +212,8 @@ def test_bad_usage_is_one_line_and_exit_1():
     r = subprocess.run([sys.executable, str(STATIC / "bin" / "uc-neutron-start"), "l3-agent"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
-        "uc-neutron-start: usage: uc-neutron-start server|linuxbridge-agent|dhcp-agent|metadata-agent"]
+        "uc-neutron-start: usage: uc-neutron-start server|linuxbridge-agent|openvswitch-agent|ovsdb-server|"
+        "ovs-vswitchd|dhcp-agent|metadata-agent"]
 
 
 # ---- uc-neutron-agent-alive -----------------------------------------------------------

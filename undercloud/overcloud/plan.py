@@ -36,8 +36,9 @@ from undercloud.server_types import BAREMETAL, CONTAINER, OPENSTACK, VM
 
 STEP_NAMES = {1: "load balancer", 2: "database and messaging", 3: "bootstrap", 4: "API services",
               5: "compute and agents"}
-# Environments every deploy starts from (yours come later and win): the network mechanism.
-DEFAULT_ENVIRONMENTS = ("environments/neutron-linuxbridge.yaml",)
+# The environment a deploy starts from (yours come later and win), per OpenStack release:
+# the network mechanism (Neutron 26, in 2025.1, has no linuxbridge).
+RELEASE_ENVIRONMENTS = {"zed": "environments/neutron-linuxbridge.yaml", "2025.1": "environments/neutron-ovs.yaml"}
 # The node flavor of every role per hypervisor (an environment may set Overcloud<Role>Flavor).
 HYPERVISOR_FLAVORS = {CONTAINER: "container", VM: "vm-control", BAREMETAL: "baremetal"}
 # Nodes as servers of another OpenStack cloud (`openstack:<cloud>`): Overcloud<Role>Flavor
@@ -263,15 +264,19 @@ def render(home: Path, stack: str, roles: list[Role], library: Library, images: 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     envs = [plan / "overcloud-resource-registry.yaml", plan / "deploy-parameters.yaml", plan / "secrets.yaml"]
-    envs += [e if e.is_absolute() else e.resolve() for e in environments_for(example, environments)]
+    envs += [e if e.is_absolute() else e.resolve() for e in environments_for(example, environments, images.get("OvercloudRelease"))]
     return Plan(plan, plan / "overcloud.yaml", envs, roles, library)
 
 
-def environments_for(example: str | None, environments: list[Path]) -> list[Path]:
+def environments_for(example: str | None, environments: list[Path], kept_release: str | None = None) -> list[Path]:
     """The environments whose registries and parameters decide the services, in order: the
-    defaults (the network mechanism), the example's, then yours."""
-    return ([LIBRARY / e for e in DEFAULT_ENVIRONMENTS] + ([example_dir(example) / "environment.yaml"] if example else [])
-            + list(environments))
+    release's (its network mechanism), the example's, then yours. The release is the one
+    they set, else `kept_release` (the overcloud's own), else the default."""
+    from undercloud.overcloud import release as overcloud_release
+
+    mine = ([example_dir(example) / "environment.yaml"] if example else []) + list(environments)
+    release = overcloud_release.given(mine) or kept_release or overcloud_release.DEFAULT_RELEASE
+    return [LIBRARY / RELEASE_ENVIRONMENTS[release]] + mine
 
 
 def digest(bundle_json: dict) -> str:

@@ -332,9 +332,10 @@ def deploy_input(example: str | None, roles: str | None, environments, hyperviso
             "timeout": float(timeout), "yes": bool(yes)}
 
 
-def check_deploy(stack: str, input: dict):
+def check_deploy(stack: str, input: dict, kept_release: str | None = None):
     """What can be refused before anything is asked of the service, in `undercloud deploy`'s
-    words: (roles, environment paths, library)."""
+    words: (roles, environment paths, library). `kept_release`: the overcloud's own, whose
+    network mechanism it keeps unless the environments name another release."""
     from undercloud.overcloud import plan as op
     from undercloud.overcloud import release as overcloud_release
     from undercloud.overcloud.roles import load_roles, roles_file_for
@@ -357,9 +358,9 @@ def check_deploy(stack: str, input: dict):
     for e in env_paths:
         if not e.is_file():
             raise UndercloudError("environment file not found", str(e))
-    library = op.resolve(role_list, op.environments_for(example, env_paths))
-    op.check_required(library, op.environments_for(example, env_paths))
     overcloud_release.given(op.environments_for(example, env_paths))  # a release we do not deploy: refused here
+    library = op.resolve(role_list, op.environments_for(example, env_paths, kept_release))
+    op.check_required(library, op.environments_for(example, env_paths, kept_release))
     return role_list, env_paths, library
 
 
@@ -378,14 +379,15 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     if input.get("dry_run"):
         return dry_run(client, out, stack, input)
     start = time.monotonic()
-    role_list, env_paths, library = check_deploy(stack, input)
+    state = StackState(client, stack)
+    current_set = deployed.load(state).get("current")
+    role_list, env_paths, library = check_deploy(stack, input, overcloud_release.of_set(current_set))
     example, hypervisor = input.get("example"), input.get("hypervisor") or CONTAINER
     timeout, yes = float(input.get("timeout") or 60), bool(input.get("yes"))
     home = client.home.path
-    state = StackState(client, stack)
-    current_set = deployed.load(state).get("current")
     release = overcloud_release.choose(stack, op.environments_for(example, env_paths), current_set)
-    wrong = op.container_roles(library, role_list, op.environments_for(example, env_paths), hypervisor,
+    envs = op.environments_for(example, env_paths, release)
+    wrong = op.container_roles(library, role_list, envs, hypervisor,
                                lambda name: client.get(f"/v1/flavors/{name}")["hypervisor_type"])
     if wrong:
         raise UndercloudError(wrong[0], "deploy")
@@ -397,11 +399,9 @@ def deploy(client, out: Output, stack: str, input: dict) -> dict:
     # The virtual IP and the public certificate first: a bad certificate is refused before
     # any image is built.
     net = network_parameters(client, stack, hypervisor)
-    public = public_certificate(client, out, stack, library, op.environments_for(example, env_paths),
-                                net.get("PublicVirtualIP"))
+    public = public_certificate(client, out, stack, library, envs, net.get("PublicVirtualIP"))
     ca_file = str(public.ca_file) if public and public.ca_file else None
-    internal = internal_certificate(client, out, stack, op.environments_for(example, env_paths),
-                                    net.get("PublicVirtualIP"))
+    internal = internal_certificate(client, out, stack, envs, net.get("PublicVirtualIP"))
     out.note(f"images: building what is missing for {hypervisor} nodes, OpenStack {release}")
     images, records = build_images(client, out, hypervisor, library, current_set, release)
     images[overcloud_release.PARAMETER] = release
@@ -508,9 +508,10 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     from undercloud.overcloud.secrets import secrets_given
     from undercloud.overcloud.state import StackState
 
-    role_list, env_paths, library = check_deploy(stack, input)
-    example, hypervisor = input.get("example"), input.get("hypervisor") or CONTAINER
     state = StackState(client, stack)
+    current_set = deployed.load(state).get("current")
+    role_list, env_paths, library = check_deploy(stack, input, overcloud_release.of_set(current_set))
+    example, hypervisor = input.get("example"), input.get("hypervisor") or CONTAINER
     try:
         current = client.get(f"/v1/stacks/{stack}")
     except NotFound:
@@ -518,8 +519,8 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     if current is not None and current["stack_status"].endswith("_IN_PROGRESS"):
         raise UndercloudError(f"stack {stack} is {current['stack_status']}: wait for it or "
                               f"`undercloud stack cancel {stack}`", "deploy")
-    current_set = deployed.load(state).get("current")
     release = overcloud_release.choose(stack, op.environments_for(example, env_paths), current_set)
+    envs = op.environments_for(example, env_paths, release)
     records = deployed_records(client, library, current_set)
     for name in od.service_images(library):
         if name not in records:
@@ -534,7 +535,7 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
     if current is not None:  # the VIP the stack holds already (asking again claims nothing new)
         images.update(network_parameters(client, stack, hypervisor))
     # your certificate checked, the kept one as it is (a renewal the deploy would make: not shown)
-    public = public_tls.ensure(client.home.path, client.home.tls_dir, stack, op.environments_for(example, env_paths),
+    public = public_tls.ensure(client.home.path, client.home.tls_dir, stack, envs,
                                images.get("PublicVirtualIP"), write=False)
     images.update(lab_network_parameters(client, out, library))
     kinds = library.secrets()
@@ -546,7 +547,7 @@ def dry_run(client, out: Output, stack: str, input: dict) -> dict:
             out.echo(f"stack {stack}: not deployed yet: a deploy would create it")
         return {"stack": stack, "rows": []}
     internal = internal_tls.ensure(client.home.path, client.home.tls_dir, stack,
-                                   op.environments_for(example, env_paths), images.get("PublicVirtualIP"), write=False)
+                                   envs, images.get("PublicVirtualIP"), write=False)
     bundle = plan_bundle_aside(client.home.path, stack, role_list, library, images, hypervisor, example,
                                env_paths, secrets,
                                {**(public.parameters if public else {}), **(internal.parameters if internal else {})})
