@@ -45,8 +45,17 @@ import yaml
 
 from tests.conftest import extended, need, need_root, run_cli
 from tests.integration.test_server_baremetal import SERVER
+from undercloud.images.catalog import DEFAULT_RELEASE
 
 pytestmark = pytest.mark.timeout(2400)
+
+# The default release's L2 agent (its network mechanism: plan.RELEASE_ENVIRONMENTS): service,
+# Pod, the agent's container, and the binary Neutron lists.
+L2, L2_POD, L2_CONTAINER, L2_BINARY = {
+    "zed": ("neutron_linuxbridge_agent", "neutron-linuxbridge-agent", "neutron-linuxbridge-agent",
+            "neutron-linuxbridge-agent"),
+    "2025.1": ("neutron_ovs_agent", "neutron-ovs-agent", "neutron-ovs-agent", "neutron-openvswitch-agent"),
+}[DEFAULT_RELEASE]
 
 LIGHT_CONTROL_PLANE = """\
 # Identity and placement only: the control plane of earlier rounds (lighter nodes).
@@ -60,6 +69,7 @@ resource_registry:
   OS::TripleO::Services::NovaMetadata: OS::Heat::None
   OS::TripleO::Services::NeutronServer: OS::Heat::None
   OS::TripleO::Services::NeutronLinuxbridgeAgent: OS::Heat::None
+  OS::TripleO::Services::NeutronOvsAgent: OS::Heat::None
   OS::TripleO::Services::NeutronDhcpAgent: OS::Heat::None
   OS::TripleO::Services::NeutronMetadataAgent: OS::Heat::None
 """
@@ -324,7 +334,7 @@ def test_minimal_deploys_a_controller_and_a_compute_node(cloud):
     assert r.returncode == 0, r.stderr[-4000:]
     for words in ("step 1 (load balancer) on Controller: haproxy", "step 3 (bootstrap) on Controller: keystone",
                   "step 4 (API services) on Controller: placement, glance_api, nova_api",
-                  "step 5 (compute and agents) on Compute: nova_libvirt, nova_compute, neutron_linuxbridge_agent",
+                  f"step 5 (compute and agents) on Compute: nova_libvirt, nova_compute, {L2}",
                   "step 5 on Compute: healthy on every node", "CREATE_COMPLETE"):
         assert words in r.stderr, r.stderr[-4000:]
     endpoints = dict(line.split() for line in r.stdout.splitlines())
@@ -366,6 +376,34 @@ def test_the_first_deploy_went_on_after_its_client_was_killed(cloud):
     if cloud["dropped_key"]:
         assert cloud["dropped_key"] in {r["properties"]["build_key"] for r in built}
         assert any("service-memcached (oci): built and registered" in x for x in lines), lines
+
+
+def test_the_overcloud_runs_the_default_release(cloud):
+    """Read from the running services: Nova's newest microversion, and the packages in the
+    containers (Debian 12's Zed, Debian 13's 2025.1)."""
+    microversion, packages = {
+        "zed": ("2.93", {"nova-api": "nova-common 2:26.", "neutron-api": "neutron-common 2:21.",
+                         "keystone": "keystone 2:22."}),
+        "2025.1": ("2.100", {"nova-api": "nova-common 2:31.", "neutron-api": "neutron-common 2:26.",
+                             "keystone": "keystone 2:27."}),
+    }[DEFAULT_RELEASE]
+    assert f"OpenStack {DEFAULT_RELEASE}" in cloud["deploy"].stderr
+    compute = ok_json(cloud["clouds"], "versions", "show", "--service", "compute", "--status", "CURRENT")
+    assert [v["Max Microversion"] for v in compute] == [microversion], compute
+    inst = cloud["home"].instance
+    for pod, want in packages.items():
+        pkg = want.split()[0]
+        got = subprocess.run(["podman", "exec", f"{inst}-overcloud-controller-0-{pod}-{pod}", "dpkg-query", "-W",
+                              "-f", "${Package} ${Version}", pkg], capture_output=True, text=True)
+        assert got.returncode == 0 and got.stdout.startswith(want), (pod, got.stdout, got.stderr)
+    # An overcloud is never moved to another release in place: refused before anything changes.
+    other = cloud["work"] / "other-release.yaml"
+    other.write_text("parameter_defaults:\n  OvercloudRelease: %s\n" % ("zed" if DEFAULT_RELEASE != "zed" else "'2025.1'"))
+    refused = deploy("-e", str(other))
+    to = "zed" if DEFAULT_RELEASE != "zed" else "2025.1"
+    errors = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
+    assert refused.returncode == 1 and len(errors) == 1, refused.stderr[-2000:]
+    assert f"overcloud overcloud runs OpenStack {DEFAULT_RELEASE} and is not moved to {to} in place" in errors[0]
 
 
 def test_identity_catalog_and_placement(cloud):
@@ -446,10 +484,10 @@ def test_every_service_is_healthy_behind_the_vip(cloud):
     assert status.returncode == 0, status.stderr
     rows = json.loads(status.stdout)
     assert {(x["node"], x["service"]) for x in rows if x["node"] == "overcloud-novacompute-0"} == {
-        ("overcloud-novacompute-0", s) for s in ("nova_libvirt", "nova_compute", "neutron_linuxbridge_agent")}
+        ("overcloud-novacompute-0", s) for s in ("nova_libvirt", "nova_compute", L2)}
     assert {x["service"] for x in rows if x["node"] == "overcloud-controller-0"} == {
         "haproxy", "mysql", "rabbitmq", "memcached", "keystone", "placement", "glance_api", "nova_api",
-        "nova_conductor", "nova_scheduler", "nova_metadata", "neutron_api", "neutron_linuxbridge_agent",
+        "nova_conductor", "nova_scheduler", "nova_metadata", "neutron_api", L2,
         "neutron_dhcp", "neutron_metadata"}
     assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
     # The public certificate's end on haproxy's rows (a year from its issue; renewed by a
@@ -468,8 +506,8 @@ def test_every_service_is_healthy_behind_the_vip(cloud):
         ("nova-compute", "overcloud-novacompute-0", "up")}
     agents = ok_json(clouds, "network", "agent", "list")
     assert {(a["Binary"], a["Host"]) for a in agents} == {
-        ("neutron-linuxbridge-agent", "overcloud-controller-0"), ("neutron-dhcp-agent", "overcloud-controller-0"),
-        ("neutron-metadata-agent", "overcloud-controller-0"), ("neutron-linuxbridge-agent", "overcloud-novacompute-0")}
+        (L2_BINARY, "overcloud-controller-0"), ("neutron-dhcp-agent", "overcloud-controller-0"),
+        ("neutron-metadata-agent", "overcloud-controller-0"), (L2_BINARY, "overcloud-novacompute-0")}
     assert all(a["Alive"] for a in agents), agents
     hypervisors = ok_json(clouds, "hypervisor", "list")
     assert [(h["Hypervisor Hostname"], h["State"]) for h in hypervisors] == [("overcloud-novacompute-0", "up")]
@@ -773,7 +811,7 @@ def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
 
     # Two services stopped by hand on two nodes, their watchdogs paused: deploy repairs both.
     stopped = {"overcloud-controller-0": "memcached-memcached",
-               "overcloud-novacompute-0": "neutron-linuxbridge-agent-neutron-linuxbridge-agent"}
+               "overcloud-novacompute-0": f"{L2_POD}-{L2_CONTAINER}"}
     try:
         for node, container in stopped.items():
             pause_watchdog(inst, node)
@@ -781,14 +819,14 @@ def test_services_come_back_by_themselves_and_deploy_repairs_drift(cloud):
                                text=True)
             assert r.returncode == 0, r.stderr
         bad = {(x["node"], x["service"]) for x in status_rows() if x["health"] != "healthy"}
-        assert bad == {("overcloud-controller-0", "memcached"), ("overcloud-novacompute-0", "neutron_linuxbridge_agent")}
+        assert bad == {("overcloud-controller-0", "memcached"), ("overcloud-novacompute-0", L2)}
         start = time.monotonic()
         fixed = deploy()
         assert fixed.returncode == 0, fixed.stderr[-3000:]
         for line in ("2 service(s) not healthy: ", "memcached on overcloud-controller-0 (failing",
-                     "neutron_linuxbridge_agent on overcloud-novacompute-0 (failing (container exited)",
+                     f"{L2} on overcloud-novacompute-0 (failing (container exited)",
                      "repaired: memcached on overcloud-controller-0: was exited, started, healthy",
-                     "repaired: neutron-linuxbridge-agent on overcloud-novacompute-0: was exited, started, healthy"):
+                     f"repaired: {L2_POD} on overcloud-novacompute-0: was exited, started, healthy"):
             assert line in fixed.stderr, fixed.stderr[-3000:]
         print(f"drift repair by deploy: {time.monotonic() - start:.1f} s")
     finally:
@@ -813,20 +851,20 @@ def test_one_role_runs_its_own_image_and_rolls_back(cloud):
     work = cloud["work"]
     compute, controller = "overcloud-novacompute-0", "overcloud-controller-0"
     before = images_by_service()
-    assert before[(compute, "neutron_linuxbridge_agent")] == before[(controller, "neutron_linuxbridge_agent")]
+    assert before[(compute, L2)] == before[(controller, L2)]
     variant = element_variant(work / "neutron-variant", "neutron")
-    up = run_cli("overcloud", "update", "--service", "neutron_linuxbridge_agent", "--role", "Compute",
+    up = run_cli("overcloud", "update", "--service", L2, "--role", "Compute",
                  "--elements-path", str(variant), timeout=1500)
     assert up.returncode == 0, up.stderr[-3000:]
-    assert "update: neutron_linuxbridge_agent on role Compute: " in up.stderr
+    assert f"update: {L2} on role Compute: " in up.stderr
     assert f"{compute}: step 5 healthy" in up.stderr and f"{controller}: step 5 running" not in up.stderr
     after = before
     deadline = time.monotonic() + 90
-    while after[(compute, "neutron_linuxbridge_agent")] == before[(compute, "neutron_linuxbridge_agent")] \
+    while after[(compute, L2)] == before[(compute, L2)] \
             and time.monotonic() < deadline:  # the agents report within seconds
         time.sleep(2)
         after = images_by_service()
-    assert sorted(k for k in after if after[k] != before[k]) == [(compute, "neutron_linuxbridge_agent")]
+    assert sorted(k for k in after if after[k] != before[k]) == [(compute, L2)]
     rows = status_rows()
     assert all(x["health"] == "healthy" for x in rows), [x for x in rows if x["health"] != "healthy"]
     again = deploy()  # keeps the role's image
@@ -834,7 +872,7 @@ def test_one_role_runs_its_own_image_and_rolls_back(cloud):
     assert images_by_service() == after
     back = run_cli("overcloud", "rollback", timeout=1200)
     assert back.returncode == 0, back.stderr[-3000:]
-    assert "rollback: neutron_linuxbridge_agent on role Compute: " in back.stderr
+    assert f"rollback: {L2} on role Compute: " in back.stderr
     assert images_by_service(before) == before
 
 
@@ -878,7 +916,7 @@ def test_back_to_one_compute_node_while_the_database_pod_is_replaced(cloud):
     assert out.returncode == 0, out.stderr[-3000:]
     for line in ("scale-in: removing overcloud-novacompute-1", "scale-in: overcloud-novacompute-1: instance vm3 (",
                  "scale-in: overcloud-novacompute-1: its nova-compute service record deleted",
-                 "scale-in: overcloud-novacompute-1: Neutron agent neutron-linuxbridge-agent deleted"):
+                 f"scale-in: overcloud-novacompute-1: Neutron agent {L2_BINARY} deleted"):
         assert line in out.stderr, out.stderr[-3000:]
     assert openstack(clouds, "server", "show", "vm3").returncode != 0
     assert "overcloud-novacompute-1" not in {s["Host"] for s in ok_json(clouds, "compute", "service", "list")}

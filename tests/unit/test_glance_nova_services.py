@@ -425,3 +425,52 @@ def test_keystones_catalog_is_public_over_tls_internal_and_admin_on_the_internal
                                              "url": "http://10.0.0.250:9292", "region_id": "RegionOne"}}),
         ("POST", "/endpoints", {"endpoint": {"service_id": "s", "interface": "admin",
                                              "url": "http://10.0.0.250:9292", "region_id": "RegionOne"}})]
+
+
+def test_check_reads_again_once_after_a_socket_hiccup(check, monkeypatch):
+    """EAGAIN from the socket (BlockingIOError, seen under load) or a lost connection is tried
+    once more; a second failure, or another error, is the probe's answer."""
+    import types
+
+    class OperationalError(Exception):
+        pass
+
+    calls, script = [], []
+
+    class Conn:
+        def cursor(self):
+            return self
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def execute(self, sql, args):
+            calls.append(args)
+
+        def fetchone(self):
+            return (3, 0)
+
+        def close(self):
+            pass
+
+    def connect(**kwargs):
+        err = script.pop(0) if script else None
+        if err:
+            raise err
+        return Conn()
+
+    fake = types.SimpleNamespace(connect=connect, err=types.SimpleNamespace(OperationalError=OperationalError))
+    monkeypatch.setitem(sys.modules, "pymysql", fake)
+    monkeypatch.setattr(check.time, "sleep", lambda s: None)
+    script[:] = [BlockingIOError(11, "Resource temporarily unavailable")]
+    assert check.service_row({}, "nova-scheduler", "h") == (3, 0) and calls == [("nova-scheduler", "h")]
+    script[:] = [OperationalError("lost"), OperationalError("lost again")]
+    with pytest.raises(OperationalError, match="lost again"):
+        check.service_row({}, "nova-scheduler", "h")
+    script[:] = [ValueError("bad")]
+    with pytest.raises(ValueError):
+        check.service_row({}, "nova-scheduler", "h")
+    assert script == []

@@ -11,6 +11,7 @@ import yaml
 
 from tests.conftest import run_cli
 from undercloud.errors import InvalidInput
+from undercloud.images.catalog import DEFAULT_RELEASE
 from undercloud.orchestration.template import Bundle, TemplateError, load
 from undercloud.overcloud import clouds, library
 from undercloud.overcloud import plan as op
@@ -69,7 +70,11 @@ def test_shipped_roles():
     ha = oc.load_roles(oc.roles_file_for("ha", None))
     assert [(r.name, r.count) for r in ha] == [("Controller", 3), ("Compute", 1)]
     ha_lib = op.resolve(ha, op.environments_for("ha", []))
-    assert ha_lib.service_names("Compute") == ["nova_libvirt", "nova_compute", "neutron_linuxbridge_agent"]
+    agent = {"zed": "neutron_linuxbridge_agent", "2025.1": "neutron_ovs_agent"}
+    assert ha_lib.service_names("Compute") == ["nova_libvirt", "nova_compute", agent[DEFAULT_RELEASE]]
+    for release in agent:
+        lib = op.resolve(ha, op.environments_for("ha", [], release))
+        assert lib.service_names("Compute") == ["nova_libvirt", "nova_compute", agent[release]]
     assert "nova_compute" not in ha_lib.service_names("Controller")
     with pytest.raises(InvalidInput, match="unknown example"):
         oc.roles_file_for("huge", None)

@@ -59,7 +59,8 @@ def outputs(client: Client, stack: str) -> dict:
                    "path not found here is looked up in the undercloud's library: "
                    "-e environments/tls-everywhere.yaml turns TLS on inside the overcloud; "
                    "-e environments/release-2025.1.yaml deploys OpenStack 2025.1 (Debian 13's "
-                   "packages) instead of zed (OvercloudRelease; an overcloud keeps its release).")
+                   "packages, Neutron on Open vSwitch) instead of zed (OvercloudRelease; an overcloud "
+                   "keeps its release).")
 @click.option("--hypervisor", default=CONTAINER, show_default=True, callback=check_hypervisor,
               metavar="|".join((*HYPERVISOR_TYPES[::-1], f"{OPENSTACK}:CLOUD")),  # container|vm|baremetal|openstack:CLOUD
               help="How nodes are realised (the flavor of every role). openstack:CLOUD: servers of "

@@ -198,8 +198,10 @@ class OpenStackRealiser(Realiser):
         if st == "ERROR":
             fault = (srv.fault or {}).get("message") or "no reason given"
             return Status(ERROR, reason=f"cloud {self.cloud}: server {srv.id} in ERROR: {fault}")
-        if st in ("DELETED", "SOFT_DELETED"):
+        if st == "SOFT_DELETED":  # kept for reclaim_instance_interval: gone as far as we are concerned
             return Status(DELETED)
+        if st == "DELETED":  # Nova (2025.1) lists it so while its delete finishes: not gone yet
+            return Status(BUILD, addresses=addresses, reason=f"cloud {self.cloud}: server {srv.id} being deleted")
         return Status(BUILD, addresses=addresses, reason=f"cloud {self.cloud}: server {srv.id} {st or 'BUILD'}"
                       + (f" ({srv.task_state})" if getattr(srv, "task_state", None) else ""))
 
