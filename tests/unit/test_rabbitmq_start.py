@@ -150,7 +150,16 @@ def test_state_is_served_and_the_liveness_port_is_held_while_waiting(script):
         socket.create_connection(("127.0.0.1", dist), timeout=2)
 
 
-def test_configuration_names_the_node_and_lists_every_peer(script):
+@pytest.fixture
+def schema(script, tmp_path, monkeypatch):
+    """This RabbitMQ's configuration schema: RabbitMQ 3's (Zed's) by default."""
+    path = tmp_path / "rabbit.schema"
+    path.write_text('{mapping, "cluster_formation.randomized_startup_delay_range.min", "rabbit.x", []}.\n')
+    monkeypatch.setattr(script, "SCHEMAS", str(tmp_path / "*.schema"))
+    return path
+
+
+def test_configuration_names_the_node_and_lists_every_peer(script, schema):
     Path(script.CONF).write_text("listeners.tcp.default = 5672\n")
     script.configure("rabbit@10.0.0.3", NODES)
     assert Path(script.ENV_CONF).read_text() == "NODENAME=rabbit@10.0.0.3\nUSE_LONGNAME=true\n" + script.ERL_ARGS
@@ -161,6 +170,18 @@ def test_configuration_names_the_node_and_lists_every_peer(script):
         "rabbit@10.0.0.2", "rabbit@10.0.0.3", "rabbit@10.0.0.4"]
     assert conf["cluster_partition_handling"] == "pause_minority"
     assert conf["cluster_formation.randomized_startup_delay_range.max"] == "1"
+
+
+def test_a_setting_this_rabbitmq_does_not_know_is_left_out(script, schema):
+    """RabbitMQ 4 (2025.1's) dropped the randomized startup delay and refuses to start on its
+    keys (failed_to_prepare_configuration)."""
+    schema.write_text('{mapping, "cluster_partition_handling", "rabbit.cluster_partition_handling", []}.\n')
+    Path(script.CONF).write_text("listeners.tcp.default = 5672\n")
+    script.configure("rabbit@10.0.0.3", NODES)
+    conf = dict(line.split(" = ", 1) for line in Path(script.CONF).read_text().splitlines() if " = " in line)
+    assert conf["cluster_partition_handling"] == "pause_minority"
+    assert not [k for k in conf if "randomized_startup_delay" in k]
+    assert script.knows("cluster_partition_handling") and not script.knows("cluster_formation.randomized")
 
 
 def test_one_broker_is_rabbit_at_localhost_without_cluster_settings(script):
