@@ -65,10 +65,13 @@ def test_the_two_pods_share_the_libvirt_socket_and_instances_per_node_and_nothin
     for pod in (compute, libvirt):
         assert pod["spec"]["hostNetwork"] is True  # the node's namespace (taps) and hostname
     shared = {"/run/libvirt": "nova-libvirt-run", "/var/lib/nova/instances": "nova-instances"}
-    for pod in (compute, libvirt):
+    # nova-compute's own: its state_path, where it keeps its node's identity (compute_id)
+    for pod, own in ((compute, {"/var/lib/nova/state": "nova-compute-state"}), (libvirt, {})):
         got = {path: v["persistentVolumeClaim"]["claimName"] for path, v in mounts(pod).items()
                if "persistentVolumeClaim" in v}
-        assert got == shared
+        assert got == {**shared, **own}
+    conf = service_support.ini(render("nova-compute")[0]["nova.conf"])["DEFAULT"]
+    assert conf["state_path"] == "/var/lib/nova/state" and conf["instances_path"] == "/var/lib/nova/instances"
     # libvirt: unprivileged but NET_ADMIN and the tun device (taps); nova-compute: privileged
     # (privsep's capabilities, os-vif's /proc/sys/net writes).
     (lv,), (nc,) = libvirt["spec"]["containers"], compute["spec"]["containers"]
