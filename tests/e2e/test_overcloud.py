@@ -45,17 +45,20 @@ import yaml
 
 from tests.conftest import extended, need, need_root, run_cli
 from tests.integration.test_server_baremetal import SERVER
-from undercloud.images.catalog import DEFAULT_RELEASE
+from undercloud.images.catalog import DEFAULT_RELEASE, RELEASES
 
 pytestmark = pytest.mark.timeout(2400)
 
 # The default release's L2 agent (its network mechanism: plan.RELEASE_ENVIRONMENTS): service,
 # Pod, the agent's container, and the binary Neutron lists.
-L2, L2_POD, L2_CONTAINER, L2_BINARY = {
+L2_AGENTS = {
     "zed": ("neutron_linuxbridge_agent", "neutron-linuxbridge-agent", "neutron-linuxbridge-agent",
             "neutron-linuxbridge-agent"),
     "2025.1": ("neutron_ovs_agent", "neutron-ovs-agent", "neutron-ovs-agent", "neutron-openvswitch-agent"),
-}[DEFAULT_RELEASE]
+}
+L2, L2_POD, L2_CONTAINER, L2_BINARY = L2_AGENTS[DEFAULT_RELEASE]
+# Nova's newest microversion per release: what the running API says it is.
+MICROVERSION = {"zed": "2.93", "2025.1": "2.100"}
 
 LIGHT_CONTROL_PLANE = """\
 # Identity and placement only: the control plane of earlier rounds (lighter nodes).
@@ -381,15 +384,14 @@ def test_the_first_deploy_went_on_after_its_client_was_killed(cloud):
 def test_the_overcloud_runs_the_default_release(cloud):
     """Read from the running services: Nova's newest microversion, and the packages in the
     containers (Debian 12's Zed, Debian 13's 2025.1)."""
-    microversion, packages = {
-        "zed": ("2.93", {"nova-api": "nova-common 2:26.", "neutron-api": "neutron-common 2:21.",
-                         "keystone": "keystone 2:22."}),
-        "2025.1": ("2.100", {"nova-api": "nova-common 2:31.", "neutron-api": "neutron-common 2:26.",
-                             "keystone": "keystone 2:27."}),
+    packages = {
+        "zed": {"nova-api": "nova-common 2:26.", "neutron-api": "neutron-common 2:21.", "keystone": "keystone 2:22."},
+        "2025.1": {"nova-api": "nova-common 2:31.", "neutron-api": "neutron-common 2:26.",
+                   "keystone": "keystone 2:27."},
     }[DEFAULT_RELEASE]
     assert f"OpenStack {DEFAULT_RELEASE}" in cloud["deploy"].stderr
     compute = ok_json(cloud["clouds"], "versions", "show", "--service", "compute", "--status", "CURRENT")
-    assert [v["Max Microversion"] for v in compute] == [microversion], compute
+    assert [v["Max Microversion"] for v in compute] == [MICROVERSION[DEFAULT_RELEASE]], compute
     inst = cloud["home"].instance
     for pod, want in packages.items():
         pkg = want.split()[0]
@@ -397,10 +399,10 @@ def test_the_overcloud_runs_the_default_release(cloud):
                               "-f", "${Package} ${Version}", pkg], capture_output=True, text=True)
         assert got.returncode == 0 and got.stdout.startswith(want), (pod, got.stdout, got.stderr)
     # An overcloud is never moved to another release in place: refused before anything changes.
+    to = next(r for r in RELEASES if r != DEFAULT_RELEASE)
     other = cloud["work"] / "other-release.yaml"
-    other.write_text("parameter_defaults:\n  OvercloudRelease: %s\n" % ("zed" if DEFAULT_RELEASE != "zed" else "'2025.1'"))
+    other.write_text(f"parameter_defaults:\n  OvercloudRelease: '{to}'\n")
     refused = deploy("-e", str(other))
-    to = "zed" if DEFAULT_RELEASE != "zed" else "2025.1"
     errors = [x for x in refused.stderr.splitlines() if x.startswith("error:")]
     assert refused.returncode == 1 and len(errors) == 1, refused.stderr[-2000:]
     assert f"overcloud overcloud runs OpenStack {DEFAULT_RELEASE} and is not moved to {to} in place" in errors[0]

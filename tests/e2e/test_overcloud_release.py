@@ -16,6 +16,8 @@ import pytest
 
 from tests.conftest import extended, run_cli
 from tests.e2e.test_overcloud import (  # noqa: F401
+    L2_AGENTS,
+    MICROVERSION,
     address_of,
     boot,
     console,
@@ -30,8 +32,6 @@ from undercloud.overcloud.library import LIBRARY
 pytestmark = pytest.mark.timeout(3000)
 
 OTHER = next(r for r in RELEASES if r != DEFAULT_RELEASE)
-MICROVERSION = {"zed": "2.93", "2025.1": "2.100"}
-AGENT = {"zed": "neutron-linuxbridge-agent", "2025.1": "neutron-openvswitch-agent"}
 
 
 @extended("the shared deployment in test_overcloud.py: the same services, mechanism code and checks, on the "
@@ -47,7 +47,7 @@ def test_a_minimal_overcloud_of_the_other_release_boots_an_instance(overcloud_ho
     compute = ok_json(clouds, "versions", "show", "--service", "compute", "--status", "CURRENT")
     assert [v["Max Microversion"] for v in compute] == [MICROVERSION[OTHER]], compute
     agents = ok_json(clouds, "network", "agent", "list")
-    assert {a["Binary"] for a in agents} == {AGENT[OTHER], "neutron-dhcp-agent", "neutron-metadata-agent"}
+    assert {a["Binary"] for a in agents} == {L2_AGENTS[OTHER][3], "neutron-dhcp-agent", "neutron-metadata-agent"}
     assert all(a["Alive"] for a in agents), agents
 
     built = run_cli("image", "build", "guest-tiny", timeout=900)

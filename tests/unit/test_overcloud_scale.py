@@ -7,12 +7,9 @@ from __future__ import annotations
 import types
 
 import pytest
+from openstack.exceptions import ConflictException
 
 from undercloud.overcloud import scale
-
-
-class ConflictException(Exception):  # openstacksdk's name is what drain looks at
-    pass
 
 
 class Compute:

@@ -65,6 +65,8 @@ def drain(conn, host: str, say: Callable[[str], None], timeout: float = 300) -> 
         except Exception as exc:  # noqa: BLE001 - openstacksdk's ResourceTimeout and API errors alike
             raise UndercloudError(f"instance {s.name} on {host} was not deleted: {exc}", "deploy") from None
         say(f"scale-in: {host}: instance {s.name} ({s.id}) deleted")
+    from openstack.exceptions import ConflictException
+
     for svc in conn.compute.services(host=host, binary="nova-compute"):
         # An instance Nova shows DELETED (openstacksdk's wait ends there) may still be
         # finishing its delete on the host: 2025.1 refuses to delete the service until it is
@@ -73,8 +75,8 @@ def drain(conn, host: str, say: Callable[[str], None], timeout: float = 300) -> 
             try:
                 conn.compute.delete_service(svc)
                 break
-            except Exception as exc:  # noqa: BLE001 - openstacksdk's ConflictException
-                if type(exc).__name__ != "ConflictException" or time.monotonic() > deadline:
+            except ConflictException:
+                if time.monotonic() > deadline:
                     raise
                 time.sleep(2)
         say(f"scale-in: {host}: its nova-compute service record deleted")
