@@ -89,6 +89,24 @@ def test_a_workflow_runs_in_the_service_and_its_events_stream_in_order(service, 
     assert [w["id"] for w in c.get("/v1/workflows", params={"stack": "oc"})] == [wf["id"]]
 
 
+def threaded(client, out, stack, input):
+    """Lines from several threads at once, as a deploy's image builds running together write."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda n: [out.note(f"build {n}: line {i}") for i in range(25)], range(4)))
+    return {}
+
+
+def test_a_workflows_own_threads_write_its_events_at_once_and_lose_none(service, monkeypatch):
+    monkeypatch.setitem(workflows.KINDS, "test-threads", threaded)
+    c = service.client()
+    wf = c.post("/v1/workflows", json={"stack": "oc", "kind": "test-threads", "input": {}})
+    end, lines = follow_all(c, wf["id"])
+    assert end["status"] == "SUCCEEDED", end
+    assert sorted(t for _s, t in lines) == sorted(f"build {n}: line {i}" for n in range(4) for i in range(25))
+
+
 def test_the_same_input_attaches_and_another_is_refused_naming_the_running_one(service, gate_kind, tmp_path):
     c = service.client()
     body = {"stack": "oc", "kind": "test-gate", "input": {"gate": str(tmp_path / "gate")}}

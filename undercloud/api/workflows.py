@@ -38,11 +38,15 @@ class Events:
 
     def __init__(self, ctx: Context, wid: str, stop: threading.Event):
         self.ctx, self.wid, self.stop = ctx, wid, stop
+        # The store numbers a workflow's events for one writer; a workflow's own threads
+        # (image builds running at once) write through here one at a time.
+        self.lock = threading.Lock()
 
     def _add(self, text: str, stream: str) -> None:
         if self.stop.is_set() or self.ctx.stopping.is_set():
             raise Stopped()
-        self.ctx.workflows.add_event(self.wid, str(text), stream)
+        with self.lock:
+            self.ctx.workflows.add_event(self.wid, str(text), stream)
 
     def note(self, text: str) -> None:
         self._add(text, "err")

@@ -3,8 +3,10 @@ image builder (build from elements)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -13,6 +15,7 @@ from undercloud.agent.files import Verified, VerifyError, sha256_file
 from undercloud.cli.client import Client
 from undercloud.cli.output import formatted, note
 from undercloud.errors import InvalidInput, NotFound, UndercloudError
+from undercloud.images.catalog import DEFAULT_RELEASE, RELEASES
 from undercloud.server_types import HYPERVISOR_TYPES
 
 COLUMNS = ["id", "name", "disk_format", "hypervisor_type", "size", "status"]
@@ -180,9 +183,9 @@ def download_to(client: Client, img: dict, out: Path) -> None:
 @click.option("--elements-path", "elements_path", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="A directory of your own elements, searched before the shipped ones (repeatable).")
-@click.option("--release", type=click.Choice(["zed", "2025.1"]), default=None,
-              help="The OpenStack release of service images: zed (Debian 12, the default) or 2025.1 "
-                   "(Debian 13), as a deploy's OvercloudRelease picks.")
+@click.option("--release", type=click.Choice(list(RELEASES)), default=None,
+              help=f"The OpenStack release of service images: {' or '.join(f'{r} (Debian {s})' for r, s in RELEASES.items())}; "
+                   f"default {DEFAULT_RELEASE}, as a deploy's OvercloudRelease picks.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every stage, even if unchanged.")
 @formatted(["id", "name", "disk_format", "hypervisor_type", "size", "status"])
 def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[str, ...],
@@ -216,32 +219,59 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
     return build_targets(Client(timeout=600), [t.with_elements_path(elements_path) for t in targets], no_cache)
 
 
-def build_targets(client: Client, targets: list, no_cache: bool = False, say=note, progress=None) -> list[dict]:
-    """Build (or find up to date) and register each target; returns the image records.
+def build_jobs() -> int:
+    """How many builds run at once: UNDERCLOUD_BUILD_JOBS, else one per CPU core (at most 4):
+    a build waits on apt's downloads and podman's disk writes as much as on its CPU."""
+    raw = os.environ.get("UNDERCLOUD_BUILD_JOBS", "")
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise InvalidInput(f"UNDERCLOUD_BUILD_JOBS={raw!r}: expected a whole number of 1 or more",
+                               "UNDERCLOUD_BUILD_JOBS")
+        return int(raw)
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def build_targets(client: Client, targets: list, no_cache: bool = False, say=note, progress=None,
+                  jobs: int | None = None) -> list[dict]:
+    """Build (or find up to date) and register each target; returns the image records, in
+    the targets' order. Independent builds run `jobs` at a time (build_jobs()): a layer two
+    of them share is made once, the other waiting for it (images/rootfs.locked). The first
+    failure stops the builds not started yet and is raised once the running ones end.
     `say` and `progress` take its lines (a workflow's events in the service; stderr here)."""
+    jobs = min(jobs or build_jobs(), len(targets))
+    if jobs <= 1:
+        return [r for t in targets for r in _build_one(client, t, no_cache, say, progress)]
+    with ThreadPoolExecutor(jobs, thread_name_prefix="image-build") as pool:
+        futures = [pool.submit(_build_one, client, t, no_cache, say, progress) for t in targets]
+        try:
+            return [r for f in futures for r in f.result()]
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _build_one(client: Client, t, no_cache: bool, say, progress) -> list[dict]:
     from undercloud.images import build as builder
     from undercloud.overcloud import deployed
 
-    done = []
-    for t in targets:
-        existing = client.get("/v1/images", params={"name": t.name})
-        start = time.monotonic()
-        result = builder.build(t, no_cache=no_cache, registered=existing, progress=progress or _progress,
-                               log_dir=client.home.path / "images" / "logs")
-        if result.up_to_date:
-            say(f"{t.label}: up to date ({result.key[:12]}), nothing to do")
-            done += result.current
-            continue
-        for art in result.artifacts:
-            if not art.path.exists():
-                raise UndercloudError(f"{t.label}: build output {art.path} vanished before its upload "
-                                      f"(removed from the shared cache by another build?): run again", "image build")
-            push_blob(client, art.path, art.sha256)
-        # Older images of the name go, except those a deployed set of any stack still names.
-        sets = client.get("/v1/overcloud-state", params={"name": deployed.NAME})
-        done += client.post("/v1/images", json={"images": result.registrations(), "replace": True,
-                                                "keep": deployed.kept(sets.values())})
-        say(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")
+    existing = client.get("/v1/images", params={"name": t.name})
+    start = time.monotonic()
+    result = builder.build(t, no_cache=no_cache, registered=existing, progress=progress or _progress,
+                           log_dir=client.home.path / "images" / "logs")
+    if result.up_to_date:
+        say(f"{t.label}: up to date ({result.key[:12]}), nothing to do")
+        return result.current
+    for art in result.artifacts:
+        if not art.path.exists():
+            raise UndercloudError(f"{t.label}: build output {art.path} vanished before its upload "
+                                  f"(removed from the shared cache by another build?): run again", "image build")
+        push_blob(client, art.path, art.sha256)
+    # Older images of the name go, except those a deployed set of any stack still names.
+    sets = client.get("/v1/overcloud-state", params={"name": deployed.NAME})
+    done = client.post("/v1/images", json={"images": result.registrations(), "replace": True,
+                                           "keep": deployed.kept(sets.values())})
+    say(f"{t.label}: built and registered in {time.monotonic() - start:.1f} s")
     return done
 
 

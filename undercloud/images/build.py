@@ -402,7 +402,9 @@ class Builder:
             if self.own_elements:
                 base_ref = f"localhost/undercloud/{self.t.layer_on[-1]}:{self.keys['image'][:16]}"
                 self.say(f"oci: base layer {base_ref}")
-                with rootfs.overlay(layers[2:], None, out / "work-base") as base_root:
+                # one import of the shared base, whatever the service images building at once
+                with rootfs.locked(f"{self.keys['image']}.podman"), \
+                        rootfs.overlay(layers[2:], None, out / "work-base") as base_root:
                     disk.oci_import(base_root, base_ref, SERVICE_CMD)
                 # kept in podman under its own tag: a variant of the service's files builds on it
                 packages_ref = f"localhost/undercloud/{self.t.name}-packages:{self.keys['service-packages'][:16]}"
