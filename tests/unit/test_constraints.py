@@ -19,13 +19,17 @@ def norm(name: str) -> str:
 
 
 def pins() -> dict[str, str]:
+    """The pins for this Python: a line with a marker (`; python_version >= "3.13"`, what
+    scripts/lock adds for Debian 13's Python) counts where its marker holds."""
     out = {}
     for line in (REPO / "constraints.txt").read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
-            name, sep, version = line.partition("==")
-            assert sep and version, f"constraints.txt: not a pin: {line}"
-            out[norm(name)] = version.strip()
+            req = Requirement(line)
+            specs = list(req.specifier)
+            assert len(specs) == 1 and specs[0].operator == "==", f"constraints.txt: not a pin: {line}"
+            if req.marker is None or req.marker.evaluate():
+                out[norm(req.name)] = specs[0].version
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -20,6 +21,8 @@ def test_bench_runs_a_small_tree():
 
 
 def _git_checkout() -> None:
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
     if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True).returncode:
         pytest.skip("not a git checkout")
 
