@@ -642,6 +642,29 @@ def liveness_probe(container: dict) -> dict | None:
 
 # --- netns mode: the host's podman API, containers in the node's network namespace -------
 
+def unix_connect(socket_path: str, timeout: float) -> socket.socket:
+    """A stream socket connected to `socket_path`. A listener whose queue of connections
+    not yet accepted is full (busy: many probes at once) refuses a connect with a timeout at
+    once (EAGAIN, BlockingIOError) where a TCP one would wait: tried again until `timeout`."""
+    deadline = time.monotonic() + timeout
+    pause = 0.01
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(socket_path)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        except BaseException:
+            sock.close()
+            raise
+
+
 def unix_request(socket_path: str, method: str, path: str, body, headers: dict,
                  timeout: float) -> tuple[int, dict, bytes]:
     """One HTTP request over the Unix socket `socket_path`: (status, headers, body)."""
@@ -649,9 +672,7 @@ def unix_request(socket_path: str, method: str, path: str, body, headers: dict,
 
     class Conn(http.client.HTTPConnection):
         def connect(conn):  # noqa: N805 - the connection
-            conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            conn.sock.settimeout(timeout)
-            conn.sock.connect(socket_path)
+            conn.sock = unix_connect(socket_path, timeout)
 
     conn = Conn("localhost", timeout=timeout)
     try:

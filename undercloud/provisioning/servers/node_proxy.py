@@ -213,6 +213,10 @@ def _json(body: bytes | None) -> dict:
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    # A node's agent probes its services through here, several at once (each exec probe is
+    # 3-4 requests): socketserver's 5 pending connections overflowed under load, and a Unix
+    # socket refuses the next connect at once (EAGAIN) instead of letting it wait.
+    request_queue_size = 128
     policy: Policy
     upstream: str
 
