@@ -99,11 +99,11 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     assert conf["keystone_authtoken"]["password"] == "qp"
     assert conf["nova"]["username"] == "nova" and conf["nova"]["password"] == "np"
     assert conf["experimental"]["linuxbridge"] == "true"
-    # Two processes: the API in neutron-server's own (0 API workers: Zed's) and one RPC worker,
-    # which takes the state reports too (no dedicated report worker).
-    assert (d["api_workers"], d["rpc_workers"], d["rpc_state_report_workers"]) == ("0", "1", "0")  # zed's default
-    epoxy = ini(render("neutron-server", {"OvercloudRelease": "2025.1"})[0]["neutron.conf"])["DEFAULT"]
-    assert (epoxy["api_workers"], epoxy["rpc_workers"]) == ("1", "1")  # 2025.1 refuses 0 API workers
+    # One RPC worker, which takes the state reports too (no dedicated report worker), and one
+    # API worker: 2025.1 refuses 0 API workers; Zed runs the API in neutron-server's own process.
+    assert (d["api_workers"], d["rpc_workers"], d["rpc_state_report_workers"]) == ("1", "1", "0")  # 2025.1's
+    zed = ini(render("neutron-server", {"OvercloudRelease": "zed"})[0]["neutron.conf"])["DEFAULT"]
+    assert (zed["api_workers"], zed["rpc_workers"]) == ("0", "1")
     two = ini(render("neutron-server", {"NeutronWorkers": 2})[0]["neutron.conf"])["DEFAULT"]
     assert two["api_workers"] == "2"
     with pytest.raises(InvalidInput, match="NeutronRpcWorkers.*0 is out of range"):

@@ -240,3 +240,16 @@ def test_role_services_give_each_service_its_readiness_probe_as_the_health_check
     assert status.health_check(services["keystone"]) == "HTTP GET :15000/v3"
     assert status.health_check(services["rabbitmq"]) == "TCP :5672"
     assert status.health_check(services["nova_conductor"]) == "exec /usr/local/bin/uc-nova-check nova-conductor"
+
+
+def test_every_template_defaults_to_the_catalogs_release(tmp_path):
+    """A stack made of the rendered templates without the deploy (`stack create`) runs the
+    release a deploy would: each OvercloudRelease default is catalog.DEFAULT_RELEASE."""
+    plan = plan_for(tmp_path, "minimal")
+    defaults = {}
+    for path in [plan.template, *sorted(library.LIBRARY.glob("services/*.yaml"))]:
+        params = yaml.safe_load(path.read_text()).get("parameters") or {}
+        if "OvercloudRelease" in params:
+            defaults[path.name] = params["OvercloudRelease"]["default"]
+    assert {"overcloud.yaml", "neutron-server.yaml"} <= set(defaults), defaults
+    assert set(defaults.values()) == {DEFAULT_RELEASE}, defaults

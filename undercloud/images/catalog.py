@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from undercloud.errors import InvalidInput
-from undercloud.images.build import Target
+
+if TYPE_CHECKING:  # the builder (and its store, SQLAlchemy) only when a build is asked: the CLI starts fast
+    from undercloud.images.build import Target
 
 NODE = ("base", "agent")
 TYPE_ELEMENTS = {
@@ -21,7 +25,7 @@ SERVICE_BASE = ("base", "service-base")  # service-NAME: this shared layer + ele
 # The OpenStack releases a service image may be, and the Debian suite that ships each: the
 # service's packages are that suite's (OvercloudRelease: overcloud/release.py).
 RELEASES = {"zed": "bookworm", "2025.1": "trixie"}
-DEFAULT_RELEASE = "zed"
+DEFAULT_RELEASE = "2025.1"
 # The undercloud's own worker is no OpenStack service: its payload is this host's Python and
 # libraries (images/payload.py), so its image is of the host's suite whatever the release.
 RELEASE_FREE = {"service-undercloud-worker"}
@@ -31,6 +35,8 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
             release: str | None = None) -> list[Target]:
     """What building image `name` makes; a service image of `release` (default
     DEFAULT_RELEASE) comes from that release's Debian suite."""
+    from undercloud.images.build import Target
+
     if name.startswith("service-"):
         if types and types != ("oci",):
             raise InvalidInput("service images are built as oci only", "--type")
