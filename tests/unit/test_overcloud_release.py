@@ -5,6 +5,7 @@ overcloud to another release in place."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -61,8 +62,10 @@ def test_a_service_image_of_a_release_is_made_of_that_releases_debian():
     assert catalog.targets("service-nova", release="zed")[0].cache_group == "service-nova (oci) on bookworm"
     assert {t.debian for t in catalog.default_targets(["service-nova"], "2025.1") if t.name.startswith("service-")} \
         == {"trixie"}
-    # the undercloud's own worker carries this host's Python: never another release's Debian
-    assert catalog.targets("service-undercloud-worker", release="2025.1")[0].debian == "bookworm"
+    # the undercloud's own worker carries this host's Python: the Debian of that Python, whatever the release
+    for r in catalog.RELEASES:
+        assert catalog.targets("service-undercloud-worker", release=r)[0].debian == catalog.host_python_suite()
+    assert catalog.host_python_suite() == {(3, 11): "bookworm", (3, 13): "trixie"}[sys.version_info[:2]]
     with pytest.raises(InvalidInput, match="unknown OpenStack release 'victoria'"):
         catalog.targets("service-nova", release="victoria")
     with pytest.raises(InvalidInput, match="only service images have an OpenStack release"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from undercloud.errors import InvalidInput
@@ -27,8 +28,10 @@ SERVICE_BASE = ("base", "service-base")  # service-NAME: this shared layer + ele
 RELEASES = {"zed": "bookworm", "2025.1": "trixie"}
 DEFAULT_RELEASE = "2025.1"
 # The undercloud's own worker is no OpenStack service: its payload is this host's Python and
-# libraries (images/payload.py), so its image is of the host's suite whatever the release.
+# libraries (images/payload.py, compiled ones too), so its image is of the Debian whose
+# python3 is this Python, whatever the release (a Debian 13 host: trixie's 3.13).
 RELEASE_FREE = {"service-undercloud-worker"}
+PYTHON_SUITES = {(3, 11): "bookworm", (3, 13): "trixie"}
 
 
 def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
@@ -44,7 +47,7 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
         if release not in RELEASES:
             raise InvalidInput(f"unknown OpenStack release {release!r}: {' or '.join(RELEASES)}", "release")
         return [Target(name, "oci", (name.removeprefix("service-"), *extra), layer_on=SERVICE_BASE,
-                       suite="" if name in RELEASE_FREE else RELEASES[release])]
+                       suite=host_python_suite() if name in RELEASE_FREE else RELEASES[release])]
     if release:
         raise InvalidInput(f"{name} is no service image: only service images have an OpenStack release", "release")
     if not types:
@@ -54,6 +57,11 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
         types = IMAGES[name]
     return [Target(name, t, TYPE_ELEMENTS[t] + tuple(e for e in extra if e not in TYPE_ELEMENTS[t]))
             for t in dict.fromkeys(types)]
+
+
+def host_python_suite() -> str:
+    """The Debian suite whose python3 is this Python ("": the builder's default suite)."""
+    return PYTHON_SUITES.get(sys.version_info[:2], "")
 
 
 def default_targets(service_images: list[str], release: str | None = None) -> list[Target]:
