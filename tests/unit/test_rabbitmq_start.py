@@ -172,6 +172,19 @@ def test_configuration_names_the_node_and_lists_every_peer(script, schema):
     assert conf["cluster_formation.randomized_startup_delay_range.max"] == "1"
 
 
+def test_the_node_forming_the_cluster_lists_only_itself(script, schema):
+    """RabbitMQ 4 boots a node without data as a cluster's seed only once two of the nodes
+    its classic_config lists answer (else it retries for minutes): the first node of a first
+    deploy, which the others wait for, lists itself alone; a joining node lists every node."""
+    Path(script.CONF).write_text("listeners.tcp.default = 5672\n")
+    script.configure("rabbit@10.0.0.2", NODES, forming=True)
+    conf = dict(line.split(" = ", 1) for line in Path(script.CONF).read_text().splitlines() if " = " in line)
+    assert [v for k, v in conf.items() if k.startswith("cluster_formation.classic_config.nodes.")] == [
+        "rabbit@10.0.0.2"]
+    assert conf["cluster_partition_handling"] == "pause_minority"
+    assert "USE_LONGNAME=true" in Path(script.ENV_CONF).read_text()
+
+
 def test_a_setting_this_rabbitmq_does_not_know_is_left_out(script, schema):
     """RabbitMQ 4 (2025.1's) dropped the randomized startup delay and refuses to start on its
     keys (failed_to_prepare_configuration)."""
