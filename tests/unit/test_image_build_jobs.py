@@ -48,11 +48,9 @@ def test_independent_builds_run_at_once_and_keep_their_order(tmp_path, monkeypat
     monkeypatch.setattr(builder, "build", stand_in(running, peak))
     names = ["service-nova", "service-glance", "service-keystone", "service-memcached"]
     said = []
-    start = time.monotonic()
     records = cli_image.build_targets(FakeClient(tmp_path), targets(*names), say=said.append, jobs=2)
-    took = time.monotonic() - start
     assert [r["name"] for r in records] == names
-    assert peak[0] == 2 and took < 0.2 * len(names)  # two at a time, never more
+    assert peak[0] == 2  # two at a time, never more
     assert sorted(said) == sorted(f"{n} (oci): up to date ({'k' * 12}), nothing to do" for n in names)
     peak[0] = 0
     cli_image.build_targets(FakeClient(tmp_path), targets(*names), say=said.append, jobs=1)

@@ -222,13 +222,10 @@ def build(name: str | None, all_: bool, types: tuple[str, ...], elements: tuple[
 def build_jobs() -> int:
     """How many builds run at once: UNDERCLOUD_BUILD_JOBS, else one per CPU core (at most 4):
     a build waits on apt's downloads and podman's disk writes as much as on its CPU."""
-    raw = os.environ.get("UNDERCLOUD_BUILD_JOBS", "")
-    if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            raise InvalidInput(f"UNDERCLOUD_BUILD_JOBS={raw!r}: expected a whole number of 1 or more",
-                               "UNDERCLOUD_BUILD_JOBS")
-        return int(raw)
-    return max(1, min(os.cpu_count() or 1, 4))
+    from undercloud.limits import Limit, LimitSet
+
+    return LimitSet((Limit("jobs", "UNDERCLOUD_BUILD_JOBS", max(1, min(os.cpu_count() or 1, 4)),
+                           "image builds at once"),)).jobs
 
 
 def build_targets(client: Client, targets: list, no_cache: bool = False, say=note, progress=None,
