@@ -1306,9 +1306,9 @@ def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     assert part.returncode == 1, part.stderr[-3000:]
     assert (f"error: update: 1 node(s) failed within --max-fail 1 and run their previous images and "
             f"configuration again: {odd}; the others are updated") in part.stderr, part.stderr[-3000:]
-    assert f"{odd}: step 3 rolling back to its previous images and configuration" in part.stderr
-    assert f"{odd}: step 3 rolled back: healthy on its previous images" in part.stderr
-    assert "broken on this node on purpose" in part.stderr
+    assert f"{odd}: step 3 rolling back to its previous images and configuration" in part.stderr, part.stderr[-3000:]
+    assert f"{odd}: step 3 rolled back: healthy on its previous images" in part.stderr, part.stderr[-3000:]
+    assert "broken on this node on purpose" in part.stderr, part.stderr[-3000:]
     others = [n for n in controllers if n != odd]
     for node in others:
         assert f"{node}: step 3 healthy" in part.stderr

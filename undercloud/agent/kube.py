@@ -68,6 +68,7 @@ from pathlib import Path
 from urllib.parse import quote, urljoin
 
 from undercloud.agent import files, node_contract
+from undercloud.agent.hooks import REASON_CHARS
 from undercloud.agent.settings import state_base
 
 # podman's settings on nodes and on the undercloud's host (undercloud/host/podman.py uses
@@ -1018,9 +1019,6 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
         return dict(result, deploy_stdout=out + f"pod {name}: {repair}\n", pod_action="re-created", repairs=[repair])
     action = "replaced" if existed else "created"
     return dict(result, deploy_stdout=out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", pod_action=action)
-
-
-REASON_CHARS = 1200  # a failed Pod's reason, log tail included: well within the engine's message limit
 
 
 def failure_reason(msg: str, log: str, lines: int = 8, chars: int = REASON_CHARS) -> str:

@@ -210,7 +210,11 @@ class Agent:
             # The reason becomes the undercloud's status reason and events: masked like the log.
             reason = result.get("deploy_failure_reason") or next(
                 (ln for ln in reversed(str(result.get("deploy_stderr") or "").splitlines()) if ln.strip()), "")
-            result["deploy_failure_reason"] = self.log.mask(str(reason))[:500]
+            # Cut at the contract's length, which a Pod's reason already keeps (agent/kube.py):
+            # its end, the last lines of the service's log, says why it stopped.
+            reason = self.log.mask(str(reason))
+            result["deploy_failure_reason"] = (reason if len(reason) <= hooks.REASON_CHARS
+                                               else reason[:hooks.REASON_CHARS - 1] + "…")
         self.log(f"deployment {name}: status {result.get('deploy_status_code')} "
                  f"in {time.monotonic() - t0:.1f} s"
                  + (f": {result['deploy_failure_reason']}" if result.get("deploy_failure_reason") else ""))
