@@ -53,6 +53,19 @@ FIRST_BOOT = ("ud=/etc/undercloud-agent/user-data; done=/var/lib/undercloud-agen
               'touch "$done"; fi; exec "$@"')
 HOST_SOCKET = Path("/run/podman/podman.sock")      # the host's podman API, when its service runs
 LIMIT_ERRORS = ("cgroup", "cpu", "memory", "quota")
+# The sysctls a VM or bare-metal node's image sets at boot (TCP keepalive), one file for both.
+NODE_SYSCTLS = (Path(__file__).resolve().parents[2] / "images" / "elements" / "node-boot" / "static" / "etc"
+                / "sysctl.d" / "60-undercloud-tcp-keepalive.conf")
+
+
+def node_sysctls() -> list[str]:
+    """NODE_SYSCTLS as podman's `--sysctl` values (KEY=VALUE)."""
+    out = []
+    for line in NODE_SYSCTLS.read_text().splitlines():
+        key, eq, value = line.partition("=")
+        if eq and not line.lstrip().startswith(("#", ";")):
+            out.append(f"{key.strip()}={value.strip()}")
+    return out
 
 
 def _label(spec: Spec) -> str:
@@ -211,6 +224,8 @@ class ContainerRealiser(Realiser):
                 "-e", f"UNDERCLOUD_AGENT_CONFIG={CONFIG_DIR}/config.json",
                 "-e", f"{node_contract.NETNS_ENV}={node_contract.netns(name)}"]
         args += ["--label", f"undercloud.ip={spec.state['ip']}"]
+        for setting in node_sysctls():  # the node's namespace: its services' connections too
+            args += ["--sysctl", setting]
         if limits:
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
         for vol in spec.volumes:
