@@ -174,15 +174,18 @@ def test_keepalived_holds_a_dedicated_vip_and_nothing_else(uc_home, tmp_path):
             "  server keystone_public-10.1.2.2 10.1.2.2:15000 check\n") in cfg
     assert ("listen db\n  bind *:3306\n  mode tcp\n  balance roundrobin\n"
             "  option tcpka\n  timeout client 90m\n  timeout server 90m\n"
-            "  server db-10.1.2.2 10.1.2.2:13306 check on-marked-down shutdown-sessions\n"
-            "  server db-10.1.2.3 10.1.2.3:13306 check on-marked-down shutdown-sessions\n") in cfg
+            "  server db-10.1.2.2 10.1.2.2:13306 check\n"
+            "  server db-10.1.2.3 10.1.2.3:13306 check\n") in cfg
     # One writer at a time, checked on another port (MariaDB's :9200, ready when Synced).
     assert ("listen mysql\n  bind *:3307\n  mode tcp\n  balance roundrobin\n"
             "  option tcpka\n  timeout client 90m\n  timeout server 90m\n  option httpchk GET /\n"
-            "  server mysql-10.1.2.2 10.1.2.2:13306 check port 9200 on-marked-down shutdown-sessions\n"
-            "  server mysql-10.1.2.3 10.1.2.3:13306 check port 9200 backup on-marked-down shutdown-sessions\n"
-            "  server mysql-10.1.2.4 10.1.2.4:13306 check port 9200 backup on-marked-down shutdown-sessions\n"
+            "  server mysql-10.1.2.2 10.1.2.2:13306 check port 9200\n"
+            "  server mysql-10.1.2.3 10.1.2.3:13306 check port 9200 backup\n"
+            "  server mysql-10.1.2.4 10.1.2.4:13306 check port 9200 backup\n"
             ) in cfg
+    # A lost server's connections end by TCP keepalive, not by shutdown-sessions, which haproxy
+    # 3.0 applies to a connection still being made by leaving it open with no server, for good.
+    assert "shutdown-sessions" not in cfg
     # The VIP being a haproxy node's own address (no PublicVirtualIP): no keepalived.
     rd = haproxy_role_data(tmp_path, "10.1.2.2")
     assert [i["metadata"]["name"] for i in rd["kube"]] == ["haproxy-config", "haproxy"]
