@@ -155,8 +155,9 @@ def test_container_server_stack_create_check_in_delete_leaves_nothing(uc, tmp_pa
     # The node's namespace (its services' too) has the TCP keepalive VM and bare-metal nodes
     # get at boot: a connection whose peer vanished with a lost node ends in seconds.
     keepalive = podman("exec", name, "cat", "/proc/sys/net/ipv4/tcp_keepalive_time",
-                       "/proc/sys/net/ipv4/tcp_keepalive_intvl", "/proc/sys/net/ipv4/tcp_keepalive_probes")
-    assert keepalive.stdout.split() == ["10", "2", "3"], keepalive.stderr
+                       "/proc/sys/net/ipv4/tcp_keepalive_intvl", "/proc/sys/net/ipv4/tcp_keepalive_probes",
+                       "/proc/sys/net/ipv4/tcp_retries2")
+    assert keepalive.stdout.split() == ["10", "2", "3", "5"], keepalive.stderr
     mounts = {m["Destination"]: m for m in inspect["Mounts"]}
     assert mounts["/etc/undercloud-agent"]["RW"] is False  # first-boot data read-only
     if not any("not enforced" in n for n in srv["notes"]):

@@ -53,9 +53,9 @@ FIRST_BOOT = ("ud=/etc/undercloud-agent/user-data; done=/var/lib/undercloud-agen
               'touch "$done"; fi; exec "$@"')
 HOST_SOCKET = Path("/run/podman/podman.sock")      # the host's podman API, when its service runs
 LIMIT_ERRORS = ("cgroup", "cpu", "memory", "quota")
-# The sysctls a VM or bare-metal node's image sets at boot (TCP keepalive), one file for both.
+# The sysctls a VM or bare-metal node's image sets at boot (a lost TCP peer found in seconds): one file.
 NODE_SYSCTLS = (Path(__file__).resolve().parents[2] / "images" / "elements" / "node-boot" / "static" / "etc"
-                / "sysctl.d" / "60-undercloud-tcp-keepalive.conf")
+                / "sysctl.d" / "60-undercloud-tcp.conf")
 
 
 def node_sysctls() -> list[str]:
