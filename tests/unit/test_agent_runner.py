@@ -126,13 +126,14 @@ def test_a_pods_failure_reason_reaches_the_undercloud_whole_with_its_logs_last_l
     # A Pod's reason keeps the last lines of its log within the contract's length; the agent
     # must not cut it shorter (the line that says why the service stopped comes last). A
     # reason past that length from another hook is cut to it.
-    from undercloud.agent import hooks, kube
+    from undercloud.agent import kube
+    from undercloud.agent.settings import REASON_CHARS
 
     agent, _t, _ = make_agent(tmp_path, svc)
     log = "".join(f"uc-start: line {i} of the service's log, long enough to fill the reason {'.' * 60}\n"
                   for i in range(20)) + "uc-start: the last line, why it stopped\n"
     pod_reason = kube.failure_reason("pod svc: container svc: readiness probe (HTTP GET :1/) did not pass", log)
-    assert 500 < len(pod_reason) <= hooks.REASON_CHARS
+    assert 500 < len(pod_reason) <= REASON_CHARS
     for did, reason in (("pod", pod_reason), ("long", "x" * 5000)):
         hook = agent.s.hooks_dir / f"says-{did}"
         hook.write_text("#!/bin/sh\ncat >/dev/null\ncat <<'EOF'\n" + json.dumps(
@@ -144,7 +145,7 @@ def test_a_pods_failure_reason_reaches_the_undercloud_whole_with_its_logs_last_l
     assert svc.meta.signal_of("pod")["deploy_failure_reason"] == pod_reason
     assert pod_reason.endswith(" | uc-start: the last line, why it stopped")
     long = svc.meta.signal_of("long")["deploy_failure_reason"]
-    assert len(long) == hooks.REASON_CHARS and long.endswith("x…")
+    assert len(long) == REASON_CHARS and long.endswith("x…")
 
 
 def test_signal_retried_until_acknowledged(tmp_path, svc, monkeypatch):

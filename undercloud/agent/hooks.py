@@ -29,9 +29,6 @@ APPLY_GROUPS = ("os-apply-config", "Heat::Ungrouped")
 
 MISSING_HOOK = 127
 TIMED_OUT = 124
-# A deploy_failure_reason's length at most: it becomes a resource's status reason and its
-# events, well within the engine's message limit (orchestration/limits.py's message_chars).
-REASON_CHARS = 1200
 
 
 def failure(code: int, reason: str, stdout: str = "", stderr: str = "") -> dict:

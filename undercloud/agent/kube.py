@@ -68,8 +68,7 @@ from pathlib import Path
 from urllib.parse import quote, urljoin
 
 from undercloud.agent import files, node_contract
-from undercloud.agent.hooks import REASON_CHARS
-from undercloud.agent.settings import state_base
+from undercloud.agent.settings import REASON_CHARS, state_base
 
 # podman's settings on nodes and on the undercloud's host (undercloud/host/podman.py uses
 # these): crun fails on hybrid-cgroup hosts, and the default nofile ulimit cannot be

@@ -22,7 +22,7 @@ from undercloud.agent import apply as oac
 from undercloud.agent import files, hooks
 from undercloud.agent.logs import Log
 from undercloud.agent.refresh import RefreshError, refresh
-from undercloud.agent.settings import Settings
+from undercloud.agent.settings import REASON_CHARS, Settings
 from undercloud.agent.transport import Refused, Undercloud, Unreachable
 
 # A long-poll that is not held (an undercloud without it answers at once) or is cut while
@@ -213,8 +213,8 @@ class Agent:
             # Cut at the contract's length, which a Pod's reason already keeps (agent/kube.py):
             # its end, the last lines of the service's log, says why it stopped.
             reason = self.log.mask(str(reason))
-            result["deploy_failure_reason"] = (reason if len(reason) <= hooks.REASON_CHARS
-                                               else reason[:hooks.REASON_CHARS - 1] + "…")
+            result["deploy_failure_reason"] = (reason if len(reason) <= REASON_CHARS
+                                               else reason[:REASON_CHARS - 1] + "…")
         self.log(f"deployment {name}: status {result.get('deploy_status_code')} "
                  f"in {time.monotonic() - t0:.1f} s"
                  + (f": {result['deploy_failure_reason']}" if result.get("deploy_failure_reason") else ""))

@@ -15,6 +15,10 @@ from pathlib import Path
 
 DEFAULT_CONFIG = Path("/etc/undercloud-agent/config.json")
 DEFAULT_STATE = Path("/var/lib/undercloud-agent")
+# A deploy_failure_reason's length at most (every hook's; a Pod's keeps its log's last lines
+# within it): it becomes a resource's status reason and its events, well within the engine's
+# message limit (orchestration/limits.py's message_chars).
+REASON_CHARS = 1200
 
 
 def state_base() -> Path:
