@@ -53,19 +53,11 @@ FIRST_BOOT = ("ud=/etc/undercloud-agent/user-data; done=/var/lib/undercloud-agen
               'touch "$done"; fi; exec "$@"')
 HOST_SOCKET = Path("/run/podman/podman.sock")      # the host's podman API, when its service runs
 LIMIT_ERRORS = ("cgroup", "cpu", "memory", "quota")
-# The sysctls a VM or bare-metal node's image sets at boot (a lost TCP peer found in seconds): one file.
-NODE_SYSCTLS = (Path(__file__).resolve().parents[2] / "images" / "elements" / "node-boot" / "static" / "etc"
-                / "sysctl.d" / "60-undercloud-tcp.conf")
-
-
-def node_sysctls() -> list[str]:
-    """NODE_SYSCTLS as podman's `--sysctl` values (KEY=VALUE)."""
-    out = []
-    for line in NODE_SYSCTLS.read_text().splitlines():
-        key, eq, value = line.partition("=")
-        if eq and not line.lstrip().startswith(("#", ";")):
-            out.append(f"{key.strip()}={value.strip()}")
-    return out
+# A container node's TCP keepalive (its services' connections share its namespace): an idle
+# connection whose peer was lost whole (no reset) ends within 16 s, not Linux's 2 hours;
+# haproxy's database connections rely on it (services/haproxy.yaml: tcpka).
+NODE_SYSCTLS = ("net.ipv4.tcp_keepalive_time=10", "net.ipv4.tcp_keepalive_intvl=2",
+                "net.ipv4.tcp_keepalive_probes=3")
 
 
 def _label(spec: Spec) -> str:
@@ -224,7 +216,7 @@ class ContainerRealiser(Realiser):
                 "-e", f"UNDERCLOUD_AGENT_CONFIG={CONFIG_DIR}/config.json",
                 "-e", f"{node_contract.NETNS_ENV}={node_contract.netns(name)}"]
         args += ["--label", f"undercloud.ip={spec.state['ip']}"]
-        for setting in node_sysctls():  # the node's namespace: its services' connections too
+        for setting in NODE_SYSCTLS:
             args += ["--sysctl", setting]
         if limits:
             args += ["--cpus", str(spec.flavor.get("vcpus") or 1), "--memory", f"{spec.flavor.get('ram') or 512}m"]
