@@ -85,7 +85,9 @@ def test_a_connection_made_to_a_lost_database_server_reaches_the_backup(uc_home,
     need_root()
     r = run_cli("image", "build", "service-haproxy", timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
-    image = json.loads(run_cli("image", "show", "service-haproxy", "-f", "json").stdout)["properties"]["podman_image"]
+    shown = run_cli("image", "show", "service-haproxy", "-f", "json")
+    assert shown.returncode == 0, shown.stderr
+    image = json.loads(shown.stdout)["properties"]["podman_image"]
     servers = ["127.0.0.2", "127.0.0.3"]
     database = {"name": "mysql", "port": 3306, "backend_port": 13306, "mode": "tcp", "check": "GET /",
                 "check_port": 9200, "backup": True, "servers": servers}
