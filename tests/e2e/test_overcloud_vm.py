@@ -6,7 +6,7 @@ left out, as emulated they add minutes and prove nothing more): the node's own p
 each service image from the image store the first time a Pod needs it; the real `openstack`
 client reaches the virtual IP on the lab network through the host's link to it (`token
 issue`, `endpoint list`); a no-op re-deploy; delete leaves no domain, disk or link behind.
-baremetal: a lab node behind the Redfish emulator, deployed the Ironic direct way, runs the
+baremetal (an extended case too): a lab node behind the Redfish emulator, deployed the Ironic direct way, runs the
 load balancer (its virtual IP held by keepalived) and the cache (the other services mapped to OS::Heat::None, to keep the test
 short: the services are the same Pods as on VMs), reachable from the host.
 
@@ -114,6 +114,11 @@ def test_minimal_on_vm_nodes(overcloud_home, tmp_path):  # noqa: F811
     assert not host_link_exists(uc_home.instance)  # the lab network went with the last server
 
 
+@extended("tests/integration/test_server_baremetal.py (a Redfish node deployed the Ironic direct way, "
+          "its agent checked in, cleaned and back in the pool at delete), the hypervisor host and "
+          "QuintupleO (a qcow2 node's podman loading service images from the image store, its Pods "
+          "healthy in `overcloud status`), the shared deployment and `ha` (haproxy, keepalived's VIP) "
+          "and test_image_build (the deploy ISO and the disk under SeaBIOS)")
 def test_services_on_bare_metal_nodes(lab, tmp_path):  # noqa: F811
     need_overcloud_tools()
     uc_home = lab["home"]

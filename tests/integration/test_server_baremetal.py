@@ -150,7 +150,8 @@ def assert_firmware(lab) -> None:
 
 @pytest.mark.parametrize("lab", [
     pytest.param({}, id="bios", marks=extended(
-        "the e2e's bare-metal overcloud (tests/e2e/test_overcloud_vm.py), deployed the same way in BIOS")),
+        "the UEFI case below (Redfish virtual media, the same deploy), the IPMI BIOS deploy (the disk's "
+        "extlinux) and test_image_build (the deploy ISO's isolinux under SeaBIOS)")),
     pytest.param({"boot_mode": "uefi"}, id="uefi")], indirect=True)
 def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     """By Redfish virtual media (the deploy ISO: isolinux under BIOS, GRUB under UEFI), then
