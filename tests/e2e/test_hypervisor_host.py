@@ -161,7 +161,7 @@ resources:
       config: |
         #!/bin/sh
         podman ps -a --format '{{.Names}}'
-        systemctl is-enabled apt-daily.timer e2scrub_reap.service podman-auto-update.timer || true  # masked: 1
+        systemctl is-enabled apt-daily.timer e2scrub_reap.service podman-auto-update.timer || true  # 1 when masked
   look:
     type: OS::Heat::SoftwareDeployment
     properties: {config: {get_resource: config}, server: {get_param: server}}

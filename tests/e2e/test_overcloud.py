@@ -1211,6 +1211,7 @@ def started_at(instance: str, node: str, pod: str, container: str | None = None)
     return subprocess.run(["podman", "inspect", "--format", "{{.State.StartedAt}}",
                            f"{instance}-{node}-{pod}-{container or pod}"], capture_output=True, text=True).stdout
 
+
 @pytest.mark.serial  # alone, after the others (scripts/test): it times failovers, which another test's load makes late
 def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     uc_home = overcloud_home
