@@ -118,7 +118,7 @@ def test_minimal_on_vm_nodes(overcloud_home, tmp_path):  # noqa: F811
           "its agent checked in, cleaned and back in the pool at delete), the hypervisor host and "
           "QuintupleO (a qcow2 node's podman loading service images from the image store, its Pods "
           "healthy in `overcloud status`), the shared deployment and `ha` (haproxy, keepalived's VIP) "
-          "and test_image_build (the deploy ISO and the disk under SeaBIOS)")
+          "and test_image_boot (the deploy ISO and the disk under SeaBIOS)")
 def test_services_on_bare_metal_nodes(lab, tmp_path):  # noqa: F811
     need_overcloud_tools()
     uc_home = lab["home"]

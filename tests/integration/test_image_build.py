@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import extended, need, need_root, run_cli
+from tests.conftest import need, need_root, run_cli
 from undercloud.host import podman as hp
 
 BUILD_TIMEOUT = 1500
@@ -116,29 +116,6 @@ def test_oci_node_image_runs_the_agent_in_podman(uc_home):
     assert "up to date" in r2.stderr and [i["id"] for i in rows2] == [img["id"]]
 
 
-@pytest.mark.parametrize("firmware", ["bios", pytest.param("uefi", marks=extended(
-    "the UEFI bare-metal deploy (test_server_baremetal), which boots this disk under OVMF"))])
-def test_qcow2_registered_for_vm_and_baremetal_and_boots_to_the_agent(uc_home, firmware):
-    """One image for both firmwares: extlinux in the MBR's active partition 1 (root, last on
-    the disk, so growroot grows it), GRUB at /EFI/BOOT/BOOTX64.EFI of the ESP, partition 2."""
-    r, rows = build("overcloud-full", "--type", "qcow2")
-    assert r.returncode == 0, r.stderr
-    assert sorted(i["hypervisor_type"] for i in rows) == ["baremetal", "vm"]
-    assert len({i["checksum"] for i in rows}) == 1 and rows[0]["disk_format"] == "qcow2"
-    assert os.listdir(uc_home.path / "images" / "blobs") == [rows[0]["checksum"]]  # stored once
-    disk = uc_home.path / "images" / "blobs" / rows[0]["checksum"]
-    # a 3 GB copy-on-write disk over the stored image (never written), as a VM node gets
-    node_disk = uc_home.path / "node.qcow2"
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(disk), "-F", "qcow2", str(node_disk), "3G"],
-                   check=True)
-    console = boot_until([*firmware_args(firmware, uc_home.path), "-drive", f"file={node_disk},format=qcow2,if=virtio"],
-                         r"python3\[\d+\]: undercloud-agent \d", timeout=420)
-    assert "Linux version" in console
-    assert ("undercloud: UEFI boot of /boot/vmlinuz-" in console) == (firmware == "uefi")
-    grown = re.search(r"undercloud-growroot: / is (\d+) MB", console)
-    assert grown and int(grown.group(1)) > 2500, "the root file system did not grow to the disk"
-
-
 def test_deploy_ramdisk_is_an_iso_linked_to_its_kernel_and_initramfs(uc_home):
     r, rows = build("deploy-ramdisk")
     assert r.returncode == 0, r.stderr
@@ -146,21 +123,6 @@ def test_deploy_ramdisk_is_an_iso_linked_to_its_kernel_and_initramfs(uc_home):
     assert set(by) == {"aki", "ari", "iso"}
     assert by["iso"]["properties"]["kernel_id"] == by["aki"]["id"]
     assert by["iso"]["properties"]["ramdisk_id"] == by["ari"]["id"]
-
-
-@pytest.mark.parametrize("firmware", [
-    "bios",  # the one boot of this ISO under SeaBIOS in CI (the bare-metal overcloud's is an extended case)
-    pytest.param("uefi", marks=extended("the UEFI bare-metal deploy (test_server_baremetal), "
-                                        "which boots this ISO under OVMF"))])
-def test_deploy_ramdisk_iso_boots_to_the_agent(uc_home, firmware):
-    """isolinux for BIOS, GRUB (the ISO's second El Torito image) for UEFI."""
-    r, rows = build("deploy-ramdisk")
-    assert r.returncode == 0, r.stderr
-    iso = uc_home.path / "images" / "blobs" / next(i for i in rows if i["disk_format"] == "iso")["checksum"]
-    console = boot_until([*firmware_args(firmware, uc_home.path), "-cdrom", str(iso), "-boot", "d"],
-                         r"undercloud-agent: starting \(undercloud-agent \d", memory="1536", timeout=420)
-    assert "undercloud deploy ramdisk" in console
-    assert ("undercloud: UEFI boot of /vmlinuz" in console) == (firmware == "uefi")
 
 
 def _mounts_under(path: Path) -> list[str]:

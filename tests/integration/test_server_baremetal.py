@@ -151,7 +151,7 @@ def assert_firmware(lab) -> None:
 @pytest.mark.parametrize("lab", [
     pytest.param({}, id="bios", marks=extended(
         "the UEFI case below (Redfish virtual media, the same deploy), the IPMI BIOS deploy (the disk's "
-        "extlinux) and test_image_build (the deploy ISO's isolinux under SeaBIOS)")),
+        "extlinux) and test_image_boot (the deploy ISO's isolinux under SeaBIOS)")),
     pytest.param({"boot_mode": "uefi"}, id="uefi")], indirect=True)
 def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     """By Redfish virtual media (the deploy ISO: isolinux under BIOS, GRUB under UEFI), then
