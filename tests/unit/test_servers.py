@@ -470,6 +470,36 @@ def test_a_server_of_a_host_that_is_down_is_deleted_here_and_its_machine_removed
         assert s.scalars(select(Leftover)).all() == []
 
 
+def test_a_host_worker_that_does_not_answer_the_spawn_once_is_asked_again(uc, monkeypatch):
+    """An emulated host's worker busy loading an image may miss the spawn's answer: while it is
+    alive the spawn (idempotent there) is asked again, and the server is made, not an ERROR."""
+    from undercloud.provisioning.servers import service
+    from undercloud.store.servers import HypervisorHost
+
+    uc.image("overcloud-full", "container", "oci")
+    monkeypatch.setenv("UNDERCLOUD_HOST", "host-a")
+    monkeypatch.setattr(service, "SPAWN_ASK_EVERY", 0.0)
+    with uc.ctx.store.session() as s:
+        s.query(HypervisorHost).delete()
+    register_host(uc, "host-b", memory_mb=8192)
+    uc.servers.env.hosts_up = lambda: {"host-b"}
+    uc.servers.env.workers_on = lambda host: {"host-b": ["wb"]}.get(host, [])
+    answers, asked = [ServiceUnavailable("worker wb did not answer (timed out)"), {}], []
+
+    def busy_once(*a):
+        asked.append(a[:3])
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    uc.servers.env.forward = busy_once
+    uc.servers.create(id="s1", name="s1", flavor="container", image="overcloud-full", first_boot={"token": "t"},
+                      scheduler_hints={HOST_SPEC: "host-b"})
+    assert (uc.servers.get("s1")["status"], uc.servers.get("s1")["fault"]) == ("BUILD", None)  # host-b makes it
+    assert asked == [("wb", "POST", "/v1/servers/s1/action")] * 2
+
+
 def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, monkeypatch):
     """Placement over the registered hosts (as Nova's filters and RAM weigher): up (a live
     worker; this worker's own host always), with room; this host first, else most free
@@ -517,7 +547,11 @@ def test_new_servers_go_to_a_host_that_is_up_with_room_or_to_the_one_pinned(uc, 
             create("s9", **kw)
         assert error in e.value.message
     assert not uc.servers.exists("s9")  # refused before anything was written
-    # host-b's worker stops answering: the server it was to make is an ERROR saying why.
+    # host-b's worker stops answering (asked again for SPAWN_ASK_FOR seconds: none here): the
+    # server it was to make is an ERROR saying why.
+    from undercloud.provisioning.servers import service
+
+    monkeypatch.setattr(service, "SPAWN_ASK_FOR", 0.0)
     uc.servers.env.forward = lambda *a: (_ for _ in ()).throw(ServiceUnavailable("worker wb did not answer"))
     with pytest.raises(UndercloudError, match="server s3: spawning on host host-b failed: worker wb did not answer"):
         create("s3", scheduler_hints={HOST_SPEC: "host-b"})

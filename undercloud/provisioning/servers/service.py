@@ -56,6 +56,9 @@ log = logging.getLogger("undercloud.servers")
 GONE = "the machine is gone (removed outside the undercloud?)"  # the fault when a machine vanished
 NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$")  # a hostname label (dots allowed)
 AVAILABLE_TTL = 60.0
+# A host's live worker that does not answer the spawn (an emulated node busy loading an image)
+# is asked again until this many seconds have passed: the spawn action is idempotent.
+SPAWN_ASK_FOR, SPAWN_ASK_EVERY = 240.0, 5.0
 
 
 def view(row: Server) -> dict:
@@ -265,7 +268,7 @@ class ServersService:
             raise
         if self.forwarding.elsewhere(row):  # placed on another host: its worker makes the machine
             try:
-                return self.resume(id, first_boot)
+                return self._spawn_elsewhere(row, first_boot)
             except UndercloudError as exc:
                 self._save(id, status=ERROR, task=None, fault=f"spawning: {exc.message}")
                 raise UndercloudError(f"server {name}: spawning on host {row.host} failed: {exc.message}",
@@ -278,6 +281,19 @@ class ServersService:
 
         self._make(row.id, spawn, spec)
         return self.get(id)
+
+    def _spawn_elsewhere(self, row: Server, first_boot: dict | None) -> dict:
+        """Ask the worker of the server's host to make it; while that host has a live worker
+        that does not answer, ask again (it dedups a spawn it is already running)."""
+        deadline = time.monotonic() + SPAWN_ASK_FOR
+        while True:
+            try:
+                return self.resume(row.id, first_boot)
+            except ServiceUnavailable as exc:
+                if time.monotonic() >= deadline or self.forwarding.worker_of(row) is None:
+                    raise
+                log.info("server %s: %s; asking again", row.name, exc.message)
+                time.sleep(SPAWN_ASK_EVERY)
 
     def resume(self, server_id: str, first_boot: dict | None = None, background: bool = False) -> dict:
         """Continue a create interrupted by a crash: the realiser finds what it made already.
