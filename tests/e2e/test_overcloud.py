@@ -609,6 +609,10 @@ def provider_network(cloud) -> str:
     return prefix
 
 
+@extended("tests/unit/test_servers_openstack.py (the openstack realiser through the real servers service, "
+          "on an in-memory cloud: image upload, create, resume, statuses, one-line errors) and the "
+          "hypervisor host (a qcow2 node's agent checking in and its Pods healthy); an extended case "
+          "for CI's time on 2-core machines that emulate (issue 42), its Nova boot 413-676 s")
 def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
     """OpenStack on OpenStack on OpenStack: `deploy --hypervisor openstack:host` makes its
     node a Nova server of the overcloud (the node image uploaded to its Glance once), on the
@@ -673,7 +677,7 @@ def test_quintupleo_an_overcloud_on_servers_of_the_overcloud(cloud):
         == [image["ID"]]  # the cached copy stays
 
 
-@extended("the QuintupleO test before it (servers of the overcloud's Nova, deployed and checked in) "
+@extended("the QuintupleO test before it (itself extended: servers of the overcloud's Nova, deployed and checked in) "
           "and the UEFI bare-metal deploy (the ramdisk by virtual media, then the disk)")
 def test_virtual_bare_metal_nodes_are_servers_of_the_overcloud(cloud):
     """`lab up --cloud host --network lab` makes an empty server (and the flavor and blank
