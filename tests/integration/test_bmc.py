@@ -158,6 +158,26 @@ def test_ipmi_power_and_boot_device(ipmi_lab):
     assert domstate(name) == "shut off" and driver.get_power() == "off"
 
 
+def test_ipmi_session_left_mid_login_by_pyghmi_is_replaced(ipmi_lab):
+    """pyghmi, logging in again after an answer that came too late (a loaded host), leaves its
+    session marked as logging in with no deadline; its next command then fails with a
+    TypeError (seen in CI: a bare-metal deploy failed with an internal error). The driver
+    logs in again instead."""
+    from undercloud.provisioning.drivers import ipmi
+
+    driver, _ = driver_of(ipmi_lab)
+    assert driver.get_power() in ("on", "off")
+    (key,) = [k for k in ipmi._sessions if k[0] == driver.info["address"] and k[1] == int(driver.info["port"])]
+    stale = ipmi._sessions[key]
+    session = stale.ipmi_session
+    session.logging, session.logged, session.logoutexpiry = True, 0, None  # as pyghmi's _relog leaves it
+    with pytest.raises(TypeError):
+        stale.get_power()  # pyghmi itself, as the deploy met it
+    session.logging, session.logged, session.logoutexpiry = True, 0, None
+    assert driver.get_power() in ("on", "off")  # the driver: a new login, the same answer
+    assert ipmi._sessions[key] is not stale
+
+
 def test_ipmi_wrong_password(ipmi_lab):
     driver, _ = driver_of(ipmi_lab, password="wrong-ipmi-pw")
     with pytest.raises(DriverError, match="refused the credentials of user 'admin'") as info:

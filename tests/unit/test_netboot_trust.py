@@ -6,7 +6,7 @@ The provisioning network is undercloud.conf's, on `lo` (127.0.0.0/8): the node's
 address is then a loopback address a test can send from (`source_address`), and a
 stranger is another one. dnsmasq itself is not started (its hosts file is still written and
 checked: it is what DHCP would answer); tests/integration/test_server_baremetal_flow.py
-and test_server_baremetal.py run it for real.
+and test_server_baremetal_pxe.py run it for real.
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ SILENT = {"running": False, "state": None}
 EMPTY = {"data": False, "written": 0.0}
 
 
-def choose(script, me, peers, own=EMPTY, waited=0.0):
-    return script.choose(NODES, me, own, peers, waited)
+def choose(script, me, peers, own=EMPTY, waited=0.0, running_for=0.0):
+    return script.choose(NODES, me, own, peers, waited, running_for)
 
 
 def test_a_first_deploy_forms_one_cluster_on_the_first_node_once_every_peer_says_it_has_no_data(script):
@@ -78,7 +78,14 @@ def test_a_replaced_node_waits_for_a_peer_with_data_and_joins_it_once_it_runs(sc
     assert how == "wait" and "10.0.0.3, 10.0.0.4 not telling" in why
     assert choose(script, "10.0.0.2", {"10.0.0.3": holder(5.0, "waiting"), "10.0.0.4": fresh()}) == (
         "wait", "no data here; the cluster's data is on 10.0.0.3: waiting for one of them to run")
-    assert choose(script, "10.0.0.2", {"10.0.0.3": holder(5.0), "10.0.0.4": RUNNING}) == ("join", "10.0.0.4")
+    # one holder runs, the other still starts: the joiner waits for it (rejoining after the
+    # forget, it would bring the former node of this name back: seen in CI, the new node then
+    # started as a cluster of its own), up to JOIN_PATIENCE
+    how, why = choose(script, "10.0.0.2", {"10.0.0.3": holder(5.0), "10.0.0.4": RUNNING})
+    assert how == "wait" and "10.0.0.4 running, 10.0.0.3 holding the cluster's data still starting" in why
+    assert choose(script, "10.0.0.2", {"10.0.0.3": holder(5.0), "10.0.0.4": RUNNING},
+                  running_for=script.JOIN_PATIENCE) == ("join", "10.0.0.4")
+    assert choose(script, "10.0.0.2", {"10.0.0.3": RUNNING, "10.0.0.4": RUNNING}) == ("join", "10.0.0.3")
     # the first node replaced while the others run: it joins them, never forms a second cluster
     assert choose(script, "10.0.0.2", {"10.0.0.3": SILENT, "10.0.0.4": RUNNING}) == ("join", "10.0.0.4")
 

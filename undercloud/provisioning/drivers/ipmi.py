@@ -37,13 +37,20 @@ def _session(key: tuple, command):
     try:
         cmd = command.Command(bmc=address, userid=user, password=password, port=port)
     except Exception:
-        # pyghmi keeps a failed login around and would hand it to the next attempt
-        from pyghmi.ipmi.private import session
-
-        getattr(session.Session, "initting_sessions", {}).pop((address, user, password, port, None), None)
+        _unlist(key)  # pyghmi keeps a failed login around and would hand it to the next attempt
         raise
     _sessions[key] = cmd
     return cmd
+
+
+def _unlist(key: tuple) -> None:
+    """pyghmi's constructor hands back the session it lists for these credentials, broken or
+    not; its own clean-up (Session._mark_broken) looks for it under the bytes it encoded them
+    to, which is not how it is listed, so a broken one stays and comes back."""
+    from pyghmi.ipmi.private import session
+
+    address, port, user, password = key
+    getattr(session.Session, "initting_sessions", {}).pop((address, user, password, port, None), None)
 
 
 def _forget(key: tuple) -> None:
@@ -56,6 +63,7 @@ def _forget(key: tuple) -> None:
             session._mark_broken()
         except Exception:  # noqa: BLE001 - the session is being thrown away either way
             pass
+    _unlist(key)
 
 
 def _command():
@@ -85,11 +93,14 @@ class IpmiDriver(Driver):
                     try:
                         cmd = _sessions.get(key) or _session(key, command)
                         return fn(cmd)
-                    except exceptions.IpmiException:
+                    except (exceptions.IpmiException, TypeError):
                         # A stale session (BMC restarted) or a BMC too busy to answer in time
                         # (a lab BMC starting a domain): log in again; every call is idempotent.
                         # A first login that fails is final (wrong address or credentials); one
-                        # after a lost session is retried, the BMC may still be busy.
+                        # after a lost session is retried, the BMC may still be busy. TypeError:
+                        # pyghmi's own new login after a late answer leaves the session marked
+                        # as logging in without a deadline, and its next command compares that
+                        # deadline (None) with the time: the session is lost all the same.
                         _forget(key)
                         if attempt == ATTEMPTS or (cmd is None and attempt == 1):
                             raise
