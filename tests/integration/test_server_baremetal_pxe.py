@@ -35,7 +35,7 @@ from tests.integration.test_server_baremetal import (
 @pytest.mark.parametrize("lab", [
     pytest.param({"bmc": "ipmi"}, id="bios"),
     pytest.param({"bmc": "ipmi", "boot_mode": "uefi"}, id="uefi", marks=extended(
-        "the BIOS network boot above and the UEFI virtual-media deploy (the same iPXE script; OVMF "
+        "the BIOS network boot above and the UEFI virtual-media deploy of test_server_baremetal.py (the same iPXE script; OVMF "
         "booting the same disk)"))], indirect=True)
 def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab):  # noqa: F811
     """IPMI has no virtual media: the node boots the ramdisk by PXE (QEMU's iPXE — under OVMF
