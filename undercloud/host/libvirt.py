@@ -9,13 +9,15 @@ once. When one runs already, it is used, and its namespace gets the name.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,10 @@ START_TIMEOUT = 30.0
 LIBVIRTD_FIRST_ANSWER = 240.0
 LIBVIRTD_LOG = Path("/var/log/libvirt/undercloud-libvirtd.log")  # one libvirtd per machine
 VIRTLOGD_SOCKET = Path("/run/libvirt/virtlogd-sock")
+# Held while libvirtd is looked for and started: two labs coming up at once (two homes, two
+# test workers) otherwise both start a virtlogd, and the second fails on its pidfile.
+START_LOCK = Path("/run/undercloud-libvirtd.lock")
+NETNS_DIR = Path("/run/netns")  # where `ip netns` names namespaces
 
 
 class HostError(UndercloudError):
@@ -124,12 +130,24 @@ def nsenter(path: str, *argv: str, check: bool = True) -> subprocess.CompletedPr
     return run(["nsenter", f"--net={path}", *argv], check=check, timeout=60)
 
 
+@contextlib.contextmanager
+def _start_lock() -> Iterator[None]:
+    with open(START_LOCK, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_libvirtd(netns: str, record: Callable[[str, Any], None] = lambda key, value: None) -> str:
     """libvirtd (and virtlogd) answering, in the namespace `netns` unless one runs already;
     returns the path of libvirtd's namespace, named `netns` either way. `record(key, value)`
     is told each thing made (netns_created, libvirtd_started, libvirtd_netns) as it is made,
-    so that whoever asked can remove exactly that."""
-    path = f"/run/netns/{netns}"
+    so that whoever asked can remove exactly that. One caller at a time on this machine."""
+    with _start_lock():
+        return _ensure_libvirtd(netns, record)
+
+
+def _ensure_libvirtd(netns: str, record: Callable[[str, Any], None]) -> str:
+    path = str(NETNS_DIR / netns)
     pid = libvirtd_pid()
     if pid is None:
         if not Path(path).exists():
@@ -162,7 +180,7 @@ def ensure_libvirtd(netns: str, record: Callable[[str, Any], None] = lambda key,
     record("libvirtd_netns", f"/proc/{pid}/ns/net")
     # Keep a name on libvirtd's namespace: /proc/PID paths vanish with the process.
     if not Path(path).exists():
-        Path("/run/netns").mkdir(exist_ok=True)
+        NETNS_DIR.mkdir(exist_ok=True)
         Path(path).touch()
         run(["mount", "--bind", f"/proc/{pid}/ns/net", path])
         record("netns_created", True)
