@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.test_agent_kube import IMAGE, image  # noqa: F401 - the busybox image fixture
 from tests.unit.agent_support import deployment
-from undercloud.agent import hooks, kube, node_contract
+from undercloud.agent import hooks, libpod, node_contract
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +62,8 @@ def proxied(image, tmp_path, monkeypatch):  # noqa: F811 - the fixture imported 
     monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", f"container:{node}")
     state = tmp_path / "state"
     state.mkdir()
-    yield {"node": node, "other": other, "declared": declared, "api": kube.PodmanAPI(str(proxy.socket_path)),
-           "host": kube.PodmanAPI(str(sock)), "env": dict(os.environ, UNDERCLOUD_AGENT_STATE=str(state))}
+    yield {"node": node, "other": other, "declared": declared, "api": libpod.PodmanAPI(str(proxy.socket_path)),
+           "host": libpod.PodmanAPI(str(sock)), "env": dict(os.environ, UNDERCLOUD_AGENT_STATE=str(state))}
     proxy.stop()
     shutil.rmtree(short, ignore_errors=True)
     monkeypatch.delenv("CONTAINER_HOST")

@@ -28,7 +28,7 @@ from tests.integration.test_workers import wait_for
 LABEL = f"undercloud.test=rabbitmq-{os.getpid()}"
 NAMES = ["rmq-a", "rmq-b", "rmq-c"]
 LIVENESS_HOST_TIMEOUT = 5.0
-# as the agent runs containers (kube.py): runc and explicit ulimits
+# as the agent runs containers (agent/engine.py): runc and explicit ulimits
 RUN = ["--runtime", "runc", "--ulimit", "nofile=20000:20000", "--ulimit", "nproc=4096:4096"]
 
 
@@ -159,7 +159,7 @@ def cluster(uc_home, tmp_path):
 
 
 def test_first_deploy_forms_one_cluster_then_a_replaced_first_node_waits_for_the_old_one(cluster):
-    from undercloud.agent import kube
+    from undercloud.agent import probes
 
     for i in range(3):
         cluster.start(i)
@@ -184,7 +184,7 @@ def test_first_deploy_forms_one_cluster_then_a_replaced_first_node_waits_for_the
     liveness = dict(cluster.container["livenessProbe"])
     liveness["tcpSocket"] = {**liveness["tcpSocket"], "host": cluster.nodes[0]}
     for _ in range(3):
-        assert kube.probe(liveness, timeout=LIVENESS_HOST_TIMEOUT) == (True, "")
+        assert probes.probe(liveness, timeout=LIVENESS_HOST_TIMEOUT) == (True, "")
         time.sleep(2)
     cluster.wait("it says it waits", lambda: "not telling whether they hold data yet: waiting" in cluster.logs(0), 60)
     assert not cluster.answers_amqp(0)

@@ -165,7 +165,7 @@ def test_kube_hook_process_mode_replaces_only_on_change(tmp_path, env):
     finally:
         os.environ["UNDERCLOUD_AGENT_STATE"] = env["UNDERCLOUD_AGENT_STATE"]
         try:
-            from undercloud.agent import kube
-            kube.stop_processes("web")
+            from undercloud.agent import processes
+            processes.stop_processes("web")
         finally:
             del os.environ["UNDERCLOUD_AGENT_STATE"]

@@ -11,18 +11,18 @@ import time
 
 import pytest
 
-from undercloud.agent import files, kube, watchdog
+from undercloud.agent import engine, files, kube, pod_spec, probes, watchdog
 
 
 def test_liveness_is_the_containers_own_check():
     http = {"httpGet": {"port": 80, "path": "/"}}
-    assert kube.liveness_probe({"readinessProbe": http}) == http
-    assert kube.liveness_probe({"readinessProbe": {"tcpSocket": {"port": 5672}}}) == {"tcpSocket": {"port": 5672}}
+    assert pod_spec.liveness_probe({"readinessProbe": http}) == http
+    assert pod_spec.liveness_probe({"readinessProbe": {"tcpSocket": {"port": 5672}}}) == {"tcpSocket": {"port": 5672}}
     # Checks that ask elsewhere say nothing about this container: no restarts for them.
-    assert kube.liveness_probe({"readinessProbe": {"httpGet": {"host": "192.0.2.250", "port": 1936}}}) is None
-    assert kube.liveness_probe({"readinessProbe": {"exec": {"command": ["uc-nova-compute-ready"]}}}) is None
+    assert pod_spec.liveness_probe({"readinessProbe": {"httpGet": {"host": "192.0.2.250", "port": 1936}}}) is None
+    assert pod_spec.liveness_probe({"readinessProbe": {"exec": {"command": ["uc-nova-compute-ready"]}}}) is None
     live = {"exec": {"command": ["true"]}}
-    assert kube.liveness_probe({"readinessProbe": http, "livenessProbe": live}) == live
+    assert pod_spec.liveness_probe({"readinessProbe": http, "livenessProbe": live}) == live
 
 
 class FakeNode:
@@ -49,10 +49,10 @@ def node(tmp_path, monkeypatch):
     fake = FakeNode()
     monkeypatch.setattr(kube, "node_containers", fake.listing)
     monkeypatch.setattr(kube, "start_container", fake.start)
-    monkeypatch.setattr(kube, "probe", lambda spec, timeout=2.0, run_exec=None: (fake.probe_ok, "" if fake.probe_ok else "timed out"))
+    monkeypatch.setattr(probes, "probe", lambda spec, timeout=2.0, run_exec=None: (fake.probe_ok, "" if fake.probe_ok else "timed out"))
     monkeypatch.setattr(watchdog, "PERIOD", 0.0)
     monkeypatch.setattr(watchdog, "LIST_SHARE", 0)  # every round lists (a fake listing costs ~0 s)
-    base = kube.state_dir()
+    base = engine.state_dir()
     pod = {"metadata": {"name": "keystone"}, "spec": {"containers": [
         {"name": "keystone", "image": "localhost/service-keystone:1",
          "readinessProbe": {"httpGet": {"port": 15000, "path": "/v3"}}}]}}
@@ -71,7 +71,7 @@ def test_a_stopped_container_is_started_on_the_second_look(node):
     assert dog.round() == [] and node.acted == []  # a process that exited is the restart policy's first
     assert dog.round() == ["pod keystone: container keystone was exited: started"]
     assert node.acted == [("start", "n-keystone-keystone")]
-    rec = json.loads((kube.state_dir() / "health.json").read_text())["pods"]["keystone"]
+    rec = json.loads((engine.state_dir() / "health.json").read_text())["pods"]["keystone"]
     assert rec["config"] == "a" * 12 and rec["containers"]["keystone"]["restarts"] == 1
     assert rec["containers"]["keystone"]["last_restart"]["why"] == "was exited; started"
 
@@ -96,11 +96,11 @@ def test_a_restart_by_podmans_policy_is_counted(node):
     dog.round()
     node.containers[("keystone", "keystone")]["started_at"] = 200  # same container, started again
     assert dog.round() == [] and node.acted == []
-    rec = json.loads((kube.state_dir() / "health.json").read_text())["pods"]["keystone"]["containers"]["keystone"]
+    rec = json.loads((engine.state_dir() / "health.json").read_text())["pods"]["keystone"]["containers"]["keystone"]
     assert rec["restarts"] == 1 and rec["last_restart"]["why"] == "its process exited; restarted by podman"
     node.containers[("keystone", "keystone")].update(id="c2", started_at=300)  # re-created by a deploy
     dog.round()
-    assert json.loads((kube.state_dir() / "health.json").read_text())["pods"]["keystone"]["containers"][
+    assert json.loads((engine.state_dir() / "health.json").read_text())["pods"]["keystone"]["containers"][
         "keystone"]["restarts"] == 1
 
 
@@ -110,11 +110,11 @@ def test_paused_missing_and_reports(node):
     dog.round()
     dog.round()
     assert len(sent) == 1  # nothing changed: not sent again (until REPORT_EVERY)
-    (kube.state_dir() / "watchdog.pause").touch()
+    (engine.state_dir() / "watchdog.pause").touch()
     node.containers[("keystone", "keystone")]["state"] = "exited"
     assert dog.round() == [] and dog.round() == [] and node.acted == []
     assert sent[-1]["paused"] is True and sent[-1]["pods"]["keystone"]["containers"]["keystone"]["state"] == "exited"
-    (kube.state_dir() / "watchdog.pause").unlink()
+    (engine.state_dir() / "watchdog.pause").unlink()
     del node.containers[("keystone", "keystone")]  # removed: left to the next deploy
     assert dog.round() == [] and dog.round() == [] and node.acted == []
     assert sent[-1]["pods"]["keystone"]["containers"]["keystone"]["state"] == "missing"
@@ -154,7 +154,7 @@ def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, m
     dog.list_cost["netns"] = 100.0
     dog.round()
     assert len(calls) == 4
-    (kube.state_dir() / "keystone.sha256").write_text("netns:" + "b" * 64)  # played again: list now
+    (engine.state_dir() / "keystone.sha256").write_text("netns:" + "b" * 64)  # played again: list now
     dog.round()
     assert len(calls) == 5
 
@@ -170,7 +170,7 @@ def test_checks_come_less_often_when_they_cost_the_service_more(node, monkeypatc
         clock[0] += 0.05  # a service answering slowly: 20 x 0.05 s = 1 s between checks
         return True, ""
 
-    monkeypatch.setattr(kube, "probe", slow_probe)
+    monkeypatch.setattr(probes, "probe", slow_probe)
     dog = watchdog.Watchdog(lambda m: None)
     dog.round()  # the first check: its cost is known after it
     assert dog.probe_cost == pytest.approx(0.05)
@@ -203,7 +203,7 @@ def test_checks_are_never_spaced_beyond_max_spacing(node, monkeypatch):
             clock[0] += 2.0  # a busy service: 20 x 2 s would space the checks 40 s apart
         return node.probe_ok, "" if node.probe_ok else "timed out"
 
-    monkeypatch.setattr(kube, "probe", probe)
+    monkeypatch.setattr(probes, "probe", probe)
     dog = watchdog.Watchdog(lambda m: None)
     dog.round()  # no cost known before it: the next check is a period away
     clock[0] = probed[0] + 5.0
@@ -221,7 +221,7 @@ def test_a_starting_container_is_checked_every_round_until_it_first_passes(node,
     """So a hang soon after a (re)start counts from the first pass, not after the initial delay."""
     monkeypatch.setattr(watchdog, "PERIOD", 100.0)
     probed = []
-    monkeypatch.setattr(kube, "probe", lambda spec, timeout=2.0, run_exec=None: probed.append(node.probe_ok)
+    monkeypatch.setattr(probes, "probe", lambda spec, timeout=2.0, run_exec=None: probed.append(node.probe_ok)
                         or (node.probe_ok, "" if node.probe_ok else "connection refused"))
     dog = watchdog.Watchdog(lambda m: None)
     node.probe_ok = False
@@ -275,8 +275,8 @@ def test_asked_for_a_report_it_probes_now_and_answers_even_paused(node, monkeypa
     """The undercloud's request (`health_request` in the document the runner keeps in
     metadata.json): every running container's readiness probe, run now, in a report sent at
     once with `answers`, paused or not; once answered, nothing more until the next request."""
-    probes = []
-    monkeypatch.setattr(kube, "probe", lambda spec, timeout=2.0, run_exec=None: probes.append(spec) or
+    asked = []
+    monkeypatch.setattr(probes, "probe", lambda spec, timeout=2.0, run_exec=None: asked.append(spec) or
                         (node.probe_ok, "" if node.probe_ok else "connection refused\n"))
     tries = []
 
@@ -285,30 +285,30 @@ def test_asked_for_a_report_it_probes_now_and_answers_even_paused(node, monkeypa
         if len(tries) == 2:
             raise OSError("connection refused")
 
-    doc = kube.state_dir().parent / "metadata.json"
+    doc = engine.state_dir().parent / "metadata.json"
     dog = watchdog.Watchdog(lambda m: None, report=report)
-    (kube.state_dir() / "watchdog.pause").touch()
+    (engine.state_dir() / "watchdog.pause").touch()
     dog.round()
-    assert probes == [] and tries[-1]["answers"] is None  # paused, not asked: no probe
+    assert asked == [] and tries[-1]["answers"] is None  # paused, not asked: no probe
     files.write_atomic(doc, json.dumps({"deployments": [], "health_request": 1000.5}))
     node.probe_ok = False
     assert dog.request() == 1000.5
     dog.round()  # the report of this answer is refused: asked again next round
-    assert len(probes) == 1 and dog.request() == 1000.5 and dog.tried == 1000.5
+    assert len(asked) == 1 and dog.request() == 1000.5 and dog.tried == 1000.5
     node.probe_ok = True
     dog.round()
-    assert len(probes) == 2 and dog.request() is None
+    assert len(asked) == 2 and dog.request() is None
     sent = tries[-1]
     assert sent["answers"] == 1000.5 and sent["paused"] is True
     assert sent["pods"]["keystone"]["containers"]["keystone"]["ready"] == "healthy"
     assert node.acted == []  # paused: reports, repairs nothing
     dog.round()
-    assert len(probes) == 2 and len(tries) == 3  # answered, unchanged: neither probed nor sent again
+    assert len(asked) == 2 and len(tries) == 3  # answered, unchanged: neither probed nor sent again
     # A new request; keystone stopped meanwhile: not probed, its state says it.
     node.containers[("keystone", "keystone")]["state"] = "exited"
     files.write_atomic(doc, json.dumps({"deployments": [], "health_request": 1001.0}))
     dog.round()
-    assert len(probes) == 2 and tries[-1]["answers"] == 1001.0
+    assert len(asked) == 2 and tries[-1]["answers"] == 1001.0
     assert "ready" not in tries[-1]["pods"]["keystone"]["containers"]["keystone"]
     # A failing probe says which check and its last words.
     node.containers[("keystone", "keystone")]["state"] = "running"

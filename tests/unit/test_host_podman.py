@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-from undercloud.agent import kube
+from undercloud.agent import engine
 from undercloud.host import podman
 
 
@@ -16,11 +16,11 @@ def test_the_settings_are_the_agents_in_a_directory_of_this_users(tmp_path, monk
     env = podman.env()
     conf = tmp_path / "run" / "undercloud" / "containers.conf"
     assert env["CONTAINERS_CONF"] == str(conf)
-    assert conf.read_text() == kube.CONTAINERS_CONF and 'runtime = "runc"' in conf.read_text()
+    assert conf.read_text() == engine.CONTAINERS_CONF and 'runtime = "runc"' in conf.read_text()
     assert stat.S_IMODE(conf.parent.stat().st_mode) == 0o700
     conf.write_text("[engine]\nruntime = \"crun\"\n")  # changed behind our back: put right again
     podman.env()
-    assert conf.read_text() == kube.CONTAINERS_CONF
+    assert conf.read_text() == engine.CONTAINERS_CONF
     assert sorted(p.name for p in conf.parent.iterdir()) == ["containers.conf"]  # no temporary left
 
 

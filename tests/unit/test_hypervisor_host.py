@@ -17,7 +17,7 @@ from cryptography.fernet import Fernet
 
 from tests.conftest import run_cli
 from tests.unit.test_overcloud_plan import images_for, loaded
-from undercloud.agent import kube
+from undercloud.agent import engine, pod_spec
 from undercloud.api import context
 from undercloud.api.context import Context
 from undercloud.config import Home
@@ -190,7 +190,7 @@ def test_the_worker_service_declares_what_the_plan_and_the_node_need():
     doc = yaml.safe_load(WORKER_TEMPLATE.read_text())
     assert doc["parameters"]["UndercloudStoreUrl"]["hidden"] is True  # it may hold the database password
     pod = doc["resources"]["Pod"]["properties"]["value"]
-    kube.validate(pod)
+    pod_spec.validate(pod)
     (container,) = pod["spec"]["containers"]
     assert container["readinessProbe"]["httpGet"] == {"port": 8990, "path": "/v1/health"}
     assert doc["resources"]["ConfigFiles"]["properties"]["value"]["port"] == "8990"
@@ -227,5 +227,5 @@ def test_the_nodes_podman_api_has_the_settings_of_the_agents_podman():
     element = elements.load("container-host", [elements.SHIPPED], "test")
     conf = (element.path / "static" / "etc" / "containers" / "containers.conf").read_text()
     settings = [line for line in conf.splitlines() if line and not line.startswith("#")]
-    assert settings == kube.CONTAINERS_CONF.strip().splitlines()
+    assert settings == engine.CONTAINERS_CONF.strip().splitlines()
     assert any(s.name == "50-podman-socket" for s in element.scripts("install.d"))

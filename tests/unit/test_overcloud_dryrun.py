@@ -15,7 +15,7 @@ from sqlalchemy import select
 from tests.conftest import run_cli
 from tests.unit.service_support import SERVICES
 from tests.unit.test_engine_ops import Eng
-from undercloud.agent.kube import pod_digest
+from undercloud.agent.pod_spec import pod_digest
 from undercloud.masking import MASK, Mask
 from undercloud.overcloud import dryrun
 from undercloud.store.stacks import Stack, StackEvent, StackResource

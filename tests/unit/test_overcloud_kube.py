@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from undercloud.agent import hooks, kube
+from undercloud.agent import engine, hooks, kube, netns, pod_spec, probes, processes
+from undercloud.agent.libpod import config_tar
 
 
 @pytest.fixture
@@ -57,8 +58,8 @@ def test_process_mode_plays_every_pod_of_the_list(env, monkeypatch):
         assert "pod web1: unchanged" in again["deploy_stdout"] and "pod web2: unchanged" in again["deploy_stdout"]
     finally:
         monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", env["UNDERCLOUD_AGENT_STATE"])
-        kube.stop_processes("web1")
-        kube.stop_processes("web2")
+        processes.stop_processes("web1")
+        processes.stop_processes("web2")
 
 
 def test_a_steps_pods_start_together_so_one_may_wait_for_a_later_one(env, monkeypatch):
@@ -85,7 +86,7 @@ def test_a_steps_pods_start_together_so_one_may_wait_for_a_later_one(env, monkey
     finally:
         monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", env["UNDERCLOUD_AGENT_STATE"])
         for name in ("web1", "web2", "web3", "broken"):
-            kube.stop_processes(name)
+            processes.stop_processes(name)
 
 
 def test_a_failing_probe_names_pod_container_and_check(env, monkeypatch):
@@ -96,7 +97,7 @@ def test_a_failing_probe_names_pod_container_and_check(env, monkeypatch):
         r = hooks.run(deployment(cfg, {"kube_mode": "process", "ready_timeout": 2}), None, 60, env)
     finally:
         monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", env["UNDERCLOUD_AGENT_STATE"])
-        kube.stop_processes("db")
+        processes.stop_processes("db")
     assert r["deploy_status_code"] == 1
     reason = r["deploy_failure_reason"]
     assert reason.startswith("pod db: container mysql: readiness probe (TCP :18939) did not pass within 2 s")
@@ -121,13 +122,13 @@ def test_a_long_log_tail_keeps_its_last_line_within_the_reasons_size():
 def test_a_container_that_keeps_exiting_ends_the_wait_early():
     pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"tcpSocket": {"port": 1}}}]}}
     start = time.monotonic()
-    got = kube.wait_ready(pod, 60, dead=lambda: ("c", "the container exited 3 times (last exit code 1)"))
+    got = probes.wait_ready(pod, 60, dead=lambda: ("c", "the container exited 3 times (last exit code 1)"))
     assert time.monotonic() - start < 5
     assert got[0] == "c" and got[2] == "did not pass: the container exited 3 times (last exit code 1)"
 
 
 def test_configmaps_become_a_tar_at_their_mount_paths():
-    data = kube._config_tar([("/var/lib/undercloud/config", {"config.json": json.dumps({"command": ["x"]}),
+    data = config_tar([("/var/lib/undercloud/config", {"config.json": json.dumps({"command": ["x"]}),
                                                               "keystone.conf": "[DEFAULT]\n"})])
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         names = tar.getnames()
@@ -139,10 +140,10 @@ def test_configmaps_become_a_tar_at_their_mount_paths():
 def test_netns_mode_is_chosen_on_container_nodes(monkeypatch):
     monkeypatch.setenv("CONTAINER_HOST", "unix:///run/podman/podman.sock")
     monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", "container:uc1-node-0")
-    assert kube.choose_mode({}) == "netns"
-    assert kube.netns_prefix("keystone") == "uc1-node-0-keystone"
+    assert engine.choose_mode({}) == "netns"
+    assert netns.netns_prefix("keystone") == "uc1-node-0-keystone"
     monkeypatch.delenv("UNDERCLOUD_NODE_NETNS")
-    assert kube.choose_mode({}) in ("podman", "process")
+    assert engine.choose_mode({}) in ("podman", "process")
 
 
 @pytest.mark.parametrize("container, volumes, message", [
@@ -255,8 +256,8 @@ def test_netns_mode_maps_capabilities_and_claims_to_the_create_body(tmp_path, mo
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "mysql-data"}},
                     {"name": "seed", "persistentVolumeClaim": {"claimName": "seed"}}]}}
     try:
-        kube.validate(pod)
-        kube.play_netns("mysql", pod, {})
+        pod_spec.validate(pod)
+        netns.play_netns("mysql", pod, {})
         (body,) = api.created()
         assert body["cap_add"] == ["CAP_NET_ADMIN", "CAP_NET_RAW"] and body["cap_drop"] == ["CAP_MKNOD"]
         assert body["volumes"] == [{"Name": "uc1-node-0-mysql-data", "Dest": "/var/lib/mysql", "Options": []},
@@ -266,12 +267,12 @@ def test_netns_mode_maps_capabilities_and_claims_to_the_create_body(tmp_path, mo
                                                                   "undercloud.claim": "mysql-data"}
         # Replacing the Pod keeps the volumes: they are not made again (nor removed).
         api.calls.clear()
-        kube.play_netns("mysql", pod, {})
+        netns.play_netns("mysql", pod, {})
         assert not [p for m, p, b in api.calls if p == "/volumes/create" or p.startswith("/volumes/") and m == "DELETE"]
         assert api.created()[0]["volumes"][0]["Name"] == "uc1-node-0-mysql-data"
         # A container without any gets empty lists (podman's defaults).
         api.calls.clear()
-        kube.play_netns("web", {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "w", "image": "i"}]}}, {})
+        netns.play_netns("web", {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "w", "image": "i"}]}}, {})
         assert (api.created()[0]["cap_add"], api.created()[0]["volumes"]) == ([], [])
     finally:
         api.server.shutdown()
@@ -304,7 +305,7 @@ def compute_pod(host_network=True, probe=None):
 
 
 def test_netns_mode_maps_privileged_and_gives_host_network_pods_the_nodes_hostname(libpod):
-    kube.play_netns("nova-compute", compute_pod(), {})
+    netns.play_netns("nova-compute", compute_pod(), {})
     libvirt, compute = libpod.created()
     assert (libvirt["privileged"], compute["privileged"]) == (True, False)
     # hostNetwork: the node's network AND its UTS namespace (hostname = the node's name).
@@ -313,7 +314,7 @@ def test_netns_mode_maps_privileged_and_gives_host_network_pods_the_nodes_hostna
     # Both containers mount the one per-node claim volume.
     assert libvirt["volumes"][0]["Name"] == compute["volumes"][0]["Name"] == "uc1-node-0-libvirt-run"
     libpod.calls.clear()
-    kube.play_netns("nova-compute", compute_pod(host_network=False), {})
+    netns.play_netns("nova-compute", compute_pod(host_network=False), {})
     assert all("utsns" not in b for b in libpod.created())  # its own hostname, as in Kubernetes
 
 
@@ -358,7 +359,7 @@ def test_netns_exec_probes_run_inside_the_container_through_the_exec_api(libpod)
 def test_a_failing_exec_probe_reports_what_it_said(libpod):
     probe = {"exec": {"command": ["uc-nova-compute-ready"]}, "periodSeconds": 1}
     libpod.exec_results = [(1, "starting\nuc-nova-compute-ready: the hypervisor of host node-0 is down\n")] * 50
-    got = kube.wait_ready(compute_pod(probe=probe), 2.5, run_exec=lambda c: kube.netns_exec("nova-compute", c))
+    got = probes.wait_ready(compute_pod(probe=probe), 2.5, run_exec=lambda c: probes.netns_exec("nova-compute", c))
     assert got[0] == "compute"
     assert got[2] == "did not pass within 2.5 s; it said: uc-nova-compute-ready: the hypervisor of host node-0 is down"
     assert len(libpod.execs) == 3  # at 0, 1 and 2 s: every periodSeconds, not as fast as it can
@@ -367,9 +368,9 @@ def test_a_failing_exec_probe_reports_what_it_said(libpod):
 def test_process_mode_runs_exec_probes_here(env, tmp_path):
     flag = tmp_path / "ready"
     pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"exec": {"command": ["test", "-e", str(flag)]}}}]}}
-    assert kube.wait_ready(pod, 1)[2].startswith("did not pass within 1 s")
+    assert probes.wait_ready(pod, 1)[2].startswith("did not pass within 1 s")
     flag.touch()
-    assert kube.wait_ready(pod, 1) is None
+    assert probes.wait_ready(pod, 1) is None
 
 
 FAKE_PODMAN = """#!/bin/sh
@@ -408,8 +409,8 @@ def test_podman_mode_plays_host_network_pods_with_the_nodes_hostname_and_execs_p
     execs = [line for line in log.read_text().splitlines() if line.startswith("exec ")]
     assert execs == ["exec nova-compute-compute virsh version"] * 2
     # A Pod that names its hostname keeps it; one without hostNetwork gets none.
-    assert kube.as_played({"spec": {"hostNetwork": True, "hostname": "x"}})["spec"]["hostname"] == "x"
-    assert "hostname" not in kube.as_played({"spec": {}})["spec"]
+    assert pod_spec.as_played({"spec": {"hostNetwork": True, "hostname": "x"}})["spec"]["hostname"] == "x"
+    assert "hostname" not in pod_spec.as_played({"spec": {}})["spec"]
 
 
 def test_exec_probes_default_to_2_s_then_back_off(libpod):
@@ -417,8 +418,8 @@ def test_exec_probes_default_to_2_s_then_back_off(libpod):
     podman API): without periodSeconds they run after 2 s, then 1.5 times as long after
     each failure (up to EXEC_SPACING_MAX), not every 0.5 s."""
     libpod.exec_results = [(1, "not yet")] * 20
-    got = kube.wait_ready(compute_pod(probe={"exec": {"command": ["false"]}}), 5.5,
-                          run_exec=lambda c: kube.netns_exec("nova-compute", c))
+    got = probes.wait_ready(compute_pod(probe={"exec": {"command": ["false"]}}), 5.5,
+                          run_exec=lambda c: probes.netns_exec("nova-compute", c))
     assert got[2] == "did not pass within 5.5 s; it said: not yet"
     assert len(libpod.execs) == 3  # at 0, 2 and 5 s
 
@@ -428,14 +429,14 @@ def test_netns_empty_dir_is_one_volume_of_the_pod_shared_by_its_containers_and_e
         "containers": [{"name": n, "image": "i", "volumeMounts": [{"name": "scratch", "mountPath": "/s"}]}
                        for n in ("a", "b")],
         "volumes": [{"name": "scratch", "emptyDir": {}}]}}
-    kube.validate(pod)
-    kube.play_netns("web", pod, {})
+    pod_spec.validate(pod)
+    netns.play_netns("web", pod, {})
     assert [b["volumes"] for b in libpod.created()] == [[{"Name": "uc1-node-0-web-scratch", "Dest": "/s",
                                                           "Options": []}]] * 2
     assert libpod.volumes["uc1-node-0-web-scratch"]["Label"] == {"undercloud.node": "uc1-node-0",
                                                                   "undercloud.pod": "uc1-node-0-web"}
     libpod.calls.clear()
-    kube.play_netns("web", pod, {})  # replaced: the old volume goes, a new empty one comes
+    netns.play_netns("web", pod, {})  # replaced: the old volume goes, a new empty one comes
     vol_calls = [(m, p) for m, p, b in libpod.calls if p.startswith("/volumes/")]
     assert vol_calls == [("DELETE", "/volumes/uc1-node-0-web-scratch"), ("POST", "/volumes/create")]
 
@@ -463,8 +464,8 @@ def test_waiting_looks_for_a_dead_container_every_two_seconds_not_every_round(mo
     clock = [0.0]
     monkeypatch.setattr(kube.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(kube.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
-    monkeypatch.setattr(kube, "probe", lambda spec, run_exec=None: (False, "not yet"))
+    monkeypatch.setattr(probes, "probe", lambda spec, run_exec=None: (False, "not yet"))
     looks = []
     pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"httpGet": {"port": 1}}}]}}
-    assert kube.wait_ready(pod, 10, dead=lambda: looks.append(clock[0])) is not None
+    assert probes.wait_ready(pod, 10, dead=lambda: looks.append(clock[0])) is not None
     assert looks == [0.0, 2.0, 4.0, 6.0, 8.0]

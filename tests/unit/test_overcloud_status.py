@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.unit.agent_support import LiveService, settings, wait_for
-from undercloud.agent import kube, watchdog
+from undercloud.agent import engine, kube, probes, watchdog
 from undercloud.agent.logs import Log
 from undercloud.agent.runner import Agent
 from undercloud.orchestration.server_metadata import HEALTH_REQUEST
@@ -83,13 +83,13 @@ def node(tmp_path, svc, monkeypatch):
     monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(agent.state))
     monkeypatch.setattr(kube, "node_containers", lambda mode: {k: dict(v) for k, v in fake.containers.items()})
     monkeypatch.setattr(kube, "start_container", lambda mode, name, restart=False: fake.acted.append(name))
-    monkeypatch.setattr(kube, "probe", fake.probe)
+    monkeypatch.setattr(probes, "probe", fake.probe)
     for pod, svc_ in (("keystone", KEYSTONE), ("memcached", MEMCACHED)):
         (_c, spec), = svc_[4]
         spec_pod = {"metadata": {"name": pod}, "spec": {"containers": [
             {"name": pod, "image": f"localhost/service-{pod}:1", "readinessProbe": spec}]}}
-        (kube.state_dir() / f"{pod}.json").write_text(json.dumps(spec_pod))
-        (kube.state_dir() / f"{pod}.sha256").write_text("netns:" + "a" * 64)
+        (engine.state_dir() / f"{pod}.json").write_text(json.dumps(spec_pod))
+        (engine.state_dir() / f"{pod}.sha256").write_text("netns:" + "a" * 64)
     # a refresh phase that counts its runs: a request for a report is no configuration
     (agent.s.refresh_dir / "configure.d").mkdir(parents=True)
     hook = agent.s.refresh_dir / "configure.d" / "50-count"
@@ -185,7 +185,7 @@ def test_a_request_made_on_one_worker_reaches_agents_served_by_another(tmp_path)
 
 
 def test_a_paused_watchdog_still_reports_what_it_sees_now(svc, node):
-    (kube.state_dir() / "watchdog.pause").touch()
+    (engine.state_dir() / "watchdog.pause").touch()
     node.containers[("memcached", "memcached")]["state"] = "exited"  # `podman stop`, the watchdog paused
     node.probe_ok = False  # keystone answers no more
     rows = by(status(svc, "?node=oc-controller-0"))

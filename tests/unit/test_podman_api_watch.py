@@ -1,4 +1,4 @@
-"""ApiWatch's decisions (host/podman.py) and the kube hook's side of them (agent/kube.py),
+"""ApiWatch's decisions (host/podman.py) and the kube hook's side of them (agent/netns.py),
 on real Unix sockets standing in for the podman API service: one that answers pings, one
 that accepts and never answers (wedged), none (dead). The real service, broken and
 restarted under a deploy step, is tests/integration/test_podman_api_watch.py."""
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from undercloud.agent import kube
+from undercloud.agent import engine, libpod, netns, pod_spec
 from undercloud.host import podman as hp
 
 
@@ -132,7 +132,7 @@ def test_the_kube_hook_waits_for_the_check_then_plays_again(sock, monkeypatch):
         monkeypatch.setenv("CONTAINER_HOST", f"unix://{sock}")
         monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", "container:node")
         pod = {"spec": {"containers": [{"name": "c", "image": "img:1"}]}}
-        report = sock.with_name(sock.name + kube.API_FAILED_SUFFIX)
+        report = sock.with_name(sock.name + engine.API_FAILED_SUFFIX)
 
         def watcher():  # the undercloud: sees the report, checks, removes it
             while not report.exists():
@@ -142,25 +142,25 @@ def test_the_kube_hook_waits_for_the_check_then_plays_again(sock, monkeypatch):
         seen: dict = {}
         t = threading.Thread(target=watcher)
         t.start()
-        assert kube.api_recovered(kube.EngineFailure("HTTP 500: boom"), pod, wait=30)
+        assert netns.api_recovered(pod_spec.EngineFailure("HTTP 500: boom"), pod, wait=30)
         t.join(5)
         assert seen["image"] == "img:1" and "boom" in seen["error"]
         # nobody watching: no endless wait, and no report left behind
-        assert not kube.api_recovered(ConnectionRefusedError(111, "refused"), pod, wait=1.5)
+        assert not netns.api_recovered(ConnectionRefusedError(111, "refused"), pod, wait=1.5)
         assert not report.exists()
     finally:
         service.close()
 
 
 def test_only_server_errors_count_as_engine_failures(sock):
-    class Api(kube.PodmanAPI):
+    class Api(libpod.PodmanAPI):
         def call(self, method, path, body=None, raw=None, timeout=120, headers=None):
             return self.status, b'{"message": "m"}'
     api = Api(str(sock))
     api.status = 500
-    with pytest.raises(kube.EngineFailure):
+    with pytest.raises(pod_spec.EngineFailure):
         api.ok("POST", "/containers/x/start")
     api.status = 404
-    with pytest.raises(kube.PodError) as e:
+    with pytest.raises(pod_spec.PodError) as e:
         api.ok("POST", "/containers/x/start")
-    assert not isinstance(e.value, kube.EngineFailure)
+    assert not isinstance(e.value, pod_spec.EngineFailure)

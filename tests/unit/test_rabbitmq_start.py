@@ -141,14 +141,14 @@ def test_state_is_served_and_the_liveness_port_is_held_while_waiting(script):
     import urllib.request
 
     from tests.conftest import free_port
+    from undercloud.agent import probes
 
     state, dist = free_port(), free_port()
     servers = [script.serve(state, "10.0.0.3"), script.serve(dist, "10.0.0.3")]
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{state}/state", timeout=5) as r:
             assert json.load(r) == {"data": False, "written": 0.0, "phase": "waiting"}
-        from undercloud.agent import kube  # the watchdog's own check of the Pod's livenessProbe
-        assert kube.probe({"tcpSocket": {"port": dist}}, timeout=2) == (True, "")
+        assert probes.probe({"tcpSocket": {"port": dist}}, timeout=2) == (True, "")
     finally:
         for s in servers:
             s.shutdown()

@@ -1,7 +1,7 @@
 """A Unix socket whose queue of connections not yet accepted is full refuses a connect with a
 timeout at once (EAGAIN: BlockingIOError), where TCP would wait. A node's agent probing its
 services through its podman proxy met that under load (an exec probe "did not pass:
-BlockingIOError"): kube.unix_connect tries again until its timeout, and the proxy queues more."""
+BlockingIOError"): libpod.unix_connect tries again until its timeout, and the proxy queues more."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from undercloud.agent import kube
+from undercloud.agent import libpod
 from undercloud.provisioning.servers import node_proxy
 
 
@@ -49,7 +49,7 @@ def test_a_connect_to_a_busy_unix_socket_waits_for_room_instead_of_failing(tmp_p
         t = threading.Thread(target=accept_later)
         t.start()
         start = time.monotonic()
-        sock = kube.unix_connect(path, timeout=5)
+        sock = libpod.unix_connect(path, timeout=5)
         assert time.monotonic() - start >= 0.25  # it waited for the accept, then connected
         sock.close()
         t.join()
@@ -65,7 +65,7 @@ def test_a_unix_socket_that_never_makes_room_fails_at_the_timeout(tmp_path):
     try:
         start = time.monotonic()
         with pytest.raises(BlockingIOError):
-            kube.unix_connect(path, timeout=0.5)
+            libpod.unix_connect(path, timeout=0.5)
         assert time.monotonic() - start >= 0.3  # it tried again until its timeout, then gave up
     finally:
         srv.close()

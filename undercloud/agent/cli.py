@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         from undercloud.agent.hooks import hook_main
         return hook_main(args.group)
     if args.cmd == "supervise":
-        from undercloud.agent.kube import supervise
+        from undercloud.agent.processes import supervise
         return supervise(args.spec)
     if args.cmd == "prefetch-images":
-        from undercloud.agent.kube import prefetch
+        from undercloud.agent.pod_images import prefetch
         return prefetch(args.spec)
     if args.cmd == "apply-config":
         from undercloud.agent import apply as oac

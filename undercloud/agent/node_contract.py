@@ -2,7 +2,7 @@
 
 On a container node (provisioning/servers/container.py) the node is the container NODE
 (`<instance>-<server>`), started with UNDERCLOUD_NODE_NETNS=container:NODE. Its agent's
-kube hook (agent/kube.py, netns mode) creates each Pod's containers through the host's
+kube hook (agent/netns.py) creates each Pod's containers through the host's
 podman as `NODE-<pod>-<container>`, joined to NODE's network namespace and labelled
 undercloud.node=NODE, undercloud.pod=NODE-<pod>, undercloud.container=<container>; a
 persistentVolumeClaim is the volume `NODE-<claim>` (undercloud.node, undercloud.claim),

@@ -7,7 +7,7 @@ Every `watch_interval` seconds (agent setting; 0 turns it off), for each Pod the
 played and found ready (kube/<pod>.sha256 and kube/<pod>.json):
 - a container seen not running in two rounds in a row is started (one round is left to the
   restart policy, which brings an exited process back within a second);
-- a container whose liveness check (`kube.liveness_probe`) fails `failureThreshold` times
+- a container whose liveness check (`pod_spec.liveness_probe`) fails `failureThreshold` times
   in a row (3; each given timeoutSeconds, else 5 s, where a readiness check has 2: a
   service answering slowly on a saturated node is busy, not hung) is killed and started
   again. Failures count once the check passed since the
@@ -38,7 +38,8 @@ import json
 import subprocess
 import time
 
-from undercloud.agent import files, kube
+from undercloud.agent import engine, files, kube, pod_spec, probes
+from undercloud.agent.pod_spec import PodError
 
 FAILURE_THRESHOLD = 3  # Kubernetes' default failureThreshold
 INITIAL_DELAY = 120.0  # seconds a started container has to pass its check once
@@ -61,7 +62,7 @@ class Watchdog:
         self.log = log
         self.report = report  # body -> None; raises OSError-like on failure
         self.track: dict[tuple[str, str], dict] = {}
-        self.file = kube.state_dir() / "health.json"
+        self.file = engine.state_dir() / "health.json"
         try:
             self.health = json.loads(self.file.read_text())
         except (OSError, ValueError):
@@ -81,7 +82,7 @@ class Watchdog:
     def request(self) -> float | None:
         """A request for a fresh report not answered yet (the runner's copy of the
         undercloud's document, read again only when it changed), else None."""
-        path = kube.state_dir().parent / "metadata.json"
+        path = engine.state_dir().parent / "metadata.json"
         try:
             st = path.stat()
         except OSError:
@@ -99,7 +100,7 @@ class Watchdog:
     def played() -> list[tuple[str, str, str, dict]]:
         """(pod, mode, config hash, Pod) of every Pod the hook played and found ready."""
         out = []
-        base = kube.state_dir()
+        base = engine.state_dir()
         for h in sorted(base.glob("*.sha256")):
             try:
                 mode, _, digest = h.read_text().partition(":")
@@ -111,7 +112,7 @@ class Watchdog:
         return out
 
     def paused(self) -> bool:
-        return (kube.state_dir() / "watchdog.pause").exists()
+        return (engine.state_dir() / "watchdog.pause").exists()
 
     def round(self) -> list[str]:
         """One look at every played Pod; returns what it repaired."""
@@ -161,7 +162,7 @@ class Watchdog:
                     info = (listing.get(mode) or {}).get((name, c["name"]))
                     if info is None or info["state"] != "running":
                         continue  # its state says it
-                    run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
+                    run_exec = (probes.netns_exec if mode == "netns" else probes.podman_exec)(name, c["name"])
                 else:
                     run_exec = None  # process mode: the probe runs here
                 jobs.append(((name, c["name"]), spec, run_exec))
@@ -182,7 +183,7 @@ class Watchdog:
         start = time.monotonic()
         try:
             found = kube.node_containers(mode)
-        except (OSError, ValueError, kube.PodError, subprocess.SubprocessError) as exc:
+        except (OSError, ValueError, PodError, subprocess.SubprocessError) as exc:
             self.log(f"watchdog: cannot list the containers ({mode}): {exc}")
             return None, False
         self.list_cost[mode] = time.monotonic() - start
@@ -215,12 +216,12 @@ class Watchdog:
                     did += self._repair(name, mode, c["name"], info, f"was {info['state']}", restart=False)
                 continue
             t["down"] = 0
-            spec = kube.liveness_probe(c)
+            spec = pod_spec.liveness_probe(c)
             if not spec or time.monotonic() < t["due"]:
                 continue
-            run_exec = (kube.netns_exec if mode == "netns" else kube.podman_exec)(name, c["name"])
+            run_exec = (probes.netns_exec if mode == "netns" else probes.podman_exec)(name, c["name"])
             started = time.monotonic()
-            ok, said = kube.probe(spec, timeout=LIVENESS_TIMEOUT, run_exec=run_exec)
+            ok, said = probes.probe(spec, timeout=LIVENESS_TIMEOUT, run_exec=run_exec)
             # Checks cost the service a request each: on an emulated VM a WSGI app's answer
             # takes a fair share of a CPU. They come again after the period, or LIST_SHARE
             # times what all the passing checks of the last round cost if that is longer, but
@@ -242,15 +243,15 @@ class Watchdog:
             t["fails"] += 1
             threshold = int(spec.get("failureThreshold") or FAILURE_THRESHOLD)
             if t["fails"] >= threshold:
-                why = f"health check ({kube.probe_text(spec)}) failed {t['fails']} times in a row"
-                did += self._repair(name, mode, c["name"], info, why + kube._said(said), restart=True)
+                why = f"health check ({pod_spec.probe_text(spec)}) failed {t['fails']} times in a row"
+                did += self._repair(name, mode, c["name"], info, why + probes.last_words(said), restart=True)
         return did
 
     def _repair(self, name: str, mode: str, container: str, info: dict, why: str, restart: bool) -> list[str]:
         verb = "restarted" if restart else "started"
         try:
             kube.start_container(mode, info["name"], restart=restart)
-        except (OSError, kube.PodError, subprocess.SubprocessError) as exc:
+        except (OSError, PodError, subprocess.SubprocessError) as exc:
             self.log(f"watchdog: pod {name}: container {container} {why}; could not be {verb}: {exc}")
             return []
         self.track.pop((name, container), None)
@@ -309,11 +310,11 @@ class Watchdog:
 
 def readiness(spec: dict, run_exec=None) -> str:
     """A readiness probe's result as `overcloud status` shows it."""
-    ok, said = kube.probe(spec, timeout=READY_TIMEOUT, run_exec=run_exec)
+    ok, said = probes.probe(spec, timeout=READY_TIMEOUT, run_exec=run_exec)
     if ok:
         return "healthy"
     lines = [x.strip() for x in (said or "").splitlines() if x.strip()]
-    return f"failing ({kube.probe_text(spec)} did not pass{': ' + lines[-1][:120] if lines else ''})"
+    return f"failing ({pod_spec.probe_text(spec)} did not pass{': ' + lines[-1][:120] if lines else ''})"
 
 
 def run(log, interval: float, report=None, stop=None) -> None:

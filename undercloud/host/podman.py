@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from undercloud.agent.engine import API_FAILED_SUFFIX, CONTAINERS_CONF, RLIMITS
 from undercloud.agent.files import write_atomic
-from undercloud.agent.kube import API_FAILED_SUFFIX, CONTAINERS_CONF, RLIMITS
 from undercloud.host.run import CommandFailed, require, run
 
 CONF = CONTAINERS_CONF  # the agent's, so nodes and this host run podman alike
@@ -170,7 +170,7 @@ def api_service(socket_path: Path = API_SOCKET, timeout: float = 30) -> Path:
 # permitted") while `podman run` worked and `_ping` answered; nothing noticed, and every
 # later deploy step failed. ApiWatch looks at it as a service manager would: a ping (cheap)
 # at every look, a container start of its own (the call that broke) now and then and at
-# once when a container node reports that a real call failed (agent/kube.py writes
+# once when a container node reports that a real call failed (agent/netns.py writes
 # `<socket>.failed`), and restarts it when it has gone bad.
 
 PING_TIMEOUT = 5.0
@@ -281,7 +281,7 @@ class ApiWatch:
         """Start a container (`sh -c "exit 0"`) through the API, as the kube hook does (runc,
         explicit ulimits): None when it ran, else what failed. A missing image, or one
         without sh, is no verdict (None)."""
-        from undercloud.agent.kube import PodmanAPI
+        from undercloud.agent.libpod import PodmanAPI
 
         api = PodmanAPI(str(self.socket_path))
         name = f"undercloud-canary-{os.getpid()}"

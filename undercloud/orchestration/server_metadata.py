@@ -284,7 +284,7 @@ class ServerMetadata:
         """The Pods the `kube` deployments published for `server_id` declare (image
         overrides applied), read from the store (whichever worker published them): what a
         container node's podman proxy lets its agent create."""
-        from undercloud.agent import kube
+        from undercloud.agent import pod_spec
 
         with self.store.engine.connect() as conn:
             docs = conn.execute(select(_DEPLOYMENTS.c.document).where(_DEPLOYMENTS.c.server_id == server_id)).scalars()
@@ -293,8 +293,8 @@ class ServerMetadata:
                 if not isinstance(doc, dict) or doc.get("group") != "kube":
                     continue
                 try:  # a copy: split applies the overrides in place
-                    pods += kube.split(json.loads(json.dumps(doc.get("config"))), doc.get("options") or {})[1]
-                except (ValueError, TypeError, kube.PodError):
+                    pods += pod_spec.split(json.loads(json.dumps(doc.get("config"))), doc.get("options") or {})[1]
+                except (ValueError, TypeError, pod_spec.PodError):
                     continue  # its agent refuses it too: nothing of it may be created
         return pods
 

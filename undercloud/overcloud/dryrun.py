@@ -5,7 +5,7 @@ resource it would create or change, hidden values masked).
 
 A service's rendered config files and Pod are its nested stack's `ConfigFiles` and `Pod`
 values; the node gets them as a ConfigMap and the Pod (the service's role_data `kube`).
-Whether a node's agent replaces the Pod is decided by `agent.kube.pod_digest` over exactly
+Whether a node's agent replaces the Pod is decided by `agent.pod_spec.pod_digest` over exactly
 those: the same function is called here, so "restart" is the agent's decision, not a
 guess. Nodes added are the new members of a role's server group; removed ones, the
 members the update deletes (overcloud/scale.removed_nodes). Pure functions over the
@@ -64,10 +64,10 @@ def images(pod: dict | None) -> list[str]:
 
 def restarts(pod_before: dict, files_before: dict, pod_after: dict, files_after: dict) -> bool:
     """The agent's decision for a Pod it runs: replaced when its digest changes."""
-    from undercloud.agent.kube import _configmap_names, pod_digest
+    from undercloud.agent.pod_spec import configmap_names, pod_digest
 
     def digest(pod, files):
-        return pod_digest(pod, {name: files for name in _configmap_names(pod)})
+        return pod_digest(pod, {name: files for name in configmap_names(pod)})
 
     return digest(pod_before, files_before) != digest(pod_after, files_after)
 

@@ -25,7 +25,7 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
 
 A service's health is declared once, as the readiness probe of its Pod (the first container
 that has one; `resources.Pod.properties.value`, an OS::Heat::Value): the agent runs it,
-`overcloud status` shows it as the health_check (`kube.probe_text`), and a frontend without
+`overcloud status` shows it as the health_check (`pod_spec.probe_text`), and a frontend without
 a `check` whose check port is the probe's HTTP port checks the probe's path. A template
 whose Pod is computed may still declare health_check and check.
 
@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from undercloud.agent import kube
+from undercloud.agent import pod_spec
 from undercloud.orchestration.template.source import TemplateError, kind, line_of, parse_yaml, problem
 
 LIBRARY = Path(__file__).resolve().parent  # the templates beside this code
@@ -165,7 +165,7 @@ def read_service(service_type: str, path: Path) -> Service:
     svc.readiness = _readiness(doc, rd)
     check = rd.get("health_check", "")
     if r.typed(check, ("health_check",), str, "a string"):
-        svc.health_check = check or (kube.probe_text(svc.readiness) if svc.readiness else "")
+        svc.health_check = check or (pod_spec.probe_text(svc.readiness) if svc.readiness else "")
 
     for key in ("images", "secrets", "endpoints"):
         value = rd.get(key, {})

@@ -9,7 +9,7 @@ with the age of its last report, never an older "healthy" as if it were now.
 
 from __future__ import annotations
 
-from undercloud.agent import kube
+from undercloud.agent import pod_spec
 
 RUNNING = ("running", "supervised")  # supervised: a process-mode Pod, its supervisor restarts what exits
 
@@ -50,7 +50,7 @@ def health(svc: list, report: dict | None, asked: float | None, now: float) -> s
 
 def health_check(svc: list) -> str:
     """What a service without a declared health_check is checked by: its readiness probes."""
-    return "; ".join(kube.probe_text(spec) for _c, spec in (svc[4:5] or [[]])[0] or [] if isinstance(spec, dict))
+    return "; ".join(pod_spec.probe_text(spec) for _c, spec in (svc[4:5] or [[]])[0] or [] if isinstance(spec, dict))
 
 
 def targets(outputs: dict, only: str | None = None) -> list[tuple[str, str, str, list]]:

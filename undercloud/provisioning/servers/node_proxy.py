@@ -1,6 +1,6 @@
 """A container node's own view of the host's podman API: a filtering proxy per node.
 
-A container node's kube hook drives the host's podman (agent/kube.py, netns mode). Handed the
+A container node's kube hook drives the host's podman (agent/netns.py). Handed the
 host's API socket, a compromised node would control every container and mount of the host.
 Instead each node container mounts a directory of its own holding this proxy's socket
 (`<home>/servers/podman-proxy/<node>/podman.sock`, as `/run/podman/podman.sock`), and the
@@ -20,7 +20,7 @@ proxy passes on only what the hook needs, on that node's own things:
   tag only onto a name not taken (no image another node runs is replaced).
 
 Anything else: 403 with the reason, logged. The node's report of a broken API service
-(kube.api_recovered's file beside the socket) is passed on to the host's (`pass_reports`).
+(netns.api_recovered's file beside the socket) is passed on to the host's (`pass_reports`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from undercloud.agent import kube, node_contract
+from undercloud.agent import engine, libpod, node_contract, pod_spec
 
 log = logging.getLogger("undercloud.node_proxy")
 SOCKET = "podman.sock"
@@ -70,7 +70,7 @@ class Policy:
 
     # ---- what names a thing of the node's ---------------------------------------------
     def _labels(self, kind: str, name: str) -> dict | None:
-        status, data = kube.PodmanAPI(self.upstream).call("GET", f"/{kind}/{quote(name, safe='')}/json", timeout=30)
+        status, data = libpod.PodmanAPI(self.upstream).call("GET", f"/{kind}/{quote(name, safe='')}/json", timeout=30)
         if status != 200:
             return None
         info = json.loads(data or b"{}")
@@ -135,9 +135,9 @@ class Policy:
         own_ns = {"nsmode": "container", "value": self.node}
         if body.get("netns") != own_ns or body.get("utsns", own_ns) != own_ns:
             raise Refused(f"{where}: a namespace other than node {self.node}'s")
-        if body.get("privileged") and not kube.privileged(c):
+        if body.get("privileged") and not pod_spec.privileged(c):
             raise Refused(f"{where}: privileged, which its Pod does not declare")
-        more = set(body.get("cap_add") or []) - set(kube.capabilities(c, "add"))
+        more = set(body.get("cap_add") or []) - set(pod_spec.capabilities(c, "add"))
         if more:
             raise Refused(f"{where}: capabilities {', '.join(sorted(more))}, which its Pod does not declare")
         volumes = {v.get("name"): v for v in (pod.get("spec") or {}).get("volumes") or []}
@@ -178,7 +178,7 @@ class Policy:
             return  # the archive is checked as it arrives (Handler._forward_archive)
         if method == "POST" and len(parts) == 3 and parts[2] == "tag":
             target = f"{(query.get('repo') or [''])[0]}:{(query.get('tag') or ['latest'])[0]}"
-            status, _ = kube.PodmanAPI(self.upstream).call("GET", f"/images/{quote(target, safe='')}/exists",
+            status, _ = libpod.PodmanAPI(self.upstream).call("GET", f"/images/{quote(target, safe='')}/exists",
                                                            timeout=30)
             if status == 204:
                 raise Refused(f"image {target} exists: a node does not move a name another may run")
@@ -297,7 +297,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _upstream(self, path: str, body, headers: dict | None = None) -> tuple[int, dict, bytes]:
         sent = headers or {"Content-Type": self.headers.get("Content-Type") or "application/json"}
         try:
-            return kube.unix_request(self.server.upstream, self.command, path, body, sent, timeout=1800)
+            return libpod.unix_request(self.server.upstream, self.command, path, body, sent, timeout=1800)
         except OSError as exc:
             return 502, {}, json.dumps({"message": f"node proxy: the host's podman API: {exc}"}).encode()
 
@@ -344,9 +344,9 @@ class NodeProxy:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def pass_report(self, host_report: Path) -> bool:
-        """Move the node's report of a broken API service (kube.api_recovered) to where the
+        """Move the node's report of a broken API service (netns.api_recovered) to where the
         host's watch reads it; True when there was one."""
-        mine = Path(str(self.socket_path) + kube.API_FAILED_SUFFIX)
+        mine = Path(str(self.socket_path) + engine.API_FAILED_SUFFIX)
         try:
             os.replace(mine, host_report)
             return True
