@@ -11,6 +11,7 @@ from pathlib import Path
 import uvicorn
 
 from tests.conftest import free_port  # noqa: F401 - the agent tests take it from here
+from undercloud.agent import engine
 from undercloud.agent.settings import Settings
 from undercloud.api.app import create_app
 from undercloud.api.context import Context
@@ -85,3 +86,20 @@ def wait_for(cond, timeout: float = 30, what: str = "condition"):
             return v
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class FakeEngine(engine.Engine):
+    """A mode's engine over a fake node's `listing(mode)` and `start(mode, name, restart)`,
+    looked up at each call (a test may replace either)."""
+
+    def __init__(self, node, mode: str):
+        self.node, self.name = node, mode
+
+    def containers(self):
+        return self.node.listing(self.name)
+
+    def start(self, container, restart=False):
+        self.node.start(self.name, container, restart)
+
+    def exec_runner(self, pod, container):
+        return None  # probes are the fake node's (probes.probe replaced)

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from undercloud.agent import pod_images, pod_spec
+from undercloud.agent import engine, kube, pod_images, pod_spec
+
+PODMAN = engine.PodmanEngine()  # the node's own podman (a fake one on the PATH here)
 
 FAKE_PODMAN = """#!/bin/sh
 # image exists REF | load -q -i FILE | tag SRC REF: images are files named by sha256(REF).
@@ -79,11 +81,11 @@ def pod(*images: str) -> dict:
 
 def test_missing_images_are_loaded_once_and_present_ones_left(node):
     a, b = "localhost/undercloud/service-a:1", "localhost/undercloud/service-b:1"
-    said = pod_images.ensure_images([pod(a, b), pod(a)], node["sources"])
+    said = pod_images.ensure_images([pod(a, b), pod(a)], node["sources"], PODMAN)
     assert loads(node) == [a, b]
     assert said.count("loaded from the undercloud") == 2
-    assert pod_images.ensure_images([pod(a, b)], node["sources"]) == ""  # present: nothing done
-    assert pod_images.ensure_images([pod("docker.io/library/other:1")], node["sources"]) == ""  # no source: kube play's
+    assert pod_images.ensure_images([pod(a, b)], node["sources"], PODMAN) == ""  # present: nothing done
+    assert pod_images.ensure_images([pod("docker.io/library/other:1")], node["sources"], PODMAN) == ""  # no source: kube play's
     assert loads(node) == [a, b]
 
 
@@ -91,9 +93,9 @@ def test_a_step_and_the_prefetch_never_load_one_image_twice(node):
     refs = list(node["sources"])
     spec = pod_images.images_dir() / "prefetch-test.json"
     spec.write_text(json.dumps({"sources": node["sources"]}))
-    bg = threading.Thread(target=pod_images.prefetch, args=(spec,))
+    bg = threading.Thread(target=pod_images.prefetch, args=(spec, kube.engine_for))
     bg.start()
-    steps = [threading.Thread(target=pod_images.ensure_images, args=([pod(r)], node["sources"])) for r in reversed(refs)]
+    steps = [threading.Thread(target=pod_images.ensure_images, args=([pod(r)], node["sources"], PODMAN)) for r in reversed(refs)]
     for t in steps:
         t.start()
     for t in [bg, *steps]:
@@ -103,7 +105,7 @@ def test_a_step_and_the_prefetch_never_load_one_image_twice(node):
 
 
 def test_prefetch_runs_detached_and_loads_the_later_steps_images(node):
-    pod_images.start_prefetch(list(node["sources"]) + ["not-offered:1"], node["sources"])
+    pod_images.start_prefetch(list(node["sources"]) + ["not-offered:1"], node["sources"], PODMAN)
     for _ in range(100):  # bounded: the detached process loads three stand-in images
         if len(loads(node)) == 3:
             break
@@ -113,8 +115,8 @@ def test_prefetch_runs_detached_and_loads_the_later_steps_images(node):
 
 def test_a_corrupt_or_missing_download_fails_naming_the_image_and_loads_nothing(node):
     with pytest.raises(pod_spec.PodError, match=r"image bad:1: content from .*/v1/images/bad/file does not match"):
-        pod_images.load_image("bad:1", "/v1/images/bad/file")
+        pod_images.load_image("bad:1", "/v1/images/bad/file", PODMAN)
     with pytest.raises(pod_spec.PodError, match=r"image gone:1: cannot fetch .*/v1/images/gone/file: HTTP Error 404"):
-        pod_images.load_image("gone:1", "/v1/images/gone/file")
+        pod_images.load_image("gone:1", "/v1/images/gone/file", PODMAN)
     assert loads(node) == []
     assert [p.name for p in Path(pod_images.images_dir()).glob("download-*")] == []  # no partial archive left

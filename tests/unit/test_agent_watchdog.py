@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from tests.unit.agent_support import FakeEngine
 from undercloud.agent import engine, files, kube, pod_spec, probes, watchdog
 
 
@@ -47,8 +48,7 @@ class FakeNode:
 def node(tmp_path, monkeypatch):
     monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(tmp_path))
     fake = FakeNode()
-    monkeypatch.setattr(kube, "node_containers", fake.listing)
-    monkeypatch.setattr(kube, "start_container", fake.start)
+    monkeypatch.setattr(kube, "engine_for", lambda mode: FakeEngine(fake, mode))
     monkeypatch.setattr(probes, "probe", lambda spec, timeout=2.0, run_exec=None: (fake.probe_ok, "" if fake.probe_ok else "timed out"))
     monkeypatch.setattr(watchdog, "PERIOD", 0.0)
     monkeypatch.setattr(watchdog, "LIST_SHARE", 0)  # every round lists (a fake listing costs ~0 s)
@@ -139,7 +139,7 @@ def test_a_costly_listing_is_made_again_only_after_twenty_times_its_cost(node, m
     monkeypatch.setattr(watchdog, "LIST_SHARE", 20)
     calls = []
     listing = node.listing
-    monkeypatch.setattr(kube, "node_containers", lambda mode: calls.append(mode) or listing(mode))
+    monkeypatch.setattr(node, "listing", lambda mode: calls.append(mode) or listing(mode))
     dog = watchdog.Watchdog(lambda m: None)
     dog.round()
     dog.list_cost["netns"] = 100.0  # as if a listing took 100 s: the next is due in 2000 s
@@ -248,7 +248,7 @@ def test_a_pass_seen_before_the_listing_showed_a_restart_counts(node, monkeypatc
     clock = [1000.0]
     monkeypatch.setattr(watchdog.time, "time", lambda: clock[0])
     listed = dict(node.containers[("keystone", "keystone")])
-    monkeypatch.setattr(kube, "node_containers", lambda mode: {("keystone", "keystone"): dict(listed)})
+    monkeypatch.setattr(node, "listing", lambda mode: {("keystone", "keystone"): dict(listed)})
     dog = watchdog.Watchdog(lambda m: None)
     clock[0] = 990.0
     dog.round()  # passes at 990, on the process started at 100

@@ -359,7 +359,7 @@ def test_netns_exec_probes_run_inside_the_container_through_the_exec_api(libpod)
 def test_a_failing_exec_probe_reports_what_it_said(libpod):
     probe = {"exec": {"command": ["uc-nova-compute-ready"]}, "periodSeconds": 1}
     libpod.exec_results = [(1, "starting\nuc-nova-compute-ready: the hypervisor of host node-0 is down\n")] * 50
-    got = probes.wait_ready(compute_pod(probe=probe), 2.5, run_exec=lambda c: probes.netns_exec("nova-compute", c))
+    got = probes.wait_ready(compute_pod(probe=probe), 2.5, run_exec=lambda c: netns.NetnsEngine().exec_runner("nova-compute", c))
     assert got[0] == "compute"
     assert got[2] == "did not pass within 2.5 s; it said: uc-nova-compute-ready: the hypervisor of host node-0 is down"
     assert len(libpod.execs) == 3  # at 0, 1 and 2 s: every periodSeconds, not as fast as it can
@@ -419,7 +419,7 @@ def test_exec_probes_default_to_2_s_then_back_off(libpod):
     each failure (up to EXEC_SPACING_MAX), not every 0.5 s."""
     libpod.exec_results = [(1, "not yet")] * 20
     got = probes.wait_ready(compute_pod(probe={"exec": {"command": ["false"]}}), 5.5,
-                          run_exec=lambda c: probes.netns_exec("nova-compute", c))
+                          run_exec=lambda c: netns.NetnsEngine().exec_runner("nova-compute", c))
     assert got[2] == "did not pass within 5.5 s; it said: not yet"
     assert len(libpod.execs) == 3  # at 0, 2 and 5 s
 
@@ -443,7 +443,7 @@ def test_netns_empty_dir_is_one_volume_of_the_pod_shared_by_its_containers_and_e
 
 def test_image_overrides_change_only_the_pods_that_use_those_images(monkeypatch):
     played = []
-    monkeypatch.setattr(kube, "play_one", lambda pod, configmaps, mode, options: played.append(
+    monkeypatch.setattr(kube, "play_one", lambda pod, configmaps, eng, options: played.append(
         {c["name"]: c["image"] for c in pod["spec"]["containers"]}) or {"deploy_status_code": 0})
 
     def pod(name, image):
@@ -462,8 +462,8 @@ def test_waiting_looks_for_a_dead_container_every_two_seconds_not_every_round(mo
     """Each look inspects the Pod's containers through the podman API the agents of every
     container node share: not a few calls a second per waiting Pod."""
     clock = [0.0]
-    monkeypatch.setattr(kube.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(kube.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(probes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(probes.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     monkeypatch.setattr(probes, "probe", lambda spec, run_exec=None: (False, "not yet"))
     looks = []
     pod = {"spec": {"containers": [{"name": "c", "readinessProbe": {"httpGet": {"port": 1}}}]}}

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 
 from tests.conftest import run_cli
-from tests.unit.agent_support import LiveService, settings, wait_for
+from tests.unit.agent_support import FakeEngine, LiveService, settings, wait_for
 from undercloud.agent import engine, kube, probes, watchdog
 from undercloud.agent.logs import Log
 from undercloud.agent.runner import Agent
@@ -56,6 +56,12 @@ class FakeNode:
         self.probes = 0
         self.acted = []
 
+    def listing(self, mode):
+        return {k: dict(v) for k, v in self.containers.items()}
+
+    def start(self, mode, name, restart=False):
+        self.acted.append(name)
+
     def probe(self, spec, timeout=2.0, run_exec=None):
         self.probes += 1
         return (True, "") if self.probe_ok else (False, "timed out")
@@ -81,8 +87,7 @@ def node(tmp_path, svc, monkeypatch):
     agent = Agent(settings(tmp_path / "n0", svc.url, "id-0", token, interval=0.5, long_poll=False),
                   Log(io.StringIO()))
     monkeypatch.setenv("UNDERCLOUD_AGENT_STATE", str(agent.state))
-    monkeypatch.setattr(kube, "node_containers", lambda mode: {k: dict(v) for k, v in fake.containers.items()})
-    monkeypatch.setattr(kube, "start_container", lambda mode, name, restart=False: fake.acted.append(name))
+    monkeypatch.setattr(kube, "engine_for", lambda mode: FakeEngine(fake, mode))
     monkeypatch.setattr(probes, "probe", fake.probe)
     for pod, svc_ in (("keystone", KEYSTONE), ("memcached", MEMCACHED)):
         (_c, spec), = svc_[4]

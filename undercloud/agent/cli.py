@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         from undercloud.agent.processes import supervise
         return supervise(args.spec)
     if args.cmd == "prefetch-images":
+        from undercloud.agent.kube import engine_for
         from undercloud.agent.pod_images import prefetch
-        return prefetch(args.spec)
+        return prefetch(args.spec, engine_for)
     if args.cmd == "apply-config":
         from undercloud.agent import apply as oac
         try:

@@ -1,6 +1,6 @@
 """The `kube` hook: a Kubernetes Pod (agent/pod_spec.py), or a `kind: List` of ConfigMaps and
 Pods, as a deployment's config, played by the node's engine (agent/engine.py: podman,
-netns or process).
+netns or process; `engine_for`).
 
 A Pod whose rendered config hash is unchanged and still running and ready is left alone; a
 changed one is replaced; an unchanged one that drifted (containers stopped, missing or not
@@ -18,34 +18,28 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import threading
-import time
-from pathlib import Path
 
 from undercloud.agent import (
     engine,
     files,
-    libpod,
     netns,
-    node_contract,
     pod_images,
     pod_spec,
     probes,
     processes,
 )
-from undercloud.agent.pod_spec import EngineFailure, PodError
+from undercloud.agent.pod_spec import PodError
 from undercloud.agent.settings import REASON_CHARS
 
+ENGINES: dict[str, type[engine.Engine]] = {
+    "podman": engine.PodmanEngine, "netns": netns.NetnsEngine, "process": processes.ProcessEngine}
 
-def play_podman(name: str, pod: dict, spec_file: Path) -> tuple[int, str, str]:
-    cmd = ["podman", "kube", "play", "--replace"]
-    network = os.environ.get(node_contract.NETNS_ENV)
-    if network and not (pod.get("spec") or {}).get("hostNetwork"):
-        cmd += ["--network", network]
-    p = engine.run_podman(cmd + [str(spec_file)])
-    return p.returncode, p.stdout, p.stderr
+
+def engine_for(mode: str) -> engine.Engine:
+    """The engine of a mode (engine.choose_mode; recorded beside each played Pod)."""
+    return ENGINES[mode]()
 
 
 @contextlib.contextmanager
@@ -63,94 +57,21 @@ def pod_lock(name: str, wait: bool = True):
         yield True
 
 
-def node_containers(mode: str) -> dict[tuple[str, str], dict]:
-    """(pod, container) -> {id, name, state, started_at, image, image_id} of every
-    container this node's Pods have (one listing; process mode has none)."""
-    found: dict[tuple[str, str], dict] = {}
-    if mode == "netns":
-        target = engine.node_target()
-        if not target:
-            return found
-        for c in libpod.PodmanAPI(target[0]).containers(node_contract.node_label(target[1])):
-            parts = node_contract.pod_and_container(c.get("Labels") or {}, target[1])
-            if parts:
-                found[parts] = _container_info(c)
-    elif mode == "podman":
-        p = engine.run_podman(["podman", "ps", "-a", "--pod", "--format", "json"], timeout=60)
-        if p.returncode != 0:
-            raise PodError(f"podman ps: {(p.stderr or p.stdout).strip()[-200:]}")
-        for c in json.loads(p.stdout or "[]"):
-            pod, name = c.get("PodName") or "", (c.get("Names") or [""])[0]
-            if pod and not c.get("IsInfra") and name.startswith(pod + "-"):
-                found[(pod, name[len(pod) + 1:])] = _container_info(c)
-    return found
-
-
-def _container_info(c: dict) -> dict:
-    return {"id": c.get("Id") or c.get("ID") or "", "name": (c.get("Names") or [""])[0],
-            "state": c.get("State") or "unknown", "started_at": c.get("StartedAt") or 0,
-            "image": c.get("Image") or "", "image_id": (c.get("ImageID") or "")[:12]}
-
-
-def start_container(mode: str, name: str, restart: bool = False) -> None:
-    """Start a stopped container, or (restart) kill it and start it again: SIGKILL at once,
-    which also ends a process stopped with SIGSTOP. A restart can race podman's restart
-    policy (the kill makes conmon start it too) and fail with the container up again, or
-    left stopped: then it is started unless it runs."""
+def log_tail(eng: engine.Engine, name: str, container: str, lines: int = 20) -> str:
+    """The last lines of a Pod container's log, for failure messages ("" when unreadable)."""
     try:
-        _start(mode, name, restart)
-    except PodError:
-        if not restart:
-            raise
-        time.sleep(0.5)
-        if _state(mode, name) != "running":
-            _start(mode, name, False)
-
-
-def _start(mode: str, name: str, restart: bool) -> None:
-    if mode == "netns":
-        status, data = engine.node_api().call("POST", f"/containers/{name}/restart?t=0" if restart
-                                        else f"/containers/{name}/start")
-        if status >= 300 and status != 304:  # 304: already running
-            raise PodError(f"podman API {'restart' if restart else 'start'} {name}: HTTP {status}: "
-                           f"{data.decode(errors='replace').strip()[:200]}")
-    else:
-        p = engine.run_podman(["podman", "restart", "-t", "0", name] if restart else ["podman", "start", name], timeout=120)
-        if p.returncode != 0:
-            raise PodError(f"podman {'restart' if restart else 'start'} {name}: {(p.stderr or p.stdout).strip()[-200:]}")
-
-
-def _state(mode: str, name: str) -> str:
-    if mode == "netns":
-        status, data = engine.node_api().call("GET", f"/containers/{name}/json")
-        return ((json.loads(data).get("State") or {}).get("Status") or "") if status == 200 else ""
-    p = engine.run_podman(["podman", "inspect", name, "--format", "{{.State.Status}}"], timeout=60)
-    return p.stdout.strip() if p.returncode == 0 else ""
-
-
-def log_tail(mode: str, name: str, container: str, lines: int = 20) -> str:
-    """The last lines of a Pod container's log, for failure messages."""
-    try:
-        if mode == "netns":
-            target = engine.node_target()
-            return (libpod.PodmanAPI(target[0]).logs_tail(node_contract.container_name(target[1], name, container), lines)
-                    if target else "")
-        if mode == "podman":
-            p = engine.run_podman(["podman", "logs", "--tail", str(lines), f"{name}-{container}"], timeout=30)
-            return p.stdout + p.stderr
-        return "".join((engine.state_dir() / name / f"{container}.log").read_text(errors="replace")
-                       .splitlines(keepends=True)[-lines:])
+        return eng.log_tail(name, container, lines)
     except (OSError, PodError, subprocess.SubprocessError):
         return ""
 
 
-def play_one(pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
+def play_one(pod: dict, configmaps: dict, eng: engine.Engine, options: dict) -> dict:
     name = pod_spec.validate(pod)
     with pod_lock(name):
-        return _play_locked(name, pod, configmaps, mode, options)
+        return _play_locked(name, pod, configmaps, eng, options)
 
 
-def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dict) -> dict:
+def _play_locked(name: str, pod: dict, configmaps: dict, eng: engine.Engine, options: dict) -> dict:
     """Play the Pod unless its config is unchanged and it runs and is ready. With the config
     unchanged (a re-run to converge), what drifted is repaired and said in `repairs`: stopped
     containers are started again, a Pod not ready or with containers missing is re-created."""
@@ -158,20 +79,23 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
     spec_file = engine.state_dir() / f"{name}.json"
     hash_file = engine.state_dir() / f"{name}.sha256"
     existed = hash_file.exists()
-    same = existed and hash_file.read_text() == f"{mode}:{digest}"
-    dead = (lambda: netns.netns_dead(name, pod)) if mode == "netns" else (lambda: None)
-    run_exec = {"netns": lambda c: probes.netns_exec(name, c), "podman": lambda c: probes.podman_exec(name, c)}.get(mode)
+    same = existed and hash_file.read_text() == f"{eng.name}:{digest}"
+
+    def dead() -> tuple[str, str] | None:
+        return eng.dead(name, pod)
+
+    run_exec = (lambda c: eng.exec_runner(name, c)) if eng.lists_containers else None
     ready_timeout = float(options.get("ready_timeout", 60))
     unchanged = {"deploy_stdout": f"pod {name}: unchanged ({digest[:12]}), left running\n", "deploy_stderr": "",
                  "deploy_status_code": 0, "config_hash": digest, "pod_action": "unchanged"}
     was = ""
-    if same and mode == "process":
-        if processes.processes_running(name):
+    if same and not eng.lists_containers:
+        if eng.running(name):
             return unchanged
         was = "not running"
     elif same:
         try:
-            states = {c: i for (p, c), i in node_containers(mode).items() if p == name}
+            states = {c: i for (p, c), i in eng.containers().items() if p == name}
         except (OSError, ValueError, PodError, subprocess.SubprocessError) as exc:
             return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
         wanted = [c["name"] for c in pod["spec"]["containers"]]
@@ -187,7 +111,7 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
             was = states[stopped[0]]["state"]
             try:
                 for c in stopped:
-                    start_container(mode, states[c]["name"])
+                    eng.start(states[c]["name"])
             except PodError as exc:
                 was += f", could not be started ({exc})"
             else:
@@ -199,26 +123,26 @@ def _play_locked(name: str, pod: dict, configmaps: dict, mode: str, options: dic
     files.write_atomic(spec_file, json.dumps(pod, indent=2))
     hash_file.unlink(missing_ok=True)  # written again only once this play is ready
     with _CREATING:
-        played = _create(name, pod, configmaps, mode, spec_file)
+        played = eng.create(name, pod, configmaps, spec_file)
     if isinstance(played, dict):
         return played
     out, err = played
     not_ready = probes.wait_ready(pod, ready_timeout, dead, run_exec)
     if not_ready:
         container, spec, not_ready_why = not_ready
-        tail = log_tail(mode, name, container)
+        tail = log_tail(eng, name, container)
         msg = f"pod {name}: container {container}: readiness probe ({pod_spec.probe_text(spec)}) {not_ready_why}"
         reason = failure_reason(msg, tail)
         return {"deploy_stdout": out, "deploy_stderr": err + f"kube: {msg}\n{tail.rstrip()}",
                 "deploy_status_code": 1, "deploy_failure_reason": reason,
                 "failed_pod": name, "failed_container": container}
-    files.write_atomic(hash_file, f"{mode}:{digest}")
+    files.write_atomic(hash_file, f"{eng.name}:{digest}")
     result = {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": 0, "config_hash": digest}
     if was:
         repair = f"{name}: was {was}, re-created, healthy"
         return dict(result, deploy_stdout=out + f"pod {name}: {repair}\n", pod_action="re-created", repairs=[repair])
     action = "replaced" if existed else "created"
-    return dict(result, deploy_stdout=out + f"pod {name}: {action} ({mode}, {digest[:12]})\n", pod_action=action)
+    return dict(result, deploy_stdout=out + f"pod {name}: {action} ({eng.name}, {digest[:12]})\n", pod_action=action)
 
 
 def failure_reason(msg: str, log: str, lines: int = 8, chars: int = REASON_CHARS) -> str:
@@ -236,50 +160,24 @@ def failure_reason(msg: str, log: str, lines: int = 8, chars: int = REASON_CHARS
 _CREATING = threading.Lock()
 
 
-def _create(name: str, pod: dict, configmaps: dict, mode: str, spec_file: Path) -> tuple[str, str] | dict:
-    """Make and start the Pod's containers: (stdout, stderr), or the hook's failure result."""
-    if mode == "podman":
-        docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n}, "data": configmaps[n]}
-                for n in pod_spec.configmap_names(pod) if n in configmaps]
-        play_file = engine.state_dir() / f"{name}.play.yaml"
-        files.write_atomic(play_file, "\n---\n".join(json.dumps(d) for d in [*docs, pod_spec.as_played(pod)]))
-        code, out, err = play_podman(name, pod, play_file)
-        if code != 0:
-            return {"deploy_stdout": out, "deploy_stderr": err, "deploy_status_code": code}
-        return out, err
-    if mode == "netns":
-        try:
-            try:
-                out, err = netns.play_netns(name, pod, configmaps), ""
-            except (OSError, EngineFailure) as exc:
-                if not netns.api_recovered(exc, pod):
-                    raise
-                out, err = netns.play_netns(name, pod, configmaps), f"kube: {exc}; played again after the undercloud's check\n"
-        except (OSError, PodError) as exc:
-            return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
-        return out, err
-    processes.start_processes(name, pod, spec_file)
-    return f"pod {name}: started as supervised processes\n", ""
-
-
 def hook_kube(c: dict) -> dict:
     options = c.get("options") or {}
     try:
         configmaps, pods = pod_spec.split(c.get("config"), options)
     except (ValueError, PodError) as exc:
         return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 2}
-    mode = engine.choose_mode(options)
+    eng = engine_for(engine.choose_mode(options))
     if not pods:
         return {"deploy_stdout": "no pods in this config\n", "deploy_stderr": "", "deploy_status_code": 0}
     outs, errs, result = [], [], {}
-    if mode in ("podman", "netns") and options.get("image_sources"):
+    if eng.loads_images and options.get("image_sources"):
         try:
-            outs.append(pod_images.ensure_images(pods, options["image_sources"], mode))
-            pod_images.start_prefetch(options.get("image_prefetch") or [], options["image_sources"], mode)
+            outs.append(pod_images.ensure_images(pods, options["image_sources"], eng))
+            pod_images.start_prefetch(options.get("image_prefetch") or [], options["image_sources"], eng)
         except PodError as exc:
             return {"deploy_stdout": "".join(outs), "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1,
                     "deploy_failure_reason": str(exc)}
-    repairs, results = [], play_all(pods, configmaps, mode, options)
+    repairs, results = [], play_all(pods, configmaps, eng, options)
     for result in results:
         outs.append(result.get("deploy_stdout") or "")
         errs.append(result.get("deploy_stderr") or "")
@@ -290,15 +188,15 @@ def hook_kube(c: dict) -> dict:
     return dict(result, deploy_stdout="".join(outs), deploy_stderr="".join(errs), repairs=repairs)
 
 
-def play_all(pods: list[dict], configmaps: dict, mode: str, options: dict) -> list[dict]:
+def play_all(pods: list[dict], configmaps: dict, eng: engine.Engine, options: dict) -> list[dict]:
     """Every Pod of a step played at once, their results in the list's order. As TripleO
     started a step's containers together: a service that needs another of its step waits
     for it itself (nova-compute for libvirtd, nova-conductor for the bootstrap nova-api),
     so a step takes as long as its slowest Pod, not the sum of its Pods' starts and first
     reports."""
     if len(pods) == 1:
-        return [play_one(pods[0], configmaps, mode, options)]
+        return [play_one(pods[0], configmaps, eng, options)]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=len(pods)) as pool:
-        return list(pool.map(lambda pod: play_one(pod, configmaps, mode, options), pods))
+        return list(pool.map(lambda pod: play_one(pod, configmaps, eng, options), pods))

@@ -17,9 +17,100 @@ import contextlib
 import json
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from undercloud.agent import engine, files, libpod, node_contract, pod_spec
-from undercloud.agent.pod_spec import PodError
+from undercloud.agent.pod_spec import EngineFailure, PodError
+
+NEEDS = "netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE"
+
+
+def _target() -> tuple[str, str]:
+    """(the host's podman API socket, the node's container)."""
+    target = engine.node_target()
+    if not target:
+        raise PodError(NEEDS)
+    return target
+
+
+def _api() -> libpod.PodmanAPI:
+    return libpod.PodmanAPI(_target()[0])
+
+
+class NetnsEngine(engine.Engine):
+    """A container node's Pods: containers of the host's podman (its API) in the node's
+    network namespace, named and labelled by agent/node_contract.py."""
+
+    name = "netns"
+
+    def create(self, name: str, pod: dict, configmaps: dict, spec_file: Path) -> tuple[str, str] | dict:
+        try:
+            try:
+                return play_netns(name, pod, configmaps), ""
+            except (OSError, EngineFailure) as exc:
+                if not api_recovered(exc, pod):
+                    raise
+                return play_netns(name, pod, configmaps), f"kube: {exc}; played again after the undercloud's check\n"
+        except (OSError, PodError) as exc:
+            return {"deploy_stdout": "", "deploy_stderr": f"kube: {exc}", "deploy_status_code": 1}
+
+    def containers(self) -> dict[tuple[str, str], dict]:
+        target = engine.node_target()
+        if not target:
+            return {}
+        found = {}
+        for c in libpod.PodmanAPI(target[0]).containers(node_contract.node_label(target[1])):
+            parts = node_contract.pod_and_container(c.get("Labels") or {}, target[1])
+            if parts:
+                found[parts] = engine.container_info(c)
+        return found
+
+    def container_name(self, pod: str, container: str) -> str:
+        return node_contract.container_name(_target()[1], pod, container)
+
+    def _start(self, container: str, restart: bool) -> None:
+        status, data = _api().call("POST", f"/containers/{container}/restart?t=0" if restart
+                                   else f"/containers/{container}/start")
+        if status >= 300 and status != 304:  # 304: already running
+            raise PodError(f"podman API {'restart' if restart else 'start'} {container}: HTTP {status}: "
+                           f"{data.decode(errors='replace').strip()[:200]}")
+
+    def state(self, container: str) -> str:
+        status, data = _api().call("GET", f"/containers/{container}/json")
+        return ((json.loads(data).get("State") or {}).get("Status") or "") if status == 200 else ""
+
+    def log_tail(self, pod: str, container: str, lines: int = 20) -> str:
+        return _api().logs_tail(self.container_name(pod, container), lines)
+
+    def exec_runner(self, pod: str, container: str) -> engine.ExecRunner:
+        def run(argv: list[str], timeout: float) -> tuple[int, str]:
+            return _api().exec(self.container_name(pod, container), argv, timeout)
+        return run
+
+    def dead(self, pod_name: str, pod: dict) -> tuple[str, str] | None:
+        return netns_dead(pod_name, pod)
+
+    # On the undercloud's host the images are there already; a hypervisor host's podman gets
+    # them as a VM node's does.
+    def image_exists(self, ref: str) -> bool:
+        return _api().call("GET", f"/images/{quote(ref, safe='')}/exists")[0] == 204
+
+    def image_load(self, ref: str, archive: Path) -> str:
+        with archive.open("rb") as f:
+            status, data = _api().call("POST", "/images/load", raw=f, timeout=1800,
+                                       headers={"Content-Length": str(archive.stat().st_size)})
+        if status >= 300:
+            raise PodError(f"image {ref}: podman API load: HTTP {status}: {data.decode(errors='replace')[-300:]}")
+        names = json.loads(data or b"{}").get("Names") or [""]
+        return names[0]
+
+    def image_tag(self, ref: str, loaded: str) -> None:
+        repo, _, tag = ref.rpartition(":")
+        status, data = _api().call("POST", f"/images/{quote(loaded, safe='')}/tag?repo={quote(repo, safe='')}"
+                                           f"&tag={quote(tag, safe='')}")
+        if status >= 300:
+            raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: HTTP {status}: "
+                           f"{data.decode(errors='replace')[-200:]}")
 
 
 def netns_prefix(name: str) -> str:
@@ -87,9 +178,7 @@ def api_recovered(exc: Exception, pod: dict, wait: float | None = None) -> bool:
 
 
 def play_netns(name: str, pod: dict, configmaps: dict) -> str:
-    target = engine.node_target()
-    if not target:
-        raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
+    target = _target()
     api, node = libpod.PodmanAPI(target[0]), target[1]
     for old in api.containers(node_contract.pod_label(node, name)):
         api.call("DELETE", f"/containers/{old['Id']}?force=true&timeout=5")

@@ -11,10 +11,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote, urljoin
+from urllib.parse import urljoin
 
-from undercloud.agent import engine, files, libpod
+from undercloud.agent import engine, files
 from undercloud.agent.pod_spec import PodError
 
 
@@ -24,59 +25,8 @@ def images_dir() -> Path:
     return path
 
 
-class _CliImages:
-    """podman mode: this node's own podman, through its command line."""
-
-    def exists(self, ref: str) -> bool:
-        return engine.run_podman(["podman", "image", "exists", ref], timeout=60).returncode == 0
-
-    def load(self, ref: str, archive: Path) -> str:
-        p = engine.run_podman(["podman", "load", "-q", "-i", str(archive)], timeout=1800)
-        if p.returncode != 0:
-            raise PodError(f"image {ref}: podman load: {(p.stderr or p.stdout).strip()[-300:]}")
-        return p.stdout.strip().rsplit(" ", 1)[-1]
-
-    def tag(self, ref: str, loaded: str) -> None:
-        t = engine.run_podman(["podman", "tag", loaded, ref], timeout=60)
-        if t.returncode != 0:
-            raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: {t.stderr.strip()[-200:]}")
-
-
-class _ApiImages:
-    """netns mode (a container node): the podman of the host it runs on, through its API. On
-    the undercloud's host the images are there already; a hypervisor host's podman gets them
-    here, as a VM node's does."""
-
-    def __init__(self, api: libpod.PodmanAPI):
-        self.api = api
-
-    def exists(self, ref: str) -> bool:
-        return self.api.call("GET", f"/images/{quote(ref, safe='')}/exists")[0] == 204
-
-    def load(self, ref: str, archive: Path) -> str:
-        with archive.open("rb") as f:
-            status, data = self.api.call("POST", "/images/load", raw=f, timeout=1800,
-                                         headers={"Content-Length": str(archive.stat().st_size)})
-        if status >= 300:
-            raise PodError(f"image {ref}: podman API load: HTTP {status}: {data.decode(errors='replace')[-300:]}")
-        names = json.loads(data or b"{}").get("Names") or [""]
-        return names[0]
-
-    def tag(self, ref: str, loaded: str) -> None:
-        repo, _, tag = ref.rpartition(":")
-        status, data = self.api.call("POST", f"/images/{quote(loaded, safe='')}/tag?repo={quote(repo, safe='')}"
-                                             f"&tag={quote(tag, safe='')}")
-        if status >= 300:
-            raise PodError(f"image {ref}: loaded as {loaded!r}, cannot tag it: HTTP {status}: "
-                           f"{data.decode(errors='replace')[-200:]}")
-
-
-def _images(mode: str):
-    return _ApiImages(engine.node_api()) if mode == "netns" else _CliImages()
-
-
-def load_image(ref: str, source: str, mode: str = "podman") -> str:
-    """Load `ref` into the node's podman (`mode`: podman, its own; netns, its host's API)
+def load_image(ref: str, source: str, eng: engine.Engine) -> str:
+    """Load `ref` into the node's podman (`eng`: podman, its own; netns, its host's API)
     from the undercloud's image store unless it is there; `source` is its download path
     (`/v1/images/ID/file`, public by id) on the undercloud (UNDERCLOUD_URL), the content
     checked against the X-Image-Sha256 the store sends. One image at a time per reference
@@ -84,12 +34,11 @@ def load_image(ref: str, source: str, mode: str = "podman") -> str:
     what it did ("" when present)."""
     import fcntl
 
-    images = _images(mode)
     work = images_dir()
     key = hashlib.sha256(ref.encode()).hexdigest()[:16]
     with open(work / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if images.exists(ref):
+        if eng.image_exists(ref):
             return ""
         url = urljoin(os.environ.get("UNDERCLOUD_URL", "").rstrip("/") + "/", str(source))
         archive = work / f"download-{key}.tar"  # ours alone while we hold the image's lock
@@ -101,22 +50,22 @@ def load_image(ref: str, source: str, mode: str = "podman") -> str:
                 raise PodError(f"image {ref}: content from {url} does not match its sha256 ({exc})") from None
             except OSError as exc:
                 raise PodError(f"image {ref}: cannot fetch {url}: {exc}") from None
-            loaded = images.load(ref, archive)
-            if not images.exists(ref):
-                images.tag(ref, loaded)
+            loaded = eng.image_load(ref, archive)
+            if not eng.image_exists(ref):
+                eng.image_tag(ref, loaded)
         finally:
             archive.unlink(missing_ok=True)
         return f"image {ref}: loaded from the undercloud in {time.monotonic() - started:.1f} s\n"
 
 
-def ensure_images(pods: list[dict], sources: dict, mode: str = "podman") -> str:
+def ensure_images(pods: list[dict], sources: dict, eng: engine.Engine) -> str:
     """Load each image the Pods name that the node's podman lacks and `sources`
     (options.image_sources: reference -> download path) offers."""
     refs = dict.fromkeys(c.get("image") for p in pods for c in (p.get("spec") or {}).get("containers") or [])
-    return "".join(load_image(ref, sources[ref], mode) for ref in refs if ref and ref in sources)
+    return "".join(load_image(ref, sources[ref], eng) for ref in refs if ref and ref in sources)
 
 
-def start_prefetch(refs: list, sources: dict, mode: str = "podman") -> None:
+def start_prefetch(refs: list, sources: dict, eng: engine.Engine) -> None:
     """Load the images the node's later steps need (options.image_prefetch) in a detached
     process, so they download and load while this step's services start; a step that
     needs one still loading waits for it (the per-image lock). Failures are left to the
@@ -125,19 +74,20 @@ def start_prefetch(refs: list, sources: dict, mode: str = "podman") -> None:
     if not todo:
         return
     spec = images_dir() / f"prefetch-{os.getpid()}.json"
-    files.write_atomic(spec, json.dumps({"sources": {r: sources[r] for r in todo}, "mode": mode}))
+    files.write_atomic(spec, json.dumps({"sources": {r: sources[r] for r in todo}, "mode": eng.name}))
     with open(images_dir() / "prefetch.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "undercloud.agent", "prefetch-images", str(spec)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=engine.podman_env())
 
 
-def prefetch(spec_file: Path) -> int:
-    """`prefetch-images`: one at a time per node (a second one exits at once)."""
+def prefetch(spec_file: Path, engine_for: Callable[[str], engine.Engine]) -> int:
+    """`prefetch-images`: one at a time per node (a second one exits at once); the spec
+    names its engine's mode, `engine_for` (kube.engine_for) makes it."""
     import fcntl
 
     try:
         spec = json.loads(spec_file.read_text())
-        sources, mode = spec["sources"], spec.get("mode", "podman")
+        sources, eng = spec["sources"], engine_for(spec.get("mode", "podman"))
     finally:
         spec_file.unlink(missing_ok=True)
     with open(images_dir() / "prefetch.lock", "w") as lock:
@@ -147,7 +97,7 @@ def prefetch(spec_file: Path) -> int:
             return 0
         for ref, source in sources.items():
             try:
-                sys.stdout.write(load_image(ref, source, mode))
+                sys.stdout.write(load_image(ref, source, eng))
             except (OSError, PodError, subprocess.SubprocessError) as exc:
                 sys.stdout.write(f"prefetch: {exc}\n")
             sys.stdout.flush()

@@ -9,7 +9,6 @@ import subprocess
 import time
 import urllib.request
 
-from undercloud.agent import engine, libpod, node_contract
 from undercloud.agent.pod_spec import PodError
 
 
@@ -94,21 +93,3 @@ def last_words(text: str | None) -> str:
     """An exec probe's last words for the failure reason (its last line, trimmed)."""
     lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
     return f"; it said: {lines[-1][:200]}" if lines else ""
-
-
-def podman_exec(name: str, container: str):
-    """podman mode: exec probes run inside the Pod's container (`podman exec`)."""
-    def run(argv: list[str], timeout: float) -> tuple[int, str]:
-        p = engine.run_podman(["podman", "exec", f"{name}-{container}", *argv], timeout=timeout)
-        return p.returncode, p.stdout + p.stderr
-    return run
-
-
-def netns_exec(name: str, container: str):
-    """netns mode: exec probes run inside the Pod's container through the podman API."""
-    def run(argv: list[str], timeout: float) -> tuple[int, str]:
-        target = engine.node_target()
-        if not target:
-            raise PodError("netns mode needs CONTAINER_HOST=unix://... and UNDERCLOUD_NODE_NETNS=container:NODE")
-        return libpod.PodmanAPI(target[0]).exec(node_contract.container_name(target[1], name, container), argv, timeout)
-    return run

@@ -83,3 +83,23 @@ def supervise(spec_file: Path) -> int:
         if p and p.poll() is None:
             p.terminate()
     return 0
+
+
+class ProcessEngine(engine.Engine):
+    """No podman: a supervisor process per Pod; nothing to list, start or probe inside (the
+    supervisor restarts what exits; probes run here)."""
+
+    name = "process"
+    lists_containers = False
+    loads_images = False
+
+    def create(self, name: str, pod: dict, configmaps: dict, spec_file: Path) -> tuple[str, str]:
+        start_processes(name, pod, spec_file)
+        return f"pod {name}: started as supervised processes\n", ""
+
+    def running(self, name: str) -> bool:
+        return processes_running(name)
+
+    def log_tail(self, pod: str, container: str, lines: int = 20) -> str:
+        return "".join((engine.state_dir() / pod / f"{container}.log").read_text(errors="replace")
+                       .splitlines(keepends=True)[-lines:])

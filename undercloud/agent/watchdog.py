@@ -57,6 +57,12 @@ def _now_text() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _lists(mode: str) -> bool:
+    """Whether the engine of a played Pod's mode lists its containers (process mode does not:
+    its supervisor restarts what exits)."""
+    return mode in kube.ENGINES and kube.engine_for(mode).lists_containers
+
+
 class Watchdog:
     def __init__(self, log, report=None):
         self.log = log
@@ -127,7 +133,7 @@ class Watchdog:
             self.played_last = played
         listing: dict[str, dict] = {}
         fresh: set[str] = set()
-        for mode in sorted({m for _, m, _, _ in pods if m in ("netns", "podman")}):
+        for mode in sorted({m for _, m, _, _ in pods if _lists(m)}):
             found, new = self._listing(mode)
             if found is not None:
                 listing[mode] = found
@@ -158,11 +164,11 @@ class Watchdog:
                 spec = c.get("readinessProbe")
                 if not spec:
                     continue
-                if mode in ("netns", "podman"):
+                if _lists(mode):
                     info = (listing.get(mode) or {}).get((name, c["name"]))
                     if info is None or info["state"] != "running":
                         continue  # its state says it
-                    run_exec = (probes.netns_exec if mode == "netns" else probes.podman_exec)(name, c["name"])
+                    run_exec = kube.engine_for(mode).exec_runner(name, c["name"])
                 else:
                     run_exec = None  # process mode: the probe runs here
                 jobs.append(((name, c["name"]), spec, run_exec))
@@ -182,7 +188,7 @@ class Watchdog:
             return found, False
         start = time.monotonic()
         try:
-            found = kube.node_containers(mode)
+            found = kube.engine_for(mode).containers()
         except (OSError, ValueError, PodError, subprocess.SubprocessError) as exc:
             self.log(f"watchdog: cannot list the containers ({mode}): {exc}")
             return None, False
@@ -219,7 +225,7 @@ class Watchdog:
             spec = pod_spec.liveness_probe(c)
             if not spec or time.monotonic() < t["due"]:
                 continue
-            run_exec = (probes.netns_exec if mode == "netns" else probes.podman_exec)(name, c["name"])
+            run_exec = kube.engine_for(mode).exec_runner(name, c["name"])
             started = time.monotonic()
             ok, said = probes.probe(spec, timeout=LIVENESS_TIMEOUT, run_exec=run_exec)
             # Checks cost the service a request each: on an emulated VM a WSGI app's answer
@@ -250,7 +256,7 @@ class Watchdog:
     def _repair(self, name: str, mode: str, container: str, info: dict, why: str, restart: bool) -> list[str]:
         verb = "restarted" if restart else "started"
         try:
-            kube.start_container(mode, info["name"], restart=restart)
+            kube.engine_for(mode).start(info["name"], restart=restart)
         except (OSError, PodError, subprocess.SubprocessError) as exc:
             self.log(f"watchdog: pod {name}: container {container} {why}; could not be {verb}: {exc}")
             return []
