@@ -141,7 +141,7 @@ def test_netns_mode_is_chosen_on_container_nodes(monkeypatch):
     monkeypatch.setenv("CONTAINER_HOST", "unix:///run/podman/podman.sock")
     monkeypatch.setenv("UNDERCLOUD_NODE_NETNS", "container:uc1-node-0")
     assert engine.choose_mode({}) == "netns"
-    assert netns.netns_prefix("keystone") == "uc1-node-0-keystone"
+    assert netns.NetnsEngine().container_name("keystone", "api") == "uc1-node-0-keystone-api"
     monkeypatch.delenv("UNDERCLOUD_NODE_NETNS")
     assert engine.choose_mode({}) in ("podman", "process")
 

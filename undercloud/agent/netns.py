@@ -113,11 +113,6 @@ class NetnsEngine(engine.Engine):
                            f"{data.decode(errors='replace')[-200:]}")
 
 
-def netns_prefix(name: str) -> str:
-    target = engine.node_target()
-    return node_contract.pod_prefix(target[1], name) if target else name
-
-
 def netns_dead(name: str, pod: dict, restarts: int = 2) -> tuple[str, str] | None:
     """(container, why) when a container of the Pod exited `restarts` times or for good."""
     target = engine.node_target()
