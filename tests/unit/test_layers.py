@@ -46,7 +46,7 @@ HOST_MAY_IMPORT = ("undercloud.host", "undercloud.errors", "undercloud.config", 
 KNOWN_CIRCLES: dict[tuple[str, str], str] = {
     # api/app loads ROUTERS and STARTUP hooks by name; each router imports app.get_context.
     **{("undercloud.api.app", f"undercloud.api.{r}"): "ROUTERS/STARTUP: routers import app.get_context"
-       for r in ("agent_admin", "clouds", "deploy", "images", "nodes", "overcloud", "overcloud_status",
+       for r in ("agent_admin", "clouds", "images", "nodes", "overcloud", "overcloud_status", "ramdisk_callback",
                  "servers", "stack_signals", "stacks", "workers", "workflows")},
     ("undercloud.api.context", "undercloud.api.listeners"): "Context builds the listeners, which import api.app",
     ("undercloud.api.context", "undercloud.api.workers"): "Context builds the workers' table; api.workers imports api.app",

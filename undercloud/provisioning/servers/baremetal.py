@@ -413,7 +413,7 @@ class BaremetalRealiser(Realiser):
         driver.set_power("off")
         _drop_lab_media_copy(self.env.home, node)
 
-    # ---- the network-booted ramdisk's request (api/deploy.py) --------------------------
+    # ---- the network-booted ramdisk's request (api/ramdisk_callback.py) --------------------------
     def boot_request(self, mac: str, secret: str, client: str) -> bytes | None:
         """The request of an armed MAC, handed out once (NetBoot.request). A second request
         is refused and fails the deploy (or inspection) at once, naming it: the credentials
@@ -441,7 +441,7 @@ class BaremetalRealiser(Realiser):
             finish, args = self._finish, (rec["node_id"], ident, False, None, reason)
         threading.Thread(target=finish, args=args, name=f"boot-refused-{ident[:8]}", daemon=True).start()
 
-    # ---- the ramdisk's call-back (api/deploy.py) ---------------------------------------
+    # ---- the ramdisk's call-back (api/ramdisk_callback.py) ---------------------------------------
     def callback(self, server_id: str, token: str | None, ok: bool, error: str | None,
                  inventory: dict | None = None) -> dict:
         """`server_id`: the server deployed, or `inspect-<node id>` for an inspection."""

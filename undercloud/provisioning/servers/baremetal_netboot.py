@@ -126,7 +126,7 @@ class NetBoot:
             else:
                 self.stop()
 
-    # ---- what the API serves (api/deploy.py) --------------------------------------------
+    # ---- what the API serves (api/ramdisk_callback.py) --------------------------------------------
     # `client`: the address the call came from (through the lab's relay: its peer's).
     def script(self, mac: str, client: str) -> str | None:
         """The iPXE script of an armed MAC, for the address DHCP gives it; None otherwise."""
