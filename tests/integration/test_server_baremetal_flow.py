@@ -46,7 +46,8 @@ def world(tmp_path, monkeypatch, request):
     fake.reset()
     home = Home(tmp_path / "uc").ensure()
     store = Store(home.db_url).create_schema()
-    nodes = NodeService(store, workers=2)
+    made = {}  # the realiser, made below from an Env holding this node service: its deploy interface
+    nodes = NodeService(store, workers=2, deploy_interface=lambda: made["realiser"])
     images = ImageStore(home, store)
     # A tiny stand-in for the deploy ramdisk ISO, and an image to deploy.
     (tmp_path / "iso").mkdir()
@@ -74,7 +75,7 @@ def world(tmp_path, monkeypatch, request):
     monkeypatch.setattr(baremetal, "serve_api", lambda *_a: None)
     env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images,
               addresses=AddressTable(store))
-    realiser = baremetal.BaremetalRealiser(env)
+    realiser = made["realiser"] = baremetal.BaremetalRealiser(env)
     yield realiser, nodes, images
     nodes.close()
 

@@ -15,7 +15,7 @@ from undercloud.errors import Conflict, NotFound
 from undercloud.provisioning import nodes as nodes_mod
 from undercloud.provisioning import states
 from undercloud.provisioning.drivers import fake
-from undercloud.provisioning.nodes import NodeService
+from undercloud.provisioning.nodes import BootDiskDeploy, NodeService
 from undercloud.store import Store
 from undercloud.store.nodes import NodeEvent
 
@@ -308,7 +308,7 @@ def test_a_request_whose_transaction_breaks_fails_alone(svc, monkeypatch):
 
 
 def test_deploys_behind_one_bmc_still_run_side_by_side(svc):
-    """Deploy hooks are long (images, media): a batch runs them in parallel, not in turn."""
+    """Deploys are long (images, media): a batch runs them in parallel, not in turn."""
     from undercloud.provisioning.scheduler import Request, Scheduler
 
     svc.import_nodes(env(entry("d0", "dep/s0", 0), entry("d1", "dep/s1", 1)))
@@ -319,9 +319,14 @@ def test_deploys_behind_one_bmc_still_run_side_by_side(svc):
     sched = Scheduler(svc.store)
     sched.claim(Request(instance_uuid="i-0"))
     sched.claim(Request(instance_uuid="i-1"))
-    both = threading.Barrier(2, timeout=10)  # each hook waits for the other one to be in its hook too
-    real = svc.deploy_hook
-    svc.deploy_hook = lambda node, driver: (both.wait(), real(node, driver))[1]
+    both = threading.Barrier(2, timeout=10)  # each deploy waits for the other one to be in its deploy too
+
+    class BothAtOnce(BootDiskDeploy):
+        def deploy(self, node, driver):
+            both.wait()
+            return super().deploy(node, driver)
+
+    svc._deploy_interface = BothAtOnce
     svc.act_many(["d0", "d1"], "deploy")
     got = settle(svc, ["d0", "d1"])
     assert {n["provision_state"] for n in got.values()} == {"active"}, [n["last_error"] for n in got.values()]

@@ -118,9 +118,12 @@ class Context:
     @cached_property
     def nodes(self):
         from undercloud.provisioning.nodes import NodeService
+        from undercloud.server_types import BAREMETAL
 
+        # pm_type openstack: its cloud's entry; the bare-metal realiser deploys, tears down
+        # and inspects nodes with the deploy ramdisk (servers/baremetal.py)
         svc = NodeService(self.store, enforce_power=os.environ.get("UNDERCLOUD_POWER_ENFORCE") == "1",
-                          cloud_config=self.clouds.config)  # pm_type openstack: its cloud's entry
+                          cloud_config=self.clouds.config, deploy_interface=lambda: self.servers.realiser(BAREMETAL))
         svc.worker_id, svc.live_workers, svc.ring_workers = self.workers.id, self.workers.live, self.workers.live_for_nodes
         return svc
 

@@ -82,6 +82,7 @@ def client_address(request: Request) -> str:
 
 
 def startup(ctx: Context) -> None:
-    """The bare-metal realiser drives the nodes' deploy, undeploy and inspection from the
-    start (an inspection needs no server), so it is made with the service."""
+    """The bare-metal realiser is made with the service, before the servers' start-up (which
+    resumes its armed network boots): the nodes' deploy interface (api/context.py), it deploys,
+    tears down and inspects nodes, and an inspection needs no server."""
     ctx.servers.realiser(BAREMETAL)

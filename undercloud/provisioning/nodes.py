@@ -19,11 +19,12 @@ it waits in the pool's queue. A store too busy to answer (SQLite locked, no free
 connection) makes the work wait and try again, never fails a node: only the state's own
 timeout (checked by the periodic loop) does.
 
-Steps are pluggable so later layers can fill them in without touching this file:
-- inspect steps (`inspect_steps`): BMC inventory today; the ramdisk agent later returns WAIT
-  and calls `callback(...)` with what it found;
-- clean steps (`clean_steps`): power off today; disk wiping by the agent later;
-- `deploy_hook` / `undeploy_hook`: the servers layer puts an image on the node.
+How a node gets its image, loses it and is inspected is its deploy interface (Ironic's deploy
+and inspect interfaces, `DeployInterface`), given to the service where it is built: the
+servers layer's bare-metal realiser (servers/baremetal.py: the deploy ramdisk, from virtual
+media or the network), else `BootDiskDeploy` (no ramdisk). Inspection asks the deploy
+interface first, then `inspect_steps` (the BMC's inventory); cleaning runs `clean_steps`
+(power off).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy import exc as sa_exc
@@ -172,14 +173,33 @@ def clean_power_off(node: NodeRecord, driver: Driver) -> None:
     driver.set_power("off")
 
 
-def deploy_boot_disk(node: NodeRecord, driver: Driver) -> None:
-    """Default deploy until the servers layer installs its hook: boot from disk, power on."""
-    driver.set_boot_device("disk", persistent=True)
-    driver.set_power("on")
+class DeployInterface(Protocol):
+    """How a node is deployed, torn down and inspected (Ironic's deploy and inspect
+    interfaces). Each gets the node and its driver, runs on the service's node workers, and
+    returns None (done) or WAIT (a ramdisk will call back); `inspect_hardware` may also
+    return the inventory it found, or None where it cannot inspect (the BMC's inventory is
+    asked next). Raising UndercloudError fails the node with that message."""
+
+    def deploy(self, node: NodeRecord, driver: Driver) -> str | None: ...
+
+    def tear_down(self, node: NodeRecord, driver: Driver) -> str | None: ...
+
+    def inspect_hardware(self, node: NodeRecord, driver: Driver) -> dict | str | None: ...
 
 
-def undeploy_power_off(node: NodeRecord, driver: Driver) -> None:
-    driver.set_power("off")
+class BootDiskDeploy:
+    """Without a deploy ramdisk: deploy boots the node's own disk, tear-down powers it off,
+    and inspection is left to the BMC."""
+
+    def deploy(self, node: NodeRecord, driver: Driver) -> None:
+        driver.set_boot_device("disk", persistent=True)
+        driver.set_power("on")
+
+    def tear_down(self, node: NodeRecord, driver: Driver) -> None:
+        driver.set_power("off")
+
+    def inspect_hardware(self, node: NodeRecord, driver: Driver) -> None:
+        return None
 
 
 def view(n: Node, macs: list[str] | None = None) -> dict:
@@ -234,8 +254,12 @@ def default_workers(store: Store) -> int:
 class NodeService:
     def __init__(self, store: Store, workers: int | None = None, timeouts: dict[str, float] | None = None,
                  enforce_power: bool = False, sync_workers: int = 16,
-                 cloud_config: drivers.CloudConfig | None = None):
+                 cloud_config: drivers.CloudConfig | None = None,
+                 deploy_interface: Callable[[], DeployInterface] | None = None):
         self.store = store
+        # The deploy interface, asked for at each use: the bare-metal realiser that is the
+        # real one is made from the servers service, which is made from this one.
+        self._deploy_interface = deploy_interface or BootDiskDeploy
         # a cloud's entry by name, for the drivers of nodes that are a cloud's servers (the API
         # service gives provisioning.clouds.Clouds.config); None: this process knows no clouds
         self.cloud_config = cloud_config
@@ -247,8 +271,6 @@ class NodeService:
         self.enforce_power = enforce_power
         self.inspect_steps: list[Step] = [inspect_bmc_inventory]
         self.clean_steps: list[Step] = [clean_power_off]
-        self.deploy_hook: Step = deploy_boot_disk
-        self.undeploy_hook: Step = undeploy_power_off
         self._sync_lock = threading.Lock()
         # This process among the workers sharing the store, and who of them is alive (the
         # service sets both from store/workers.py; on its own this service is the only one).
@@ -669,8 +691,12 @@ class NodeService:
         driver.validate()
         out.power = driver.get_power()
 
+    @property
+    def deploy_interface(self) -> DeployInterface:
+        return self._deploy_interface()
+
     def _inspect(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
-        for step in self.inspect_steps:
+        for step in (self.deploy_interface.inspect_hardware, *self.inspect_steps):
             found = step(node, driver)
             if found == WAIT:
                 return WAIT
@@ -688,12 +714,12 @@ class NodeService:
         return None
 
     def _deploy(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
-        outcome = self.deploy_hook(node, driver)
+        outcome = self.deploy_interface.deploy(node, driver)
         out.power = driver.get_power()
         return outcome
 
     def _undeploy(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
-        outcome = self.undeploy_hook(node, driver)
+        outcome = self.deploy_interface.tear_down(node, driver)
         out.power = driver.get_power()
         out.release = True
         return outcome

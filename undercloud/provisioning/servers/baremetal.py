@@ -6,7 +6,8 @@ config drive) or, for a node whose boot interface is `pxe`, arms its network boo
 (baremetal_netboot.py), and moves the node with the `deploy` verb. From there the node state
 machine (provisioning/states.py) drives it:
 
-  deploying       the deploy hook (installed here on the nodes service): power off, insert
+  deploying       `deploy` (this realiser is the nodes' deploy interface, nodes.DeployInterface,
+                  given to the node service in api/context.py): power off, insert
                   the media through Redfish virtual media and boot once from CD (or boot
                   once from the network), power on
   wait call-back  the ramdisk sets its lab address, picks the root device by the node's
@@ -48,6 +49,7 @@ from undercloud.host.labnet import LAB_NETWORK
 from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, network, states
 from undercloud.provisioning.drivers import BootInterface, DriverError
+from undercloud.provisioning.nodes import WAIT
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
 from undercloud.provisioning.servers.baremetal_netboot import BootRefused, NetBoot
 from undercloud.provisioning.servers.base import (
@@ -99,13 +101,6 @@ class BaremetalRealiser(Realiser):
         # start, which makes this realiser), else the lab's
         self.configured = network.configured(env.home)
         self.netboot = NetBoot(env.home, env.api_port, self.network)
-        if env.nodes is not None:  # the node state machine's deploy/undeploy work is ours
-            env.nodes.deploy_hook = self._deploy_step
-            env.nodes.undeploy_hook = self._undeploy_step
-            # Inspection boots the same ramdisk where it can, else the BMC's inventory follows.
-            others = [st for st in env.nodes.inspect_steps
-                      if not isinstance(getattr(st, "__self__", None), BaremetalRealiser)]
-            env.nodes.inspect_steps = [self._inspect_step, *others]
 
     # ---- helpers ---------------------------------------------------------------------
     def _dir(self, server_id: str) -> Path:
@@ -347,10 +342,9 @@ class BaremetalRealiser(Realiser):
         return (f"(node {label}: a bare-metal server's serial console is on its BMC; "
                 f"`undercloud node show {label}` has its deploy state and last error)")
 
-    # ---- node state machine steps (run on the nodes service's workers) ----------------
-    def _deploy_step(self, node, driver) -> str:
-        from undercloud.provisioning.nodes import WAIT
-
+    # ---- the nodes' deploy interface (nodes.DeployInterface: the node service asks it, on
+    # its node workers, for the deploy, tear-down and inspection of every node) ----------
+    def deploy(self, node, driver) -> str:
         iso = self._dir(node.instance_uuid or "-") / "deploy.iso"
         armed = [m for m in node.macs if (self.netboot.armed(m) or {}).get("ident") == node.instance_uuid]
         _set_boot_mode(driver, node)
@@ -365,11 +359,10 @@ class BaremetalRealiser(Realiser):
         log.info("node %s: deploy ramdisk booting from virtual media", node.label)
         return WAIT
 
-    def _inspect_step(self, node, driver) -> str | None:
+    def inspect_hardware(self, node, driver) -> str | None:
         """Boot the deploy ramdisk in inspection mode (it calls back with the inventory);
-        None where it cannot (no ramdisk image, no lab network, a network boot without a MAC)."""
-        from undercloud.provisioning.nodes import WAIT
-
+        None where it cannot (no ramdisk image, no lab network, a network boot without a MAC):
+        the BMC's inventory is asked next."""
         try:
             boot = driver.boot_interface
         except DriverError:
@@ -407,7 +400,7 @@ class BaremetalRealiser(Realiser):
                  "the network" if boot == BootInterface.PXE else "virtual media")
         return WAIT
 
-    def _undeploy_step(self, node, driver) -> None:
+    def tear_down(self, node, driver) -> None:
         self.netboot.disarm(node.macs)
         _eject_quietly(driver)
         driver.set_power("off")

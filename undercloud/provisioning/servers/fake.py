@@ -13,6 +13,7 @@ import time
 
 from undercloud import server_types
 from undercloud.host.labnet import LAB_NETWORK
+from undercloud.provisioning.nodes import BootDiskDeploy
 from undercloud.provisioning.servers.base import (
     ACTIVE,
     BUILD,
@@ -25,7 +26,7 @@ from undercloud.provisioning.servers.base import (
 )
 
 
-class FakeRealiser(Realiser):
+class FakeRealiser(Realiser, BootDiskDeploy):  # as bare metal, the nodes' deploy interface without a ramdisk
     disk_formats = ("oci", "qcow2", "raw")
     can_rebuild = True
 
