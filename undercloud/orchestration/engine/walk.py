@@ -43,6 +43,7 @@ from undercloud.orchestration.resources.base import (
     Plugin,
     ResourceFailure,
     StackRef,
+    StackResource,
     with_defaults,
 )
 from undercloud.orchestration.resources.group import ResourceGroup
@@ -423,17 +424,16 @@ class ResTask:
             w.plan.unchanged += 1
         if decision == Decision.REPLACE and self.row:
             w.plan.add("delete", self.path, "replaced")
-        nested = cls is TemplateResource or cls.nested_template is not Plugin.nested_template
+        nested = issubclass(cls, StackResource)
         before = self.row.properties if self.row is not None else None
         if kind and not nested and before != self.props:
             w.plan.changes[self.path] = {"type": self.rd.type, "before": before, "after": self.props}
         descend = self.row is None or decision != Decision.REPLACE or not self.row.nested_id
-        if note.startswith("inputs from") and descend and (
-                cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
+        if note.startswith("inputs from") and descend and nested:
             # the nested stack's inputs are only known once those resources changed
             w.plan.add("update", self.path + ".*", "may change with " + note)
             descend = False
-        if descend and (cls is TemplateResource or cls.nested_template is not Plugin.nested_template):
+        if descend and nested:
             self.action = Action.CREATE if self.row is None else Action.UPDATE
             try:
                 self.start_nested(cls, plan=True)
@@ -493,7 +493,7 @@ class ResTask:
             w.call(self, self.plugin.delete, Action.DELETE)
             return
         self.plugin = self.make_plugin(cls)
-        if cls is TemplateResource or cls.nested_template is not Plugin.nested_template:
+        if issubclass(cls, StackResource):
             try:
                 self.start_nested(cls)
             except Exception as exc:  # the nested template cannot be built (its inputs, a limit)
@@ -516,10 +516,7 @@ class ResTask:
         child_rows = w.rows_for(child_id) if child_id else []
         plugin.nested = NestedView(child_id or "", {}, {r.name: (r.ref, r.attributes or {})
                                                         for r in child_rows if not r.replaced_by})
-        if isinstance(plugin, TemplateResource):
-            child_tmpl = self.stack.tmpl.nested(self.name, self.props)
-        else:
-            child_tmpl = plugin.nested_template(self.stack.tmpl)
+        child_tmpl = plugin.nested_template(self.stack.tmpl)
         if not plan:
             w.admit(len(child_tmpl.resources))
         new = not (child_id and child_id in w.stack_rows)

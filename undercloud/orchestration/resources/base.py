@@ -114,8 +114,8 @@ class Plugin:
         self.services = services
         self.metadata = metadata
         self.update_policy = update_policy or {}
-        # Set by the engine: the action under way, and for resources that own a nested stack
-        # a NestedView of it (see `nested_template`).
+        # Set by the engine: the action under way, and for a StackResource a NestedView of
+        # its nested stack.
         self.action = "INIT"
         self.nested: Any = None
 
@@ -171,15 +171,6 @@ class Plugin:
         """A signal sent to this resource through the API (wait handles, deployments)."""
         raise ResourceFailure(f"{self.type_name} does not accept signals")
 
-    def nested_template(self, parent_template: Any) -> Any:
-        """A StackTemplate for a nested stack the engine walks in the same graph, or None.
-
-        Used by template resources and ResourceGroup. When it returns a template the engine
-        creates/updates/deletes the child stack itself, then calls `attributes()` with
-        `self.nested` set to a NestedView (outputs, member reference ids and attributes).
-        """
-        return None
-
     # -- the template side's hooks: class methods, called at load and preview, before any
     # resource exists (the template layer finds them through the registry) ----------
     @classmethod
@@ -227,3 +218,14 @@ class NestedView:
     outputs: dict = field(default_factory=dict)
     # member name -> (reference id, stored attributes), in the child's resource order
     members: dict[str, tuple[str, dict]] = field(default_factory=dict)
+
+
+class StackResource(Plugin):
+    """A resource that is a nested stack (Heat's StackResource): a template resource, a
+    group. The engine walks the nested stack in the same graph: it creates, updates and
+    deletes it itself from `nested_template`, then calls `attributes()` with `self.nested`
+    set to a NestedView (outputs, member reference ids and attributes)."""
+
+    def nested_template(self, parent_template: Any) -> Any:
+        """The nested stack's StackTemplate, made from the parent's."""
+        raise NotImplementedError
