@@ -46,11 +46,11 @@ from undercloud import server_types
 from undercloud.agent.files import temp_name, write_atomic
 from undercloud.errors import Conflict, NotFound, UndercloudError
 from undercloud.host.labnet import LAB_NETWORK
-from undercloud.images.disk import RAMDISK_ARGS
 from undercloud.provisioning import drivers, network, states
 from undercloud.provisioning.drivers import BootInterface, DriverError
 from undercloud.provisioning.nodes import WAIT
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
+from undercloud.provisioning.servers.baremetal_boot import BOOT_INTERFACES, RamdiskBoot, eject_quietly
 from undercloud.provisioning.servers.baremetal_netboot import BootRefused, NetBoot
 from undercloud.provisioning.servers.base import (
     ACTIVE,
@@ -101,6 +101,7 @@ class BaremetalRealiser(Realiser):
         # start, which makes this realiser), else the lab's
         self.configured = network.configured(env.home)
         self.netboot = NetBoot(env.home, env.api_port, self.network)
+        self.boots = {name: cls(self.netboot) for name, cls in BOOT_INTERFACES.items()}
 
     # ---- helpers ---------------------------------------------------------------------
     def _dir(self, server_id: str) -> Path:
@@ -189,13 +190,17 @@ class BaremetalRealiser(Realiser):
         except DriverError as exc:
             raise RealiserError(drivers.scrub(str(exc), record.driver_info)) from None
 
-    def _boot_interface(self, node_id: str) -> str:
-        """How this node's ramdisk boots: a BootInterface (its driver decides, Driver.boot_interface)."""
+    def _boot_interface(self, node_id: str) -> RamdiskBoot:
+        """How this node's ramdisk boots (its driver decides, Driver.boot_interface)."""
         record = self.env.nodes.record(node_id)
         try:
-            return self.env.nodes.driver(record).boot_interface
+            return self.boots[self.env.nodes.driver(record).boot_interface]
         except DriverError as exc:
             raise RealiserError(f"node {record.label}: {exc}") from None
+
+    def _boot_of(self, rec: dict) -> RamdiskBoot:
+        """The boot interface a deploy or inspection record was prepared for."""
+        return self.boots[rec.get("boot") or BootInterface.VIRTUAL_MEDIA]
 
     def create(self, spec: Spec) -> None:
         node = spec.node
@@ -231,7 +236,7 @@ class BaremetalRealiser(Realiser):
         d.mkdir(parents=True, exist_ok=True)
         url = spec.first_boot.get("url") or self.agent_url(spec)
         self._save_record(spec.id, {"node_id": node_id, "token_sha256": _sha(token), "address": address,
-                                    "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac,
+                                    "gateway": gateway, "created_at": time.time(), "boot": boot.name, "mac": mac,
                                     **({"listen": net["undercloud"]} if net else {})})
         request = {
             "url": url, "ca": spec.first_boot.get("ca") or self.env.ca(), "server_id": spec.id, "token": token,
@@ -243,14 +248,11 @@ class BaremetalRealiser(Realiser):
         # a temporary name: removed below, or at the next start after a kill (it holds the agent token)
         config_drive = vm_configdrive.make(spec, mac, address, temp_name(d / "configdrive.iso"), prefix, router)
         try:
-            if boot == BootInterface.PXE:
-                self.netboot.arm(mac=mac, ident=spec.id, node=label, address=address, prefix=prefix,
-                                 base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
-                                 config_drive=config_drive, kernel_args=RAMDISK_ARGS)
-            else:
-                baremetal_media.make_deploy_iso(base_iso, request, config_drive, d / "deploy.iso")
+            boot.prepare(ident=spec.id, node=label, mac=mac, address=address, prefix=prefix, base_iso=base_iso,
+                         iso_sha256=deploy_image["checksum"], request=request, config_drive=config_drive,
+                         iso=d / "deploy.iso")
         except UndercloudError as exc:
-            raise RealiserError(f"node {label}: preparing its {boot} boot: {exc}") from None
+            raise RealiserError(f"node {label}: preparing its {boot.name} boot: {exc}") from None
         finally:
             config_drive.unlink()
         spec.state.update(address=address, mac=mac, gateway=gateway)
@@ -345,18 +347,11 @@ class BaremetalRealiser(Realiser):
     # ---- the nodes' deploy interface (nodes.DeployInterface: the node service asks it, on
     # its node workers, for the deploy, tear-down and inspection of every node) ----------
     def deploy(self, node, driver) -> str:
-        iso = self._dir(node.instance_uuid or "-") / "deploy.iso"
-        armed = [m for m in node.macs if (self.netboot.armed(m) or {}).get("ident") == node.instance_uuid]
+        ident = node.instance_uuid or "-"
+        boot = self._boot_of(self._record(ident))
         _set_boot_mode(driver, node)
-        if armed:
-            _boot_from_network(driver)
-            log.info("node %s: deploy ramdisk booting from the network (%s)", node.label, armed[0])
-            return WAIT
-        if not iso.exists():
-            raise UndercloudError(f"no deploy media prepared for server {node.instance_uuid} "
-                                  f"(deploy bare-metal nodes through `server create`)")
-        _boot_from_media(driver, iso)
-        log.info("node %s: deploy ramdisk booting from virtual media", node.label)
+        boot.boot(driver, ident, node.macs, self._dir(ident) / "deploy.iso")
+        log.info("node %s: deploy ramdisk booting from %s", node.label, boot.words)
         return WAIT
 
     def inspect_hardware(self, node, driver) -> str | None:
@@ -364,10 +359,10 @@ class BaremetalRealiser(Realiser):
         None where it cannot (no ramdisk image, no lab network, a network boot without a MAC):
         the BMC's inventory is asked next."""
         try:
-            boot = driver.boot_interface
+            boot = self.boots[driver.boot_interface]
         except DriverError:
             return None
-        if driver.inventory_is_exact or self.env.images is None or (boot == BootInterface.PXE and not node.macs):
+        if driver.inventory_is_exact or self.env.images is None or (boot.name == BootInterface.PXE and not node.macs):
             return None
         try:
             deploy_image = self._deploy_image()
@@ -384,25 +379,20 @@ class BaremetalRealiser(Realiser):
         d.mkdir(parents=True, exist_ok=True)
         mac = node.macs[0] if node.macs else None
         self._save_record(ident, {"node_id": node.id, "token_sha256": _sha(token), "mode": "inspect",
-                                  "gateway": gateway, "created_at": time.time(), "boot": boot, "mac": mac})
+                                  "gateway": gateway, "created_at": time.time(), "boot": boot.name, "mac": mac})
         request = {"mode": "inspect", "url": self.env.agent_url(gateway), "ca": self.env.ca(), "server_id": ident,
                    "token": token, "node": node.label,
                    "network": {"mac": mac, "address": address, "prefix": prov.prefix}}
+        boot.prepare(ident=ident, node=node.label, mac=mac, address=address, prefix=prov.prefix, base_iso=base_iso,
+                     iso_sha256=deploy_image["checksum"], request=request, config_drive=None, iso=d / "deploy.iso")
         _set_boot_mode(driver, node)
-        if boot == BootInterface.PXE:
-            self.netboot.arm(mac=mac, ident=ident, node=node.label, address=address, prefix=prov.prefix,
-                             base_iso=base_iso, iso_sha256=deploy_image["checksum"], request=request,
-                             config_drive=None, kernel_args=RAMDISK_ARGS)
-            _boot_from_network(driver)
-        else:
-            _boot_from_media(driver, baremetal_media.make_deploy_iso(base_iso, request, None, d / "deploy.iso"))
-        log.info("node %s: inspection ramdisk booting from %s", node.label,
-                 "the network" if boot == BootInterface.PXE else "virtual media")
+        boot.boot(driver, ident, node.macs, d / "deploy.iso")
+        log.info("node %s: inspection ramdisk booting from %s", node.label, boot.words)
         return WAIT
 
     def tear_down(self, node, driver) -> None:
         self.netboot.disarm(node.macs)
-        _eject_quietly(driver)
+        eject_quietly(driver)
         driver.set_power("off")
         _drop_lab_media_copy(self.env.home, node)
 
@@ -465,12 +455,8 @@ class BaremetalRealiser(Realiser):
         A failure's reason is the ramdisk's `error`, or `reason` (the undercloud's own)."""
         record = self.env.nodes.record(node_id)
         driver = self.env.nodes.driver(record)
-        by_network = self._record(server_id).get("boot") == BootInterface.PXE
-        if by_network:
-            self.netboot.disarm(record.macs)
         try:
-            if not by_network:
-                driver.eject_media()
+            self._boot_of(self._record(server_id)).clean_up(driver, record.macs)
             if ok:
                 driver.set_boot_device("disk", persistent=True)
                 driver.set_power("reboot")
@@ -498,12 +484,8 @@ class BaremetalRealiser(Realiser):
         node_id = rec["node_id"]
         record = self.env.nodes.record(node_id)
         driver = self.env.nodes.driver(record)
-        by_network = rec.get("boot") == BootInterface.PXE
-        if by_network:
-            self.netboot.disarm(record.macs)
         try:
-            if not by_network:
-                driver.eject_media()
+            self._boot_of(rec).clean_up(driver, record.macs)
             driver.set_power("off")
             self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
@@ -527,32 +509,6 @@ def _set_boot_mode(driver, node) -> None:
     if wanted and driver.boot_mode() not in (None, wanted):
         driver.set_boot_mode(wanted)
         log.info("node %s: boot mode set to %s", node.label, wanted)
-
-
-def _boot_from_media(driver, iso) -> None:
-    """Power off, insert `iso` as virtual media (served once on loopback) and boot it once."""
-    driver.set_power("off")
-    _eject_quietly(driver)
-    with baremetal_media.serve_file(iso) as url:
-        driver.insert_media(url)
-    driver.set_boot_device("cd", persistent=False)
-    driver.set_power("on")
-
-
-def _boot_from_network(driver) -> None:
-    """Power off and boot once from the network (DHCP answers the node: it is armed)."""
-    driver.set_power("off")
-    driver.set_boot_device("pxe", persistent=False)
-    driver.set_power("on")
-
-
-def _eject_quietly(driver) -> None:
-    """Eject whatever media is in; a BMC that is not there still fails the step."""
-    try:
-        driver.eject_media()
-    except DriverError as exc:
-        if isinstance(exc, (drivers.BMCUnreachable, drivers.BMCAuthFailed)):
-            raise
 
 
 def _drop_lab_media_copy(home, node) -> None:
