@@ -39,11 +39,11 @@ from undercloud.orchestration.limits import LIMITS, TooLarge, cut, exceeded, val
 from undercloud.orchestration.resources import registry
 from undercloud.orchestration.resources.base import (
     HELD_BACK,
+    NestedStackPlugin,
     NestedView,
     Plugin,
     ResourceFailure,
     StackRef,
-    StackResource,
     with_defaults,
 )
 from undercloud.orchestration.resources.group import ResourceGroup
@@ -424,7 +424,7 @@ class ResTask:
             w.plan.unchanged += 1
         if decision == Decision.REPLACE and self.row:
             w.plan.add("delete", self.path, "replaced")
-        nested = issubclass(cls, StackResource)
+        nested = issubclass(cls, NestedStackPlugin)
         before = self.row.properties if self.row is not None else None
         if kind and not nested and before != self.props:
             w.plan.changes[self.path] = {"type": self.rd.type, "before": before, "after": self.props}
@@ -493,7 +493,7 @@ class ResTask:
             w.call(self, self.plugin.delete, Action.DELETE)
             return
         self.plugin = self.make_plugin(cls)
-        if issubclass(cls, StackResource):
+        if issubclass(cls, NestedStackPlugin):
             try:
                 self.start_nested(cls)
             except Exception as exc:  # the nested template cannot be built (its inputs, a limit)

@@ -114,7 +114,7 @@ class Plugin:
         self.services = services
         self.metadata = metadata
         self.update_policy = update_policy or {}
-        # Set by the engine: the action under way, and for a StackResource a NestedView of
+        # Set by the engine: the action under way, and for a NestedStackPlugin a NestedView of
         # its nested stack.
         self.action = "INIT"
         self.nested: Any = None
@@ -220,9 +220,9 @@ class NestedView:
     members: dict[str, tuple[str, dict]] = field(default_factory=dict)
 
 
-class StackResource(Plugin):
-    """A resource that is a nested stack (Heat's StackResource): a template resource, a
-    group. The engine walks the nested stack in the same graph: it creates, updates and
+class NestedStackPlugin(Plugin):
+    """A resource that is a nested stack: a template resource, a group (Heat's StackResource;
+    here that name is the store's resource row). The engine walks the nested stack in the same graph: it creates, updates and
     deletes it itself from `nested_template`, then calls `attributes()` with `self.nested`
     set to a NestedView (outputs, member reference ids and attributes)."""
 

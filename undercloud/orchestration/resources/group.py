@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from undercloud.orchestration.limits import LIMITS, exceeded
 from undercloud.orchestration.resources import registry
-from undercloud.orchestration.resources.base import Plugin, Prop, ResourceFailure, StackResource
+from undercloud.orchestration.resources.base import NestedStackPlugin, Plugin, Prop, ResourceFailure
 from undercloud.orchestration.template import functions as fn
 from undercloud.orchestration.template.bundle import ref_key, show
 from undercloud.orchestration.template.environment import FileRef
@@ -122,7 +122,7 @@ def _order(name: str) -> tuple:
     return (0, int(name)) if name.isdigit() else (1, name)
 
 
-class ResourceGroup(StackResource):
+class ResourceGroup(NestedStackPlugin):
     type_name = "OS::Heat::ResourceGroup"
     properties_schema = {
         "count": Prop("integer", default=1, update_allowed=True, description="How many members."),

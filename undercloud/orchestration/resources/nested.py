@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from undercloud.orchestration.resources.base import StackResource
+from undercloud.orchestration.resources.base import NestedStackPlugin
 
 
-class TemplateResource(StackResource):
+class TemplateResource(NestedStackPlugin):
     type_name = ""  # not in the registry
     update_any = True  # a changed property is a changed parameter: the nested stack updates
 
