@@ -1216,9 +1216,7 @@ def started_at(instance: str, node: str, pod: str, container: str | None = None)
                            f"{instance}-{node}-{pod}-{container or pod}"], capture_output=True, text=True).stdout
 
 
-# The file's last test: on the shared deployment's worker once that deployment is deleted. It
-# times failovers, which another test's load makes late: they come ≈ 10 minutes in (after its
-# deploy, updates and rollbacks), when the hypervisor host's file beside it has ended (scripts/test).
+@pytest.mark.serial  # alone, after the others (scripts/test): it times failovers, which another test's load makes late
 def test_ha_token_issue_survives_a_stopped_keystone(overcloud_home):
     uc_home = overcloud_home
     need_overcloud_tools()
