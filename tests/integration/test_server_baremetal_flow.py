@@ -283,6 +283,25 @@ def test_without_a_ramdisk_image_inspection_reads_the_bmc(world):
     assert fake.machine_state("fake-bm")["media"] is None
 
 
+def test_a_network_booted_node_without_a_port_is_inspected_through_its_bmc(world):
+    """Network boot needs a MAC to arm (PxeBoot.needs_mac): without a port the ramdisk is not
+    booted and the BMC's inventory is read instead; nothing is armed."""
+    realiser, nodes, images = world
+    nodes.delete("bm-node")
+    nodes.import_nodes(json.dumps({"nodes": [{
+        "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
+        "boot_interface": "pxe", "cpu": 1, "memory": 2048, "disk": 10, "arch": "x86_64"}]}))
+    nodes.act("bm-node", "manage")
+    wait_state(nodes, {states.MANAGEABLE})
+    nodes.act("bm-node", "inspect")
+    n = wait_state(nodes, {states.MANAGEABLE, states.INSPECT_FAILED, states.INSPECT_WAIT})
+    assert n["provision_state"] == states.MANAGEABLE, n["last_error"]
+    machine = fake.machine_state("fake-bm")
+    assert machine["boot"] != "pxe" and machine["media"] is None
+    assert not realiser._dir(f"inspect-{n['uuid']}").exists()
+    assert realiser.netboot._hosts() == []
+
+
 def test_a_node_that_is_a_clouds_server_deploys_through_nova_rescue(world, monkeypatch):
     """pm_type openstack (QuintupleO's virtual power): the ramdisk ISO goes to the cloud's
     Glance as a rescue image, the server is rescued with it, the ramdisk takes the address

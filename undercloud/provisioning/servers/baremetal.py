@@ -362,7 +362,7 @@ class BaremetalRealiser(Realiser):
             boot = self.boots[driver.boot_interface]
         except DriverError:
             return None
-        if driver.inventory_is_exact or self.env.images is None or (boot.name == BootInterface.PXE and not node.macs):
+        if driver.inventory_is_exact or self.env.images is None or (boot.needs_mac and not node.macs):
             return None
         try:
             deploy_image = self._deploy_image()

@@ -24,6 +24,7 @@ from undercloud.provisioning.servers.baremetal_netboot import NetBoot
 class RamdiskBoot:
     name: ClassVar[str]
     words: ClassVar[str]  # how the log says where the ramdisk boots from
+    needs_mac: ClassVar[bool] = False  # the node must have a port (MAC) for this way in
 
     def __init__(self, netboot: NetBoot):
         self.netboot = netboot
@@ -73,6 +74,7 @@ class PxeBoot(RamdiskBoot):
 
     name = BootInterface.PXE
     words = "the network"
+    needs_mac = True  # DHCP answers the armed MAC
 
     def prepare(self, *, ident, node, mac, address, prefix, base_iso, iso_sha256, request, config_drive, iso):
         self.netboot.arm(mac=mac, ident=ident, node=node, address=address, prefix=prefix, base_iso=base_iso,
