@@ -98,37 +98,37 @@ def test_redfish_power_on_off(redfish_lab):
     driver, spec = driver_of(redfish_lab)
     name = spec.name
     driver.validate()
-    assert driver.get_power() == "off" and domstate(name) == "shut off"
-    driver.set_power("on")
-    assert domstate(name) == "running" and driver.get_power() == "on"
-    driver.set_power("off")
-    assert domstate(name) == "shut off" and driver.get_power() == "off"
+    assert driver.power.get() == "off" and domstate(name) == "shut off"
+    driver.power.set("on")
+    assert domstate(name) == "running" and driver.power.get() == "on"
+    driver.power.set("off")
+    assert domstate(name) == "shut off" and driver.power.get() == "off"
 
 
 def test_redfish_boot_device(redfish_lab):
     driver, spec = driver_of(redfish_lab)
     # sushy-tools' libvirt driver writes the boot order into the domain and always reports
     # "Continuous", so only the device is checked for a one-time override
-    driver.set_boot_device("pxe", persistent=False)
-    assert driver.boot_device()[0] == "pxe" and boot_order(spec.name)[0] == "network"
-    driver.set_boot_device("disk", persistent=True)
-    assert driver.boot_device() == ("disk", True)
+    driver.management.set_boot_device("pxe", persistent=False)
+    assert driver.management.boot_device()[0] == "pxe" and boot_order(spec.name)[0] == "network"
+    driver.management.set_boot_device("disk", persistent=True)
+    assert driver.management.boot_device() == ("disk", True)
     assert boot_order(spec.name)[0] == "hd"
 
 
 def test_redfish_virtual_media_insert_and_eject(redfish_lab, image_server):
     driver, spec = driver_of(redfish_lab)
-    driver.insert_media(image_server)
-    assert driver.media() == image_server
+    driver.media.insert(image_server)
+    assert driver.media.url() == image_server
     xml = labmod.virsh("dumpxml", "--inactive", spec.name).stdout
     assert re.search(r"<disk type='file' device='cdrom'>.*?<source file='[^']+'", xml, re.S), xml
-    driver.eject_media()
-    assert driver.media() is None
+    driver.media.eject()
+    assert driver.media.url() is None
 
 
 def test_redfish_inventory(redfish_lab):
     driver, spec = driver_of(redfish_lab)
-    inv = driver.inventory()
+    inv = driver.management.inventory()
     assert inv["cpus"] == 1 and inv["memory_mb"] == 1024 and inv["cpu_arch"] == "x86_64"
     assert inv["macs"] == spec.macs
 
@@ -144,18 +144,18 @@ def test_ipmi_power_and_boot_device(ipmi_lab):
     driver, spec = driver_of(ipmi_lab)
     name = spec.name
     driver.validate()
-    assert driver.get_power() == "off"
-    driver.set_power("on")
-    assert domstate(name) == "running" and driver.get_power() == "on"
-    driver.set_boot_device("pxe", persistent=True)
+    assert driver.power.get() == "off"
+    driver.power.set("on")
+    assert domstate(name) == "running" and driver.power.get() == "on"
+    driver.management.set_boot_device("pxe", persistent=True)
     assert boot_order(name)[0] == "network"
-    driver.set_boot_device("disk", persistent=True)
+    driver.management.set_boot_device("disk", persistent=True)
     assert boot_order(name)[0] == "hd"
-    driver.set_power("reboot")
+    driver.power.set("reboot")
     assert domstate(name) == "running"
-    assert driver.boot_device()[0] == "disk"  # the reboot booted the device set before it
-    driver.set_power("off")
-    assert domstate(name) == "shut off" and driver.get_power() == "off"
+    assert driver.management.boot_device()[0] == "disk"  # the reboot booted the device set before it
+    driver.power.set("off")
+    assert domstate(name) == "shut off" and driver.power.get() == "off"
 
 
 def test_ipmi_session_left_mid_login_by_pyghmi_is_replaced(ipmi_lab):
@@ -166,7 +166,7 @@ def test_ipmi_session_left_mid_login_by_pyghmi_is_replaced(ipmi_lab):
     from undercloud.provisioning.drivers import ipmi
 
     driver, _ = driver_of(ipmi_lab)
-    assert driver.get_power() in ("on", "off")
+    assert driver.power.get() in ("on", "off")
     (key,) = [k for k in ipmi._sessions if k[0] == driver.info["address"] and k[1] == int(driver.info["port"])]
     stale = ipmi._sessions[key]
     session = stale.ipmi_session
@@ -174,7 +174,7 @@ def test_ipmi_session_left_mid_login_by_pyghmi_is_replaced(ipmi_lab):
     with pytest.raises(TypeError):
         stale.get_power()  # pyghmi itself, as the deploy met it
     session.logging, session.logged, session.logoutexpiry = True, 0, None
-    assert driver.get_power() in ("on", "off")  # the driver: a new login, the same answer
+    assert driver.power.get() in ("on", "off")  # the driver: a new login, the same answer
     assert ipmi._sessions[key] is not stale
 
 

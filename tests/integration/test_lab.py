@@ -127,8 +127,8 @@ def test_a_uefi_lab_boots_ovmf_reports_it_and_down_removes_its_variable_store(la
     spec = parse(Path(status["instackenv"]).read_text(), "instackenv.json")[0]
     assert spec.properties["capabilities"] == {"boot_mode": "uefi"}
     bmc = drivers.get(spec.driver, spec.driver_info)
-    assert bmc.boot_mode() == "uefi"  # what the Redfish emulator reports for an OVMF domain
-    bmc.set_power("on")
+    assert bmc.management.boot_mode() == "uefi"  # what the Redfish emulator reports for an OVMF domain
+    bmc.power.set("on")
     assert domstate(name) == "running"
     nvram = labmod.NVRAM / f"{name}_VARS.fd"
     assert nvram.stat().st_size == labmod.OVMF_VARS.stat().st_size  # libvirt's copy of the template

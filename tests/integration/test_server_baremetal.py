@@ -132,7 +132,7 @@ def leftovers(lab, server_id: str) -> dict:
         "deploy files": (home / "baremetal" / server_id).exists(),
         "addresses": addresses,
         "media copies": virsh("vol-list", pool, check=False).stdout.count(".img"),
-        "media inserted": redfish(lab).media(),
+        "media inserted": redfish(lab).media.url(),
     }
 
 
@@ -167,8 +167,8 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
     assert srv["instance_name"] == lab["node"]
     # The undercloud ejected the media and set boot to disk before rebooting.
     bmc = redfish(lab)
-    assert bmc.media() is None
-    assert bmc.boot_device() == ("disk", True)
+    assert bmc.media.url() is None
+    assert bmc.management.boot_device() == ("disk", True)
     events = [e["message"] for e in cli_json("node", "events", lab["node"])]
     assert any("deploying -> wait call-back" in e for e in events)
     assert any("wait call-back -> active" in e for e in events)
@@ -180,7 +180,7 @@ def test_baremetal_deploy_end_to_end_check_in_and_delete_leaves_nothing(lab):
         time.sleep(3)
     assert_firmware(lab)
     # sushy-tools reports UEFI for an OVMF domain, no mode at all for a SeaBIOS one
-    assert redfish(lab).boot_mode() == ("uefi" if lab["boot_mode"] == "uefi" else None)
+    assert redfish(lab).management.boot_mode() == ("uefi" if lab["boot_mode"] == "uefi" else None)
     print(f"bare metal ({lab['boot_mode']}): stack create -> active {deployed:.0f} s, "
           f"-> agent check-in {time.monotonic() - t0:.0f} s")
     ip = srv["addresses"]["ctlplane"][0]
@@ -276,6 +276,6 @@ def test_node_inspect_boots_the_ramdisk_and_reports_the_inventory(lab):
     events = [e["message"] for e in cli_json("node", "events", name)]
     assert any("inspecting -> inspect wait" in e for e in events)
     assert any("inspect wait -> manageable" in e for e in events)
-    assert node["power_state"] == "off" and redfish(lab).media() is None
+    assert node["power_state"] == "off" and redfish(lab).media.url() is None
     assert leftovers(lab, f"inspect-{node['uuid']}") == {"deploy files": False, "addresses": {},
                                                           "media copies": 0, "media inserted": None}

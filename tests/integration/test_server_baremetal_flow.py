@@ -63,6 +63,12 @@ def world(tmp_path, monkeypatch, request):
         images.put_blob([data], sha, len(data))
         regs.append({"name": name, "disk_format": fmt, "sha256": sha, "properties": {"hypervisor_type": "baremetal"}})
     images.register(regs)
+    # The lab network is the lab's business (root, libvirtd): not needed to follow the flow.
+    monkeypatch.setattr(baremetal, "lab_network", lambda _home: ("/proc/self/ns/net", "br-test", GATEWAY))
+    monkeypatch.setattr(baremetal, "serve_api", lambda *_a: None)
+    env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images,
+              addresses=AddressTable(store))
+    realiser = made["realiser"] = baremetal.BaremetalRealiser(env)
     nodes.import_nodes(json.dumps({"nodes": [{
         "name": "bm-node", "pm_type": "fake", "pm_addr": "fake-bm", "pm_user": "admin", "pm_password": "s3cret",
         "ports": [{"address": "52:54:00:aa:bb:01"}], "cpu": 1, "memory": 2048, "disk": 10, "arch": "x86_64",
@@ -70,12 +76,6 @@ def world(tmp_path, monkeypatch, request):
     for verb in ("manage", "provide"):
         nodes.act("bm-node", verb)
         wait_state(nodes, {"manageable", "available"})
-    # The lab network is the lab's business (root, libvirtd): not needed to follow the flow.
-    monkeypatch.setattr(baremetal, "lab_network", lambda _home: ("/proc/self/ns/net", "br-test", GATEWAY))
-    monkeypatch.setattr(baremetal, "serve_api", lambda *_a: None)
-    env = Env(home=home, api_port=8999, nodes=nodes, scheduler=Scheduler(store), images=images,
-              addresses=AddressTable(store))
-    realiser = made["realiser"] = baremetal.BaremetalRealiser(env)
     yield realiser, nodes, images
     nodes.close()
 
@@ -110,13 +110,13 @@ def deploy_request(realiser, spec: Spec | str) -> dict:
 def test_deploy_call_back_finish_and_delete(world, monkeypatch):
     realiser, nodes, images = world
     inserted = []
-    real_insert = fake.FakeDriver.insert_media
+    real_insert = fake.FakeMedia.insert
 
     def insert(self, url):  # what a BMC does at insert: fetch the media
         inserted.append(urllib.request.urlopen(url, timeout=10).read())
         real_insert(self, url)
 
-    monkeypatch.setattr(fake.FakeDriver, "insert_media", insert)
+    monkeypatch.setattr(fake.FakeMedia, "insert", insert)
     spec = spec_for(realiser, images, nodes)
     realiser.create(spec)
     n = wait_state(nodes, {states.DEPLOY_WAIT})
@@ -218,9 +218,9 @@ def test_a_bmc_error_in_the_deploy_step_names_the_bmc_and_hides_the_password(wor
     realiser, nodes, images = world
 
     def broken(self, url):
-        raise fake.DriverError(f"cannot reach {self.where}: connection refused (password s3cret)")
+        raise fake.DriverError(f"cannot reach {self.driver.where}: connection refused (password s3cret)")
 
-    monkeypatch.setattr(fake.FakeDriver, "insert_media", broken)
+    monkeypatch.setattr(fake.FakeMedia, "insert", broken)
     spec = spec_for(realiser, images, nodes)
     realiser.create(spec)
     n = wait_state(nodes, {states.DEPLOY_FAILED})

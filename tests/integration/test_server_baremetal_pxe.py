@@ -76,7 +76,7 @@ def test_an_ipmi_node_is_deployed_by_network_boot_and_delete_leaves_nothing(lab)
     srv = server()
     node = node_state(lab["node"])
     assert srv["status"] == "ACTIVE" and node["provision_state"] == "active"
-    assert redfish(lab).boot_device()[0] == "disk"  # the lab's IPMI BMC, through the same driver
+    assert redfish(lab).management.boot_device()[0] == "disk"  # the lab's IPMI BMC, through the same driver
     events = [e["message"] for e in cli_json("node", "events", lab["node"])]
     assert any("wait call-back -> active" in e for e in events)
     dhcp_log = (Path(lab["home"].path) / "netboot" / "dhcp" / "dnsmasq.log").read_text()

@@ -92,21 +92,32 @@ def test_import_provide_takes_nodes_to_available(uc_home, tmp_path):
     assert r.returncode == 0 and [n["provision_state"] for n in json.loads(r.stdout)] == ["manageable"]
 
 
-def test_node_show_names_the_boot_interface_in_effect(uc_home, tmp_path):
-    """`boot_interface`: how the node's deploy ramdisk boots (Driver.boot_interface, the rule
-    the deploy follows): the driver's default (fake: virtual media), or the node's own choice."""
-    path = write_env(tmp_path / "env.json", [fake_node(7), fake_node(8, boot_interface="pxe")])
+def test_node_show_names_each_interface_in_effect(uc_home, tmp_path):
+    """As Ironic's node show: the driver's power, management and media interfaces, the boot
+    interface (how its deploy ramdisk boots: the driver's default, fake's virtual media, or the
+    node's own choice), and the service's deploy and inspect interfaces. A node booting from
+    the network without a known MAC is inspected through its BMC (no ramdisk can find it)."""
+    path = write_env(tmp_path / "env.json", [fake_node(7), fake_node(8, boot_interface="pxe"),
+                                             {**fake_node(9, boot_interface="pxe"), "ports": []}])
     assert run_cli("node", "import", path).returncode == 0
     shown = {}
-    for name in ("ctl-7", "ctl-8"):
+    for name in ("ctl-7", "ctl-8", "ctl-9"):
         r = run_cli("node", "show", name, "-f", "json")
         assert r.returncode == 0, r.stderr
         shown[name] = json.loads(r.stdout)
-    assert {n: v["boot_interface"] for n, v in shown.items()} == {"ctl-7": "virtual-media", "ctl-8": "pxe"}
+    keys = ("power_interface", "management_interface", "media_interface", "boot_interface", "deploy_interface",
+            "inspect_interface")
+    assert {n: tuple(v[k] for k in keys) for n, v in shown.items()} == {
+        "ctl-7": ("fake", "fake", "fake", "virtual-media", "ramdisk", "ramdisk"),
+        "ctl-8": ("fake", "fake", "fake", "pxe", "ramdisk", "ramdisk"),
+        "ctl-9": ("fake", "fake", "fake", "pxe", "ramdisk", "bmc")}
     assert shown["ctl-8"]["driver_info"]["boot_interface"] == "pxe"  # the choice, kept where it was
     r = run_cli("node", "show", "ctl-8")
     rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in r.stdout.splitlines() if ln.startswith("|")]
-    assert r.returncode == 0 and ["boot_interface", "pxe"] in rows, r.stdout
+    assert r.returncode == 0 and ["boot_interface", "pxe"] in rows and ["power_interface", "fake"] in rows, r.stdout
+    r = run_cli("node", "list", "-f", "json")
+    assert r.returncode == 0 and {n["name"]: n["inspect_interface"] for n in json.loads(r.stdout)} == {
+        "ctl-7": "ramdisk", "ctl-8": "ramdisk", "ctl-9": "bmc"}
 
 
 def test_help_on_every_node_and_lab_command():

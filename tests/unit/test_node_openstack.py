@@ -100,10 +100,15 @@ def test_the_cloud_comes_from_whoever_makes_the_driver(svc, cloud):
     cloud.boot(srv)
     enrol(svc)
     made = svc.driver(svc.record("bm-0"))
-    assert made.cloud_config is cloud_config and made.get_power() == "on"
+    assert made.cloud_config is cloud_config and made.power.get() == "on"
     with pytest.raises(DriverError, match="cloud lab server bm-0: this process knows no clouds"):
-        driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"}).get_power()
-    assert svc.get("bm-0")["boot_interface"] == "virtual-media"  # Nova rescue: its only one
+        driver.OpenStackDriver({"cloud": "lab", "server": "bm-0"}).power.get()
+    shown = svc.get("bm-0")
+    assert shown["boot_interface"] == "virtual-media"  # Nova rescue: its only one
+    assert {k: shown[k] for k in ("power_interface", "management_interface", "media_interface")} == {
+        "power_interface": "nova", "management_interface": "nova", "media_interface": "nova-rescue"}
+    # this node service has no ramdisk (BootDiskDeploy): the disk is booted, the flavor read
+    assert (shown["deploy_interface"], shown["inspect_interface"]) == ("boot-disk", "bmc")
 
 
 def test_instackenv_entries_name_their_cloud_and_server(svc):
@@ -126,32 +131,32 @@ def test_virtual_media_is_nova_rescue_with_the_iso_as_a_cd(cloud, tmp_path, monk
     d = nova_server()
     iso = tmp_path / "deploy.iso"
     iso.write_bytes(b"ISO 9660 stand-in" * 100)
-    d.set_power("off")
+    d.power.set("off")
     with baremetal_media.serve_file(iso) as url:
-        d.insert_media(url)
+        d.media.insert(url)
     (upload,) = cloud.uploads
     assert (upload["disk_format"], upload["hw_rescue_device"], upload["bytes"]) == ("iso", "cdrom", iso.read_bytes())
     (image,) = cloud.imgs.values()
-    d.set_boot_device("cd")
-    d.set_power("on")
-    assert (srv.status, d.get_power()) == ("RESCUE", "on")
+    d.management.set_boot_device("cd")
+    d.power.set("on")
+    assert (srv.status, d.power.get()) == ("RESCUE", "on")
     assert srv.metadata == {driver.MEDIA_KEY: image.id}  # the boot from cd was once
-    d.eject_media()  # Nova takes no metadata from a rescued server: the key outlives its image
+    d.media.eject()  # Nova takes no metadata from a rescued server: the key outlives its image
     assert (cloud.imgs, srv.metadata, srv.status) == ({}, {driver.MEDIA_KEY: image.id}, "RESCUE")
-    d.set_boot_device("disk", persistent=True)
-    d.set_power("reboot")
+    d.management.set_boot_device("disk", persistent=True)
+    d.power.set("reboot")
     assert (srv.status, srv.metadata) == ("ACTIVE", {})
     assert [a for _n, a in cloud.actions] == ["stop", f"rescue {image.id}", "unrescue"]
     # Rescued again, then powered off: unrescue, then stop.
     with baremetal_media.serve_file(iso) as url:
-        d.insert_media(url)
+        d.media.insert(url)
     (second,) = cloud.imgs
-    d.set_boot_device("cd")
-    d.set_power("reboot")  # an ACTIVE server rebooted to its cd: rescued
+    d.management.set_boot_device("cd")
+    d.power.set("reboot")  # an ACTIVE server rebooted to its cd: rescued
     assert srv.status == "RESCUE"
-    d.set_power("off")
+    d.power.set("off")
     assert srv.status == "SHUTOFF" and [a for _n, a in cloud.actions][-3:] == [f"rescue {second}", "unrescue", "stop"]
-    d.eject_media()  # nothing is left in Glance
+    d.media.eject()  # nothing is left in Glance
     assert cloud.imgs == {} and srv.metadata == {}
 
 
@@ -159,11 +164,11 @@ def test_booting_the_cd_without_media_and_a_bad_media_url_are_one_line(cloud, tm
     (srv,) = cloud.srvs.values()
     cloud.boot(srv)
     d = nova_server()
-    d.set_boot_device("cd")
+    d.management.set_boot_device("cd")
     with pytest.raises(DriverError, match="^cloud lab server bm-0: boot from cd asked, but no media is inserted$"):
-        d.set_power("reboot")
+        d.power.set("reboot")
     with pytest.raises(DriverError, match="^cloud lab server bm-0: cannot read the media to upload: ") as e:
-        d.insert_media("http://127.0.0.1:9/secret-path/deploy.iso")
+        d.media.insert("http://127.0.0.1:9/secret-path/deploy.iso")
     assert "secret-path" not in str(e.value)
     assert cloud.uploads == [] and srv.status == "ACTIVE"
 
@@ -173,6 +178,6 @@ def test_the_ramdisk_network_is_the_servers_port_and_this_hosts_route_there(clou
     cloud.boot(srv)
     routes = []
     monkeypatch.setattr(driver, "route_source", lambda a: routes.append(a) or "10.9.0.1")
-    net = nova_server().network()
+    net = nova_server().management.network()
     assert net == {"mac": "fa:16:3e:00:00:01", "address": "10.9.0.201", "prefix": 24, "undercloud": "10.9.0.1"}
     assert routes == ["10.9.0.201"]

@@ -269,10 +269,10 @@ def test_a_request_whose_transaction_breaks_fails_alone(svc, monkeypatch):
             gate.wait(20)
         return real_txn(ops)
 
-    def view(n, macs=None):
+    def view(n, macs=None, deploy=None):
         if n.name == "bad":
             raise RuntimeError("a bug showing this node")
-        return real_view(n, macs)
+        return real_view(n, macs, deploy)
 
     monkeypatch.setattr(svc, "_acts_txn", acts_txn)
     monkeypatch.setattr(nodes_mod, "view", view)
@@ -307,18 +307,10 @@ def test_a_request_whose_transaction_breaks_fails_alone(svc, monkeypatch):
     assert svc.get("bad")["provision_state"] == "enroll" and svc.get("g3")["provision_state"] == "enroll"
 
 
-def test_deploys_behind_one_bmc_still_run_side_by_side(svc):
+def test_deploys_behind_one_bmc_still_run_side_by_side(tmp_path):
     """Deploys are long (images, media): a batch runs them in parallel, not in turn."""
     from undercloud.provisioning.scheduler import Request, Scheduler
 
-    svc.import_nodes(env(entry("d0", "dep/s0", 0), entry("d1", "dep/s1", 1)))
-    svc.act_many(["d0", "d1"], "manage")
-    settle(svc, ["d0", "d1"])
-    svc.act_many(["d0", "d1"], "provide")
-    settle(svc, ["d0", "d1"])
-    sched = Scheduler(svc.store)
-    sched.claim(Request(instance_uuid="i-0"))
-    sched.claim(Request(instance_uuid="i-1"))
     both = threading.Barrier(2, timeout=10)  # each deploy waits for the other one to be in its deploy too
 
     class BothAtOnce(BootDiskDeploy):
@@ -326,7 +318,20 @@ def test_deploys_behind_one_bmc_still_run_side_by_side(svc):
             both.wait()
             return super().deploy(node, driver)
 
-    svc._deploy_interface = BothAtOnce
-    svc.act_many(["d0", "d1"], "deploy")
-    got = settle(svc, ["d0", "d1"])
-    assert {n["provision_state"] for n in got.values()} == {"active"}, [n["last_error"] for n in got.values()]
+    fake.reset()
+    svc = NodeService(Store(own_store_url(tmp_path / "uc.db")).create_schema(), workers=4,
+                      deploy_interface=BothAtOnce)
+    try:
+        svc.import_nodes(env(entry("d0", "dep/s0", 0), entry("d1", "dep/s1", 1)))
+        svc.act_many(["d0", "d1"], "manage")
+        settle(svc, ["d0", "d1"])
+        svc.act_many(["d0", "d1"], "provide")
+        settle(svc, ["d0", "d1"])
+        sched = Scheduler(svc.store)
+        sched.claim(Request(instance_uuid="i-0"))
+        sched.claim(Request(instance_uuid="i-1"))
+        svc.act_many(["d0", "d1"], "deploy")
+        got = settle(svc, ["d0", "d1"])
+        assert {n["provision_state"] for n in got.values()} == {"active"}, [n["last_error"] for n in got.values()]
+    finally:
+        svc.close()

@@ -34,15 +34,15 @@ def driver(system):
 
 def test_power_off_refused_but_already_off_is_done():
     system = System(sushy.PowerState.OFF)
-    driver(system).set_power("off")  # the machine went off by itself: the asked state holds
+    driver(system).power.set("off")  # the machine went off by itself: the asked state holds
     assert system.resets == [sushy.ResetType.FORCE_OFF]
 
 
 def test_power_off_refused_and_still_on_is_an_error():
     with pytest.raises(DriverError, match="power off: Requested operation is not valid"):
-        driver(System(sushy.PowerState.ON)).set_power("off")
+        driver(System(sushy.PowerState.ON)).power.set("off")
 
 
 def test_reboot_refused_is_always_an_error():
     with pytest.raises(DriverError, match="power reboot"):
-        driver(System(sushy.PowerState.ON)).set_power("reboot")
+        driver(System(sushy.PowerState.ON)).power.set("reboot")

@@ -165,12 +165,12 @@ def _size(item) -> int:
 
 def inspect_bmc_inventory(node: NodeRecord, driver: Driver) -> dict | None:
     """Inspection through the BMC (Redfish System resource); None where it cannot tell."""
-    return driver.inventory()
+    return driver.management.inventory()
 
 
 def clean_power_off(node: NodeRecord, driver: Driver) -> None:
     """Without a cleaning ramdisk, cleaning leaves the node off, ready to boot."""
-    driver.set_power("off")
+    driver.power.set("off")
 
 
 class DeployInterface(Protocol):
@@ -178,7 +178,15 @@ class DeployInterface(Protocol):
     interfaces). Each gets the node and its driver, runs on the service's node workers, and
     returns None (done) or WAIT (a ramdisk will call back); `inspect_hardware` may also
     return the inventory it found, or None where it cannot inspect (the BMC's inventory is
-    asked next). Raising UndercloudError fails the node with that message."""
+    asked next). Raising UndercloudError fails the node with that message.
+
+    `deploy_name` is what `node show` gives as the deploy interface; `inspect_name` says how
+    a node of that driver class, driver_info and MACs would be inspected ("ramdisk" or
+    "bmc"), by the rule `inspect_hardware` follows."""
+
+    deploy_name: str
+
+    def inspect_name(self, driver: type[Driver], info: dict, macs: list[str]) -> str: ...
 
     def deploy(self, node: NodeRecord, driver: Driver) -> str | None: ...
 
@@ -191,19 +199,35 @@ class BootDiskDeploy:
     """Without a deploy ramdisk: deploy boots the node's own disk, tear-down powers it off,
     and inspection is left to the BMC."""
 
+    deploy_name = "boot-disk"
+
+    def inspect_name(self, driver: type[Driver], info: dict, macs: list[str]) -> str:
+        return INSPECT_BY_BMC
+
     def deploy(self, node: NodeRecord, driver: Driver) -> None:
-        driver.set_boot_device("disk", persistent=True)
-        driver.set_power("on")
+        driver.management.set_boot_device("disk", persistent=True)
+        driver.power.set("on")
 
     def tear_down(self, node: NodeRecord, driver: Driver) -> None:
-        driver.set_power("off")
+        driver.power.set("off")
 
     def inspect_hardware(self, node: NodeRecord, driver: Driver) -> None:
         return None
 
 
-def view(n: Node, macs: list[str] | None = None) -> dict:
-    """A node as the API shows it: the BMC password masked."""
+INSPECT_BY_BMC = "bmc"          # the BMC's inventory (Redfish's System, a cloud's flavor)
+INSPECT_BY_RAMDISK = "ramdisk"  # the deploy ramdisk booted in inspection mode, the BMC's as a fallback
+
+
+def view(n: Node, macs: list[str] | None = None, deploy: DeployInterface | None = None) -> dict:
+    """A node as the API shows it: the BMC password masked; the interfaces in effect (as
+    Ironic's node show), deploy and inspect where the node service gives its `deploy`."""
+    macs = macs if macs is not None else []
+    info = n.driver_info or {}
+    interfaces = drivers.interfaces(n.driver, info)
+    inspect = None
+    if deploy is not None and interfaces["boot_interface"] is not None:
+        inspect = deploy.inspect_name(drivers.module(n.driver).DRIVER, info, macs)
     return {
         "uuid": n.id, "name": n.name, "driver": n.driver, "driver_info": drivers.mask(n.driver_info or {}),
         "properties": n.properties or {}, "resource_class": n.resource_class,
@@ -211,12 +235,14 @@ def view(n: Node, macs: list[str] | None = None) -> dict:
         "power_state": n.power_state, "last_error": n.last_error,
         "maintenance": bool(n.maintenance), "maintenance_reason": n.maintenance_reason,
         "instance_uuid": n.instance_uuid, "instance_info": n.instance_info or {},
-        "ports": macs if macs is not None else [], "allowed_verbs": states.allowed_verbs(n.provision_state),
+        "ports": macs, "allowed_verbs": states.allowed_verbs(n.provision_state),
         "created_at": n.created_at, "updated_at": n.updated_at,
         "provision_updated_at": n.provision_updated_at,
-        # how its deploy ramdisk boots (the rule the deploy uses); None: its driver_info names
-        # one its driver lacks
-        "boot_interface": drivers.boot_interface(n.driver, n.driver_info or {}),
+        # boot: how its deploy ramdisk boots (the rule the deploy uses); None where its
+        # driver_info names one its driver lacks
+        **interfaces,
+        "deploy_interface": deploy.deploy_name if deploy is not None else None,
+        "inspect_interface": inspect,
     }
 
 
@@ -305,7 +331,7 @@ class NodeService:
     def get(self, ident: str) -> dict:
         with self.store.session() as s:
             n = self._find(s, ident)
-            return view(n, self._macs(s, [n.id]).get(n.id, []))
+            return view(n, self._macs(s, [n.id]).get(n.id, []), self.deploy_interface)
 
     def list(self, provision_state: str | None = None, maintenance: bool | None = None) -> list[dict]:
         with self.store.session() as s:
@@ -316,7 +342,8 @@ class NodeService:
                 q = q.where(Node.maintenance == maintenance)
             nodes = s.scalars(q).all()
             macs = self._macs(s) if nodes else {}
-            return [view(n, macs.get(n.id, [])) for n in nodes]
+            deploy = self.deploy_interface
+            return [view(n, macs.get(n.id, []), deploy) for n in nodes]
 
     def events(self, ident: str, limit: int = 50) -> list[dict]:
         with self.store.session() as s:
@@ -509,6 +536,7 @@ class NodeService:
             flush()
             events, work = [], []
             macs = self._macs(s, sorted(moved)) if moved else {}
+            deploy = self.deploy_interface if moved else None
             for op, n, src, dst, vals, error in plan:
                 if n.id not in moved:  # another worker or process moved it first
                     if op.error is None:
@@ -516,7 +544,7 @@ class NodeService:
                                             f"try again")
                     continue
                 events.append(self._event(n.id, src, dst, op.verb, vals, now, error))
-                shown = view(n, macs.get(n.id, []))
+                shown = view(n, macs.get(n.id, []), deploy)
                 shown.update({k: v for k, v in vals.items() if k in shown},
                              allowed_verbs=states.allowed_verbs(dst))
                 op.views.append(shown)
@@ -689,7 +717,7 @@ class NodeService:
     # finds (power, inventory) goes in the outcome, written with the transition.
     def _verify(self, node: NodeRecord, driver: Driver, out: Outcome) -> None:
         driver.validate()
-        out.power = driver.get_power()
+        out.power = driver.power.get()
 
     @property
     def deploy_interface(self) -> DeployInterface:
@@ -710,17 +738,17 @@ class NodeService:
         for step in self.clean_steps:
             if step(node, driver) == WAIT:
                 return WAIT
-        out.power = driver.get_power()
+        out.power = driver.power.get()
         return None
 
     def _deploy(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
         outcome = self.deploy_interface.deploy(node, driver)
-        out.power = driver.get_power()
+        out.power = driver.power.get()
         return outcome
 
     def _undeploy(self, node: NodeRecord, driver: Driver, out: Outcome) -> str | None:
         outcome = self.deploy_interface.tear_down(node, driver)
-        out.power = driver.get_power()
+        out.power = driver.power.get()
         out.release = True
         return outcome
 
@@ -801,8 +829,8 @@ class NodeService:
             raise InvalidInput(f"unknown power action {action!r} (one of: {', '.join(drivers.POWER_ACTIONS)})")
         record, driver = self._driver_for_action(ident, f"power {action}")
         try:
-            driver.set_power(action)
-            state = driver.get_power()
+            driver.power.set(action)
+            state = driver.power.get()
         except DriverError as exc:
             raise DriverError(drivers.scrub(str(exc), record.driver_info)) from None
         self._store_power(record.id, state, f"power {action} -> {state}")
@@ -813,7 +841,7 @@ class NodeService:
             raise InvalidInput(f"unknown boot device {device!r} (one of: {', '.join(drivers.BOOT_DEVICES)})")
         record, driver = self._driver_for_action(ident, "setting the boot device")
         try:
-            driver.set_boot_device(device, persistent)
+            driver.management.set_boot_device(device, persistent)
         except DriverError as exc:
             raise DriverError(drivers.scrub(str(exc), record.driver_info)) from None
         with self.store.session() as s:
@@ -823,7 +851,7 @@ class NodeService:
 
     def record_power(self, node_id: str, driver: Driver) -> None:
         """Store what the BMC reports now (after work outside the state machine changed it)."""
-        self._store_power(node_id, driver.get_power())
+        self._store_power(node_id, driver.power.get())
 
     def _store_power(self, node_id: str, state: str, message: str | None = None) -> None:
         patient(self._write_power, node_id, state, message)
@@ -869,7 +897,7 @@ class NodeService:
 
             def read(row) -> tuple[str, str | None, str | None]:
                 try:
-                    return row.id, self.driver(row).get_power(), None
+                    return row.id, self.driver(row).power.get(), None
                 except Exception as exc:  # noqa: BLE001 - any failure counts as one failed read
                     return row.id, None, drivers.scrub(str(exc), row.driver_info or {})
 
@@ -897,7 +925,7 @@ class NodeService:
                     drift += 1
                     if enforce:
                         try:
-                            self.driver(row).set_power(row.power_state)
+                            self.driver(row).power.set(row.power_state)
                             enforced += 1
                             s.add(NodeEvent(node_id=node_id, kind="drift",
                                             message=f"power drift: BMC reported {found}, recorded "

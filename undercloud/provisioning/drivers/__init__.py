@@ -1,8 +1,10 @@
-"""Drivers: one small plugin per BMC protocol (power, boot device, validate, inventory).
+"""Drivers: one small plugin per BMC protocol, made of interfaces as Ironic's hardware types:
+power (read, set), management (boot device and mode, the BMC's inventory and network), media
+(virtual media) and the boot interfaces it offers the deploy ramdisk.
 
-A driver module holds one class deriving from `Driver` and a `from_instackenv` that turns
-an instackenv.json entry's `pm_*` fields into the driver_info it needs. Adding a protocol
-is adding a module here and a line in DRIVERS.
+A driver module holds a `Driver` subclass (its BMC session and wording) naming its interface
+classes, and a `from_instackenv` that turns an instackenv.json entry's `pm_*` fields into the
+driver_info it needs. Adding a protocol is adding a module here and a line in DRIVERS.
 
 What a driver needs from the service beyond its node's driver_info comes in at construction
 (`get(..., cloud_config=...)`; the node service passes its own, `NodeService.driver`): today
@@ -56,8 +58,69 @@ class BMCAuthFailed(DriverError):
     """The BMC refused the credentials."""
 
 
+class Interface:
+    """One of a driver's interfaces (as Ironic composes a hardware type of power, management,
+    boot ... interfaces). Made with its driver, whose BMC session, driver_info and wording
+    (`where`, `_call`) it uses; `name` is what `node show` says is in effect."""
+
+    name = "none"
+
+    def __init__(self, driver: Driver):
+        self.driver = driver
+
+
+class PowerInterface(Interface):
+    """The node's power, read and set."""
+
+    def get(self) -> str:
+        """`on` or `off`."""
+        raise NotImplementedError
+
+    def set(self, action: str) -> None:
+        """`on`, `off` (hard) or `reboot` (on when off)."""
+        raise NotImplementedError
+
+
+class ManagementInterface(Interface):
+    """What the BMC manages besides power: the boot device and mode, and what it knows of the
+    hardware and of the node's network."""
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        raise NotImplementedError
+
+    def boot_mode(self) -> str | None:
+        """The firmware's boot mode ("bios" or "uefi") as the BMC reports it; None: it cannot tell."""
+        return None
+
+    def set_boot_mode(self, mode: str) -> None:
+        """Switch the firmware to `mode` (one of BOOT_MODES) for the boots that follow."""
+        raise DriverError(f"{self.driver.where} cannot set the boot mode")
+
+    def inventory(self) -> dict | None:
+        """What the BMC knows of the hardware (cpus, memory_mb, cpu_arch, local_gb, macs),
+        or None when this protocol cannot tell."""
+        return None
+
+    def network(self) -> dict | None:
+        """Where a ramdisk on this node is and reaches the undercloud: `mac`, `address`,
+        `prefix` and `undercloud` (this host's address there); None: on the lab network."""
+        return None
+
+
+class MediaInterface(Interface):
+    """Virtual media: an image the node can boot from as from a CD. This one has none."""
+
+    def insert(self, url: str) -> None:
+        raise DriverError(f"{self.driver.name} does not support virtual media")
+
+    def eject(self) -> None:
+        raise DriverError(f"{self.driver.name} does not support virtual media")
+
+
 class Driver:
-    """One node's BMC. Instances are short-lived: made for an operation, then dropped.
+    """One node's BMC (Ironic's hardware type): its session, and the interfaces it is made of
+    (`power`, `management`, `media`, each an instance of the class named below). Instances
+    are short-lived: made for an operation, then dropped.
 
     `sessions` is where a driver keeps its BMC session (a logged-in client), keyed by the
     module's `endpoint(info)`: a driver alone gets its own, so one operation logs in once; the
@@ -66,6 +129,9 @@ class Driver:
     """
 
     name = "base"
+    power_interface: type[PowerInterface] = PowerInterface
+    management_interface: type[ManagementInterface] = ManagementInterface
+    media_interface: type[MediaInterface] = MediaInterface
     # True where inventory() is the whole truth (a cloud's flavor): inspection then boots no ramdisk
     inventory_is_exact = False
     # How the deploy ramdisk can be booted through this BMC (BootInterface), the default first.
@@ -77,6 +143,9 @@ class Driver:
         self.sessions = sessions if sessions is not None else Sessions()
         # a cloud's entry by name (drivers whose nodes are a cloud's servers); None: no clouds known
         self.cloud_config = cloud_config
+        self.power = self.power_interface(self)
+        self.management = self.management_interface(self)
+        self.media = self.media_interface(self)
 
     @property
     def where(self) -> str:
@@ -97,41 +166,7 @@ class Driver:
 
     def validate(self) -> None:
         """Log in to the BMC and read the system: proves address and credentials."""
-        self.get_power()
-
-    def get_power(self) -> str:
-        raise NotImplementedError
-
-    def set_power(self, action: str) -> None:
-        """`on`, `off` (hard) or `reboot` (on when off)."""
-        raise NotImplementedError
-
-    def set_boot_device(self, device: str, persistent: bool = False) -> None:
-        raise NotImplementedError
-
-    def inventory(self) -> dict | None:
-        """What the BMC knows of the hardware (cpus, memory_mb, cpu_arch, local_gb, macs),
-        or None when this protocol cannot tell."""
-        return None
-
-    def network(self) -> dict | None:
-        """Where a ramdisk on this node is and reaches the undercloud: `mac`, `address`,
-        `prefix` and `undercloud` (this host's address there); None: on the lab network."""
-        return None
-
-    def boot_mode(self) -> str | None:
-        """The firmware's boot mode ("bios" or "uefi") as the BMC reports it; None: it cannot tell."""
-        return None
-
-    def set_boot_mode(self, mode: str) -> None:
-        """Switch the firmware to `mode` (one of BOOT_MODES) for the boots that follow."""
-        raise DriverError(f"{self.where} cannot set the boot mode")
-
-    def insert_media(self, url: str) -> None:
-        raise DriverError(f"{self.name} does not support virtual media")
-
-    def eject_media(self) -> None:
-        raise DriverError(f"{self.name} does not support virtual media")
+        self.power.get()
 
 
 class Sessions(dict):
@@ -170,13 +205,24 @@ def get(name: str, info: dict[str, Any], sessions: Sessions | None = None,
     return module(name).DRIVER(info, sessions, cloud_config=cloud_config)
 
 
-def boot_interface(name: str, info: dict[str, Any]) -> str | None:
-    """The boot interface in effect for a node of driver `name` (`Driver.boot_interface`, the
-    one its deploy and inspection use); None where its driver_info names one the driver lacks."""
+def interfaces(name: str, info: dict[str, Any]) -> dict[str, str | None]:
+    """The driver's interfaces in effect for a node of driver `name`, as `node show` gives
+    them: power, management, media and boot (`Driver.boot_interface`, the one its deploy and
+    inspection use). None where it cannot tell: an unknown driver, or driver_info naming a
+    boot interface the driver lacks."""
     try:
-        return module(name).DRIVER.boot_interface_of(info)
-    except (DriverError, InvalidInput):
-        return None
+        cls = module(name).DRIVER
+    except InvalidInput:
+        return dict.fromkeys(INTERFACES)
+    try:
+        boot = cls.boot_interface_of(info)
+    except DriverError:
+        boot = None
+    return {"power_interface": cls.power_interface.name, "management_interface": cls.management_interface.name,
+            "media_interface": cls.media_interface.name, "boot_interface": boot}
+
+
+INTERFACES = ("power_interface", "management_interface", "media_interface", "boot_interface")
 
 
 def endpoint(name: str, info: dict[str, Any]) -> tuple | None:

@@ -16,7 +16,15 @@ import threading
 import time
 from typing import Any
 
-from undercloud.provisioning.drivers import BMCAuthFailed, BootInterface, Driver, DriverError
+from undercloud.provisioning.drivers import (
+    BMCAuthFailed,
+    BootInterface,
+    Driver,
+    DriverError,
+    ManagementInterface,
+    MediaInterface,
+    PowerInterface,
+)
 
 _machines: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -25,8 +33,50 @@ logins: dict[str, int] = {}  # BMC -> sessions opened with it
 DEFAULT_INVENTORY = {"cpus": 2, "memory_mb": 4096, "local_gb": 40, "cpu_arch": "x86_64", "macs": []}
 
 
+class FakePower(PowerInterface):
+    name = "fake"
+
+    def get(self) -> str:
+        self.driver._step("power")
+        return self.driver._machine()["power"]
+
+    def set(self, action: str) -> None:
+        self.driver._step("power")
+        self.driver._machine()["power"] = "off" if action == "off" else "on"
+
+
+class FakeManagement(ManagementInterface):
+    name = "fake"
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        self.driver._step("boot")
+        self.driver._machine()["boot"] = device
+
+    def boot_mode(self) -> str | None:
+        return self.driver._machine().get("boot_mode", "bios")
+
+    def set_boot_mode(self, mode: str) -> None:
+        self.driver._step("boot")
+        self.driver._machine()["boot_mode"] = mode
+
+    def inventory(self) -> dict | None:
+        self.driver._step("inventory")
+        return {**DEFAULT_INVENTORY, **self.driver.info.get("inventory", {})}
+
+
+class FakeMedia(MediaInterface):
+    name = "fake"
+
+    def insert(self, url: str) -> None:
+        self.driver._machine()["media"] = url
+
+    def eject(self) -> None:
+        self.driver._machine()["media"] = None
+
+
 class FakeDriver(Driver):
     name = "fake"
+    power_interface, management_interface, media_interface = FakePower, FakeManagement, FakeMedia
     boot_interfaces = (BootInterface.VIRTUAL_MEDIA, BootInterface.PXE)
 
     def _machine(self) -> dict[str, Any]:
@@ -56,35 +106,6 @@ class FakeDriver(Driver):
 
     def validate(self) -> None:
         self._step("validate")
-
-    def get_power(self) -> str:
-        self._step("power")
-        return self._machine()["power"]
-
-    def set_power(self, action: str) -> None:
-        self._step("power")
-        self._machine()["power"] = "off" if action == "off" else "on"
-
-    def set_boot_device(self, device: str, persistent: bool = False) -> None:
-        self._step("boot")
-        self._machine()["boot"] = device
-
-    def boot_mode(self) -> str | None:
-        return self._machine().get("boot_mode", "bios")
-
-    def set_boot_mode(self, mode: str) -> None:
-        self._step("boot")
-        self._machine()["boot_mode"] = mode
-
-    def inventory(self) -> dict | None:
-        self._step("inventory")
-        return {**DEFAULT_INVENTORY, **self.info.get("inventory", {})}
-
-    def insert_media(self, url: str) -> None:
-        self._machine()["media"] = url
-
-    def eject_media(self) -> None:
-        self._machine()["media"] = None
 
 
 DRIVER = FakeDriver

@@ -8,7 +8,13 @@ from __future__ import annotations
 import threading
 import time
 
-from undercloud.provisioning.drivers import BMCAuthFailed, Driver, DriverError
+from undercloud.provisioning.drivers import (
+    BMCAuthFailed,
+    Driver,
+    DriverError,
+    ManagementInterface,
+    PowerInterface,
+)
 
 BOOT = {"pxe": "network", "disk": "hd", "cd": "cdrom"}
 BOOT_BACK = {v: k for k, v in BOOT.items()}
@@ -75,14 +81,46 @@ def _command():
     return command, exceptions
 
 
+class IpmiPower(PowerInterface):
+    name = "ipmi"
+
+    def get(self) -> str:
+        return self.driver.call("read power", lambda c: c.get_power()["powerstate"])
+
+    def set(self, action: str) -> None:
+        call = self.driver.call
+        if action == "reboot":
+            # Off, then on (as Ironic's ipmitool does): a boot device set just before then
+            # applies on every BMC. virtualbmc applies one only when the domain starts again,
+            # so a reset would boot the device of before.
+            call("power off (reboot)", lambda c: c.set_power("off", wait=POWER_WAIT))
+            call("power on (reboot)", lambda c: c.set_power("on", wait=POWER_WAIT))
+            return
+        call(f"power {action}", lambda c: c.set_power(action, wait=POWER_WAIT))
+
+
+class IpmiManagement(ManagementInterface):
+    name = "ipmi"
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        self.driver.call(f"set boot device {device}", lambda c: c.set_bootdev(BOOT[device], persist=persistent))
+
+    def boot_device(self) -> tuple[str, bool]:
+        """(device, persistent) as the BMC reports it."""
+        got = self.driver.call("read the boot device", lambda c: c.get_bootdev())
+        return BOOT_BACK.get(got.get("bootdev"), got.get("bootdev")), bool(got.get("persistent"))
+
+
 class IpmiDriver(Driver):
     name = "ipmi"
+    power_interface, management_interface = IpmiPower, IpmiManagement
 
     @property
     def where(self) -> str:
         return f"ipmi BMC {self.info.get('address')}:{self.info.get('port', 623)}"
 
-    def _call(self, what: str, fn):
+    def call(self, what: str, fn):
+        """`fn(command)` with this BMC's session, its failures as DriverError naming the BMC."""
         command, exceptions = _command()
         key = (self.info["address"], int(self.info.get("port", 623)), self.info.get("username"),
                self.info.get("password"))
@@ -113,26 +151,6 @@ class IpmiDriver(Driver):
                 raise BMCAuthFailed(f"{self.where} refused the credentials of user "
                                   f"{self.info.get('username')!r} ({msg})") from None
             raise DriverError(f"{self.where}: {what}: {msg}") from None
-
-    def get_power(self) -> str:
-        return self._call("read power", lambda c: c.get_power()["powerstate"])
-
-    def set_power(self, action: str) -> None:
-        if action == "reboot":
-            # Off, then on (as Ironic's ipmitool does): a boot device set just before then
-            # applies on every BMC. virtualbmc applies one only when the domain starts again,
-            # so a reset would boot the device of before.
-            self._call("power off (reboot)", lambda c: c.set_power("off", wait=POWER_WAIT))
-            self._call("power on (reboot)", lambda c: c.set_power("on", wait=POWER_WAIT))
-            return
-        self._call(f"power {action}", lambda c: c.set_power(action, wait=POWER_WAIT))
-
-    def set_boot_device(self, device: str, persistent: bool = False) -> None:
-        self._call(f"set boot device {device}", lambda c: c.set_bootdev(BOOT[device], persist=persistent))
-
-    def boot_device(self) -> tuple[str, bool]:
-        got = self._call("read the boot device", lambda c: c.get_bootdev())
-        return BOOT_BACK.get(got.get("bootdev"), got.get("bootdev")), bool(got.get("persistent"))
 
 
 DRIVER = IpmiDriver

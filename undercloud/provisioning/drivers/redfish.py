@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from undercloud.provisioning.drivers import BMCAuthFailed, BMCUnreachable, BootInterface, Driver, DriverError
+from undercloud.provisioning.drivers import (
+    BMCAuthFailed,
+    BMCUnreachable,
+    BootInterface,
+    Driver,
+    DriverError,
+    ManagementInterface,
+    MediaInterface,
+    PowerInterface,
+)
 
 TIMEOUT = 30  # seconds per HTTP request to the BMC
 
@@ -22,15 +31,135 @@ def _sushy():
     return sushy
 
 
+class RedfishPower(PowerInterface):
+    name = "redfish"
+
+    def get(self) -> str:
+        system = self.driver.system()
+        self.driver.call("read power", lambda: system.refresh(force=True))
+        state = system.power_state
+        return "on" if str(state.value).lower() in ("on", "poweringoff") else "off"
+
+    def set(self, action: str) -> None:
+        sushy = _sushy()
+        system = self.driver.system()
+        if action == "reboot" and self.get() == "off":
+            action = "on"
+        reset = {"on": sushy.ResetType.ON, "off": sushy.ResetType.FORCE_OFF,
+                 "reboot": sushy.ResetType.FORCE_RESTART}[action]
+        try:
+            self.driver.call(f"power {action}", lambda: system.reset_system(reset))
+        except Exception as refused:
+            # BMCs refuse to power off a machine that just went off by itself (and on one
+            # already on): reaching the asked state is success, as Ironic treats it.
+            try:
+                reached = action != "reboot" and self.get() == action
+            except Exception:
+                raise refused from None
+            if not reached:
+                raise
+
+
+class RedfishManagement(ManagementInterface):
+    name = "redfish"
+
+    def set_boot_device(self, device: str, persistent: bool = False) -> None:
+        sushy = _sushy()
+        source = {"pxe": sushy.BootSource.PXE, "disk": sushy.BootSource.HDD, "cd": sushy.BootSource.CD}[device]
+        enabled = sushy.BootSourceOverrideEnabled.CONTINUOUS if persistent else sushy.BootSourceOverrideEnabled.ONCE
+        system = self.driver.system()
+        self.driver.call(f"set boot device {device}", lambda: system.set_system_boot_options(source, enabled=enabled))
+
+    def boot_device(self) -> tuple[str, bool]:
+        """(device, persistent) as the BMC reports it."""
+        system = self.driver.system()
+        self.driver.call("read the boot device", system.refresh)
+        boot = system.boot
+        target = str(getattr(boot.target, "value", boot.target)).lower()
+        device = {"pxe": "pxe", "hdd": "disk", "cd": "cd"}.get(target, target)
+        return device, str(getattr(boot.enabled, "value", boot.enabled)).lower() == "continuous"
+
+    def boot_mode(self) -> str | None:
+        system = self.driver.system()
+        self.driver.call("read the boot mode", system.refresh)
+        mode = str(getattr(system.boot.mode, "value", system.boot.mode) or "").lower()
+        return {"uefi": "uefi", "legacy": "bios"}.get(mode)
+
+    def set_boot_mode(self, mode: str) -> None:
+        sushy = _sushy()
+        value = {"uefi": sushy.BootSourceOverrideMode.UEFI, "bios": sushy.BootSourceOverrideMode.LEGACY}[mode]
+        system = self.driver.system()
+        self.driver.call(f"set boot mode {mode}", lambda: system.set_system_boot_options(mode=value))
+
+    def inventory(self) -> dict | None:
+        system = self.driver.system()
+
+        def read() -> dict:
+            out: dict[str, Any] = {}
+            procs = system.processors.summary
+            out["cpus"] = procs.count
+            arch = str(getattr(procs.architecture, "value", procs.architecture) or "").lower()
+            out["cpu_arch"] = {"x86": "x86_64", "arm": "aarch64"}.get(arch, arch or None)
+            if system.memory_summary and system.memory_summary.size_gib:
+                out["memory_mb"] = int(system.memory_summary.size_gib * 1024)
+            out["macs"] = sorted(m.lower() for m in system.ethernet_interfaces.summary)
+            disks = _disk_sizes(system)
+            if disks:
+                out["local_gb"] = max(disks) // (1024 ** 3)  # like Ironic: the root disk
+            return out
+
+        return self.driver.call("read the inventory", read)
+
+
+class RedfishMedia(MediaInterface):
+    name = "redfish"
+
+    def _cd(self):
+        sushy = _sushy()
+        system = self.driver.system()
+
+        def find():
+            collections = []
+            try:
+                collections.append(system.virtual_media)
+            except sushy.exceptions.SushyError:
+                pass
+            for manager in system.managers:
+                collections.append(manager.virtual_media)
+            for coll in collections:
+                for vm in coll.get_members():
+                    if any(str(getattr(t, "value", t)).upper() in ("CD", "DVD") for t in vm.media_types):
+                        return vm
+            raise DriverError(f"{self.driver.where} offers no CD/DVD virtual media")
+
+        return self.driver.call("find virtual media", find)
+
+    def insert(self, url: str) -> None:
+        vm = self._cd()
+        self.driver.call("insert virtual media", lambda: vm.insert_media(url, inserted=True, write_protected=True))
+
+    def eject(self) -> None:
+        vm = self._cd()
+        self.driver.call("eject virtual media", vm.eject_media)
+
+    def url(self) -> str | None:
+        """The URL of the inserted CD/DVD image, or None."""
+        vm = self._cd()
+        self.driver.call("read virtual media", vm.refresh)
+        return vm.image or None if vm.inserted else None
+
+
 class RedfishDriver(Driver):
     name = "redfish"
+    power_interface, management_interface, media_interface = RedfishPower, RedfishManagement, RedfishMedia
     boot_interfaces = (BootInterface.VIRTUAL_MEDIA, BootInterface.PXE)
 
     def __init__(self, info: dict[str, Any], sessions=None, cloud_config=None):
         super().__init__(info, sessions, cloud_config)
         self._system = None
 
-    def _call(self, what: str, fn):
+    def call(self, what: str, fn):
+        """`fn()` against this BMC, its failures as DriverError naming the BMC."""
         sushy = _sushy()
         try:
             return fn()
@@ -68,117 +197,11 @@ class RedfishDriver(Driver):
                     root = root.root
                 return root.get_system(info.get("system_id") or None)
 
-            self._system = self._call("read the system", connect)
+            self._system = self.call("read the system", connect)
         return self._system
 
     def validate(self) -> None:
         self.system()
-
-    def get_power(self) -> str:
-        system = self.system()
-        self._call("read power", lambda: system.refresh(force=True))
-        state = system.power_state
-        return "on" if str(state.value).lower() in ("on", "poweringoff") else "off"
-
-    def set_power(self, action: str) -> None:
-        sushy = _sushy()
-        system = self.system()
-        if action == "reboot" and self.get_power() == "off":
-            action = "on"
-        reset = {"on": sushy.ResetType.ON, "off": sushy.ResetType.FORCE_OFF,
-                 "reboot": sushy.ResetType.FORCE_RESTART}[action]
-        try:
-            self._call(f"power {action}", lambda: system.reset_system(reset))
-        except Exception as refused:
-            # BMCs refuse to power off a machine that just went off by itself (and on one
-            # already on): reaching the asked state is success, as Ironic treats it.
-            try:
-                reached = action != "reboot" and self.get_power() == action
-            except Exception:
-                raise refused from None
-            if not reached:
-                raise
-
-    def set_boot_device(self, device: str, persistent: bool = False) -> None:
-        sushy = _sushy()
-        source = {"pxe": sushy.BootSource.PXE, "disk": sushy.BootSource.HDD, "cd": sushy.BootSource.CD}[device]
-        enabled = sushy.BootSourceOverrideEnabled.CONTINUOUS if persistent else sushy.BootSourceOverrideEnabled.ONCE
-        system = self.system()
-        self._call(f"set boot device {device}", lambda: system.set_system_boot_options(source, enabled=enabled))
-
-    def boot_device(self) -> tuple[str, bool]:
-        """(device, persistent) as the BMC reports it."""
-        system = self.system()
-        self._call("read the boot device", system.refresh)
-        boot = system.boot
-        target = str(getattr(boot.target, "value", boot.target)).lower()
-        device = {"pxe": "pxe", "hdd": "disk", "cd": "cd"}.get(target, target)
-        return device, str(getattr(boot.enabled, "value", boot.enabled)).lower() == "continuous"
-
-    def boot_mode(self) -> str | None:
-        system = self.system()
-        self._call("read the boot mode", system.refresh)
-        mode = str(getattr(system.boot.mode, "value", system.boot.mode) or "").lower()
-        return {"uefi": "uefi", "legacy": "bios"}.get(mode)
-
-    def set_boot_mode(self, mode: str) -> None:
-        sushy = _sushy()
-        value = {"uefi": sushy.BootSourceOverrideMode.UEFI, "bios": sushy.BootSourceOverrideMode.LEGACY}[mode]
-        system = self.system()
-        self._call(f"set boot mode {mode}", lambda: system.set_system_boot_options(mode=value))
-
-    def inventory(self) -> dict | None:
-        system = self.system()
-
-        def read() -> dict:
-            out: dict[str, Any] = {}
-            procs = system.processors.summary
-            out["cpus"] = procs.count
-            arch = str(getattr(procs.architecture, "value", procs.architecture) or "").lower()
-            out["cpu_arch"] = {"x86": "x86_64", "arm": "aarch64"}.get(arch, arch or None)
-            if system.memory_summary and system.memory_summary.size_gib:
-                out["memory_mb"] = int(system.memory_summary.size_gib * 1024)
-            out["macs"] = sorted(m.lower() for m in system.ethernet_interfaces.summary)
-            disks = _disk_sizes(system)
-            if disks:
-                out["local_gb"] = max(disks) // (1024 ** 3)  # like Ironic: the root disk
-            return out
-
-        return self._call("read the inventory", read)
-
-    def _media(self):
-        sushy = _sushy()
-        system = self.system()
-
-        def find():
-            collections = []
-            try:
-                collections.append(system.virtual_media)
-            except sushy.exceptions.SushyError:
-                pass
-            for manager in system.managers:
-                collections.append(manager.virtual_media)
-            for coll in collections:
-                for vm in coll.get_members():
-                    if any(str(getattr(t, "value", t)).upper() in ("CD", "DVD") for t in vm.media_types):
-                        return vm
-            raise DriverError(f"{self.where} offers no CD/DVD virtual media")
-
-        return self._call("find virtual media", find)
-
-    def insert_media(self, url: str) -> None:
-        vm = self._media()
-        self._call("insert virtual media", lambda: vm.insert_media(url, inserted=True, write_protected=True))
-
-    def eject_media(self) -> None:
-        vm = self._media()
-        self._call("eject virtual media", vm.eject_media)
-
-    def media(self) -> str | None:
-        """The URL of the inserted CD/DVD image, or None."""
-        vm = self._media()
-        self._call("read virtual media", vm.refresh)
-        return vm.image or None if vm.inserted else None
 
 
 class _Root:

@@ -24,7 +24,7 @@ machine (provisioning/states.py) drives it:
 Per server: <home>/baremetal/<server id>/ (deploy.json: node, token hash; the ISOs while
 deploying) and one address of the provisioning network (provisioning/network.py: the
 lab's, or undercloud.conf's; vm_net.Addresses). The API is served there (in the lab's
-namespace as for VMs, vm_net.serve_api). A node whose driver knows its network (`Driver.network()`:
+namespace as for VMs, vm_net.serve_api). A node whose driver knows its network (`management.network()`:
 a cloud's server, drivers/openstack.py) takes no lab address: the ramdisk and the config
 drive use its own address, and the API is also served at the undercloud's address there.
 """
@@ -47,8 +47,8 @@ from undercloud.agent.files import temp_name, write_atomic
 from undercloud.errors import Conflict, NotFound, UndercloudError
 from undercloud.host.labnet import LAB_NETWORK
 from undercloud.provisioning import drivers, network, states
-from undercloud.provisioning.drivers import BootInterface, DriverError
-from undercloud.provisioning.nodes import WAIT
+from undercloud.provisioning.drivers import BootInterface, Driver, DriverError
+from undercloud.provisioning.nodes import INSPECT_BY_BMC, INSPECT_BY_RAMDISK, WAIT
 from undercloud.provisioning.servers import baremetal_media, vm_configdrive
 from undercloud.provisioning.servers.baremetal_boot import BOOT_INTERFACES, RamdiskBoot, eject_quietly
 from undercloud.provisioning.servers.baremetal_netboot import BootRefused, NetBoot
@@ -186,7 +186,7 @@ class BaremetalRealiser(Realiser):
         record = self.env.nodes.record(node_id)
         driver = self.env.nodes.driver(record)
         try:
-            return driver.network()
+            return driver.management.network()
         except DriverError as exc:
             raise RealiserError(drivers.scrub(str(exc), record.driver_info)) from None
 
@@ -354,16 +354,26 @@ class BaremetalRealiser(Realiser):
         log.info("node %s: deploy ramdisk booting from %s", node.label, boot.words)
         return WAIT
 
+    deploy_name = "ramdisk"  # the deploy ramdisk writes the image (Ironic's "direct")
+
+    def inspect_name(self, driver: type[Driver], info: dict, macs: list[str]) -> str:
+        """By the ramdisk, unless the BMC's inventory is exact (a cloud's flavor), there is no
+        image store, or the node boots from the network and has no MAC to be known by."""
+        try:
+            boot = self.boots[driver.boot_interface_of(info)]
+        except DriverError:
+            return INSPECT_BY_BMC
+        if driver.inventory_is_exact or self.env.images is None or (boot.needs_mac and not macs):
+            return INSPECT_BY_BMC
+        return INSPECT_BY_RAMDISK
+
     def inspect_hardware(self, node, driver) -> str | None:
         """Boot the deploy ramdisk in inspection mode (it calls back with the inventory);
         None where it cannot (no ramdisk image, no lab network, a network boot without a MAC):
         the BMC's inventory is asked next."""
-        try:
-            boot = self.boots[driver.boot_interface]
-        except DriverError:
+        if self.inspect_name(type(driver), driver.info, node.macs) != INSPECT_BY_RAMDISK:
             return None
-        if driver.inventory_is_exact or self.env.images is None or (boot.needs_mac and not node.macs):
-            return None
+        boot = self.boots[driver.boot_interface]
         try:
             deploy_image = self._deploy_image()
             base_iso = self.env.images.ensure_blob(deploy_image)
@@ -393,7 +403,7 @@ class BaremetalRealiser(Realiser):
     def tear_down(self, node, driver) -> None:
         self.netboot.disarm(node.macs)
         eject_quietly(driver)
-        driver.set_power("off")
+        driver.power.set("off")
         _drop_lab_media_copy(self.env.home, node)
 
     # ---- the network-booted ramdisk's request (api/ramdisk_callback.py) --------------------------
@@ -458,10 +468,10 @@ class BaremetalRealiser(Realiser):
         try:
             self._boot_of(self._record(server_id)).clean_up(driver, record.macs)
             if ok:
-                driver.set_boot_device("disk", persistent=True)
-                driver.set_power("reboot")
+                driver.management.set_boot_device("disk", persistent=True)
+                driver.power.set("reboot")
             else:
-                driver.set_power("off")
+                driver.power.set("off")
             self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
             drivers_reason = drivers.scrub(str(exc), record.driver_info)
@@ -486,7 +496,7 @@ class BaremetalRealiser(Realiser):
         driver = self.env.nodes.driver(record)
         try:
             self._boot_of(rec).clean_up(driver, record.macs)
-            driver.set_power("off")
+            driver.power.set("off")
             self.env.nodes.record_power(node_id, driver)
         except DriverError as exc:
             ok, error = False, f"finishing the inspection: {drivers.scrub(str(exc), record.driver_info)}"
@@ -506,8 +516,8 @@ def _set_boot_mode(driver, node) -> None:
     mode. The images boot either way (images/disk.py); nodes without the capability, and BMCs
     that cannot tell (IPMI), are left as they are."""
     wanted = ((node.properties or {}).get("capabilities") or {}).get("boot_mode")
-    if wanted and driver.boot_mode() not in (None, wanted):
-        driver.set_boot_mode(wanted)
+    if wanted and driver.management.boot_mode() not in (None, wanted):
+        driver.management.set_boot_mode(wanted)
         log.info("node %s: boot mode set to %s", node.label, wanted)
 
 

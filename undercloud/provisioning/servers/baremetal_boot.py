@@ -57,15 +57,15 @@ class VirtualMediaBoot(RamdiskBoot):
         if not iso.exists():
             raise UndercloudError(f"no deploy media prepared for server {ident} "
                                   f"(deploy bare-metal nodes through `server create`)")
-        driver.set_power("off")
+        driver.power.set("off")
         eject_quietly(driver)
         with baremetal_media.serve_file(iso) as url:  # served once, on loopback
-            driver.insert_media(url)
-        driver.set_boot_device("cd", persistent=False)
-        driver.set_power("on")
+            driver.media.insert(url)
+        driver.management.set_boot_device("cd", persistent=False)
+        driver.power.set("on")
 
     def clean_up(self, driver, macs):
-        driver.eject_media()
+        driver.media.eject()
 
 
 class PxeBoot(RamdiskBoot):
@@ -85,9 +85,9 @@ class PxeBoot(RamdiskBoot):
         if not any((self.netboot.armed(m) or {}).get("ident") == ident for m in macs):
             raise UndercloudError(f"no network boot armed for server {ident} "
                                   f"(deploy bare-metal nodes through `server create`)")
-        driver.set_power("off")
-        driver.set_boot_device("pxe", persistent=False)
-        driver.set_power("on")
+        driver.power.set("off")
+        driver.management.set_boot_device("pxe", persistent=False)
+        driver.power.set("on")
 
     def clean_up(self, driver, macs):
         self.netboot.disarm(macs)
@@ -99,7 +99,7 @@ BOOT_INTERFACES: dict[str, type[RamdiskBoot]] = {c.name: c for c in (VirtualMedi
 def eject_quietly(driver) -> None:
     """Eject whatever media is in; a BMC that is not there still fails the step."""
     try:
-        driver.eject_media()
+        driver.media.eject()
     except DriverError as exc:
         if isinstance(exc, (drivers.BMCUnreachable, drivers.BMCAuthFailed)):
             raise
