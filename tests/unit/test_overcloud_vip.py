@@ -20,12 +20,16 @@ from undercloud.provisioning.servers import base
 NET = "uc1-lab"
 
 
-def test_virtual_ips_are_kept_out_of_the_server_ranges():
-    from undercloud.provisioning.servers import vm_net
+def test_the_lab_networks_plan_gives_each_address_one_taker():
+    """The ports', the servers', the virtual IPs', the undercloud's and the host's numbers of a
+    lab /24, declared once in labnet: no two overlap, and what the realisers offer is read there."""
+    from undercloud.host import labnet
 
     assert base.virtual_ips("10.130.7.0/24") == ["10.130.7.250", "10.130.7.251", "10.130.7.252", "10.130.7.253"]
-    assert not set(base.VIP_HOSTS) & set(vm_net.RANGE)
-    assert 254 not in base.VIP_HOSTS  # the host's own lab link (labnet.HOST_ADDRESS)
+    takers = [set(labnet.PORT_HOSTS), set(labnet.SERVER_HOSTS), set(labnet.VIP_HOSTS), {labnet.UNDERCLOUD_ADDRESS},
+              {labnet.HOST_ADDRESS}]
+    assert sum(len(t) for t in takers) == len(set().union(*takers))
+    assert set().union(*takers) <= set(range(1, 255))
 
 
 def table(tmp_path):

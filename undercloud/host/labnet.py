@@ -16,7 +16,13 @@ from undercloud.host import libvirt
 from undercloud.host.libvirt import HostError, nsenter
 from undercloud.host.run import run
 
-HOST_ADDRESS = 254  # the host's address on the lab network (servers take .100-.249)
+# Who takes which host number of a lab /24, declared once (the ports' pool, the servers'
+# range, the virtual IPs and this host's link are all read from here):
+UNDERCLOUD_ADDRESS = 1          # the undercloud, on the bridge: the nodes' gateway and API address
+PORT_HOSTS = range(10, 100)     # the stacks' ports on ctlplane (resources/neutron.py, store/networks.py)
+SERVER_HOSTS = range(100, 250)  # VM and bare-metal servers (vm_net, through the address table)
+VIP_HOSTS = range(250, 254)     # overclouds' virtual IPs, held by keepalived: never a server's
+HOST_ADDRESS = 254              # this host's own link to the lab network
 # The lab network's name, TripleO's for its provisioning network: the network servers ask
 # for, the key of their addresses, the config drive's network and the stacks' own (neutron.py).
 LAB_NETWORK = "ctlplane"
@@ -56,7 +62,7 @@ class LabNetwork:
             raise HostError(f"no lab network here: {reason}")
         ns = libvirt.ensure_libvirtd(self.netns, record)
         self._ensure_bridge(ns, record)
-        return ns, f"{self.subnet}.1"
+        return ns, f"{self.subnet}.{UNDERCLOUD_ADDRESS}"
 
     def _ensure_bridge(self, ns: str, record: Callable[[str, Any], None]) -> None:
         cidr = f"{self.subnet}.0/24"
@@ -69,8 +75,8 @@ class LabNetwork:
         record("bridge", self.bridge)
         nsenter(ns, "ip", "link", "set", self.bridge, "up")
         addrs = nsenter(ns, "ip", "-o", "addr", "show", "dev", self.bridge).stdout
-        if f"{self.subnet}.1/24" not in addrs:
-            nsenter(ns, "ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        if f"{self.subnet}.{UNDERCLOUD_ADDRESS}/24" not in addrs:
+            nsenter(ns, "ip", "addr", "add", f"{self.subnet}.{UNDERCLOUD_ADDRESS}/24", "dev", self.bridge)
         self._ensure_host_link(ns)
 
     def _ensure_host_link(self, ns: str) -> None:

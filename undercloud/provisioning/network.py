@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from undercloud.errors import InvalidInput
+from undercloud.host.labnet import SERVER_HOSTS, VIP_HOSTS
 from undercloud.host.run import run
-from undercloud.provisioning.servers.base import VIP_HOSTS
 
 CONFIG = "undercloud.conf"
 
@@ -175,10 +175,10 @@ def lab_network_info(home) -> dict:
 def lab(home, made: tuple[str, str, str]) -> ProvisioningNetwork:
     """The virtual lab's network as the provisioning network; `made`: (netns, bridge, the
     undercloud's address) from servers/vm_net.lab_network, which makes it when missing."""
-    from undercloud.provisioning.servers.vm_net import PREFIX, RANGE, lab_network_key
+    from undercloud.provisioning.servers.vm_net import PREFIX, lab_network_key
 
     ns, bridge, gateway = made
     cidr = ipaddress.ip_interface(f"{gateway}/{PREFIX}").network
     return ProvisioningNetwork(key=lab_network_key(home), netns=ns, interface=bridge, address=gateway,
-                               cidr=str(cidr), pool=tuple(str(cidr.network_address + h) for h in RANGE),
+                               cidr=str(cidr), pool=tuple(str(cidr.network_address + h) for h in SERVER_HOSTS),
                                gateway=None, virtual_ips=tuple(str(cidr.network_address + h) for h in VIP_HOSTS))

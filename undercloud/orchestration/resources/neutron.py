@@ -286,9 +286,13 @@ class Port(_Neutron):
 
     def _ctlplane(self) -> tuple:
         """The undercloud's own ctlplane, as TripleO's undercloud had it in Neutron: the lab
-        network of VM and bare-metal servers (the home's 192.168.N.0/24, the undercloud at .1).
-        Ports take .10-.99; servers take .100-.249, virtual IPs .250-.253, the host .254."""
-        from undercloud.host.labnet import LabNetwork  # its subnet only: nothing is made on the host
+        network of VM and bare-metal servers (the home's 192.168.N.0/24): ports take
+        labnet.PORT_HOSTS, beside the servers', the virtual IPs' and the host's numbers there."""
+        from undercloud.host.labnet import (  # nothing is made on the host
+            PORT_HOSTS,
+            UNDERCLOUD_ADDRESS,
+            LabNetwork,
+        )
 
         try:
             home = self.services.home
@@ -296,7 +300,8 @@ class Port(_Neutron):
             raise ResourceFailure(f"no network {LAB_NETWORK!r} (and no undercloud home to take it from)") from None
         prefix = LabNetwork(home.instance).subnet
         net_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"undercloud:{home.instance}:{LAB_NETWORK}"))
-        return (net_id, LAB_NETWORK, f"{prefix}.0/24", f"{prefix}.1", [{"start": f"{prefix}.10", "end": f"{prefix}.99"}],
+        pool = {"start": f"{prefix}.{PORT_HOSTS[0]}", "end": f"{prefix}.{PORT_HOSTS[-1]}"}
+        return (net_id, LAB_NETWORK, f"{prefix}.0/24", f"{prefix}.{UNDERCLOUD_ADDRESS}", [pool],
                 {"tags": [f"{prefix}.0/24"], "undercloud": True})
 
     def update(self, old_properties: dict) -> None:

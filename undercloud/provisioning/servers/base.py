@@ -36,11 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from undercloud.host.labnet import VIP_HOSTS
+
 BUILD, ACTIVE, SHUTOFF, ERROR, DELETED, REBUILD = "BUILD", "ACTIVE", "SHUTOFF", "ERROR", "DELETED", "REBUILD"
-# Host numbers of a lab /24 kept for virtual IPs (an overcloud's VIP, held by keepalived on
-# its haproxy nodes): no server is ever given one. .1 is the undercloud's, VM and bare-metal
-# servers take .100-.249 (vm_net.RANGE), the host's lab link .254 (labnet.HOST_ADDRESS).
-VIP_HOSTS = range(250, 254)
 
 
 def virtual_ips(subnet: str) -> list[str]:

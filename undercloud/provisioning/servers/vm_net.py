@@ -6,7 +6,7 @@ lab uses too; made here when missing, recording nothing, so `lab up` still works
 it). Here:
 - `Addresses`: lab addresses per server, rows of the store's address table
   (store/addresses.py, whose claims are safe across threads and processes). VM and
-  bare-metal servers take theirs from RANGE; a requested `fixed_ip` is taken as asked.
+  bare-metal servers take theirs from labnet.SERVER_HOSTS; a requested `fixed_ip` is taken as asked.
 - `serve_api`: the undercloud's API on the lab network. The bridge lives in libvirtd's
   namespace (its taps are made there) while the service runs in the host's, so
   `Env.listen` (which binds in the service's own namespace) cannot reach it: a socket is
@@ -30,11 +30,10 @@ import socket
 import threading
 from pathlib import Path
 
-from undercloud.host.labnet import LAB_NETWORK
+from undercloud.host.labnet import LAB_NETWORK, SERVER_HOSTS
 from undercloud.provisioning.servers.base import RealiserError
 
 PREFIX = 24
-RANGE = range(100, 250)  # host part of addresses handed to VM and bare-metal servers
 CLONE_NEWNET = 0x40000000
 IP_FREEBIND = 15
 
@@ -67,7 +66,7 @@ def lab_network_key(home) -> str:
 
 class Addresses:
     """Lab addresses held by VM and bare-metal servers: rows of the store's address table
-    (`env.addresses`), on the lab network's key. Servers take theirs from RANGE; on a
+    (`env.addresses`), on the lab network's key. Servers take theirs from labnet.SERVER_HOSTS; on a
     configured provisioning network (`network`), from its DHCP range."""
 
     def __init__(self, home, subnet_gateway: str, table, network=None, inspection: bool = False):
@@ -80,7 +79,7 @@ class Addresses:
             return
         self.network = lab_network_key(home)
         self.net = ipaddress.ip_interface(f"{subnet_gateway}/{PREFIX}").network
-        self.pool = [str(self.net.network_address + h) for h in RANGE]
+        self.pool = [str(self.net.network_address + h) for h in SERVER_HOSTS]
         self.name = LAB_NETWORK
         self._adopt_file(Path(home.path) / "servers" / "lab-addresses.json")
 
