@@ -102,3 +102,65 @@ def test_the_lab_addresses_file_of_an_older_home_is_imported_once(table, tmp_pat
     # An overcloud's VIP on the lab network is no server's: the network may go without it.
     table.claim(addrs.network, "vip:overcloud", ["192.168.77.250"])
     assert addrs.held() == {"192.168.77.10": "s2", "192.168.77.100": "s1", "192.168.77.101": "s3"}
+
+
+def test_ports_and_servers_on_one_address_space_never_share_an_address(table):
+    """A network naming an address space (the ctlplane: the lab network's key) keeps its
+    ports' addresses in the table beside the servers' and the VIPs': neither takes the other's."""
+    from undercloud.errors import Conflict
+    from undercloud.store import networks as ipam
+
+    store = table.store
+    with store.session() as s:
+        ipam.ensure_network(s, "00000000-0000-4000-8000-000000000001", "ctlplane", "10.9.0.0/24", "10.9.0.1",
+                            [{"start": "10.9.0.2", "end": "10.9.0.41"}], {ipam.ADDRESS_SPACE: NET})
+    assert table.claim(NET, "server-1", POOL) == "10.9.0.2"
+    with store.session() as s:
+        port = ipam.create_port(s, "ctlplane", "p", None, None, {})
+    assert [f["ip_address"] for f in port["fixed_ips"]] == ["10.9.0.3"]  # past the server's
+    with store.session() as s, pytest.raises(Conflict, match=r"^address 10.9.0.2 is already in use \(server server-1\)$"):
+        ipam.create_port(s, "ctlplane", "q", [{"ip_address": "10.9.0.2"}], None, {})
+    with pytest.raises(AddressTaken, match=f"10.9.0.3 on {NET} is held by port:{port['id']}/10.9.0.3"):
+        table.claim(NET, "server-2", exact="10.9.0.3")
+    assert table.claim(NET, "server-2", POOL) == "10.9.0.4"
+    with store.session() as s:  # a port holding two addresses, given back at once
+        two = ipam.create_port(s, "ctlplane", "r", [{"ip_address": "10.9.0.9"}, {"ip_address": "10.9.0.10"}], None, {})
+    assert {a: h for a, h in table.on(NET).items() if h.startswith("port:")} == {
+        "10.9.0.3": f"port:{port['id']}/10.9.0.3", "10.9.0.9": f"port:{two['id']}/10.9.0.9",
+        "10.9.0.10": f"port:{two['id']}/10.9.0.10"}
+    with store.session() as s:
+        ipam.delete_port(s, two["id"])
+        ipam.delete_port(s, port["id"])
+    assert table.on(NET) == {"10.9.0.2": "server-1", "10.9.0.4": "server-2"}
+
+
+def test_the_ports_addresses_of_an_older_store_move_into_the_table_and_back(tmp_path):
+    """Revision 0016: port_addresses' rows become the table's (`subnet:<id>`), each port's
+    addresses still its own; a downgrade puts them back."""
+    from sqlalchemy import text
+
+    from undercloud.store import migrate
+    from undercloud.store import networks as ipam
+
+    store = Store(own_store_url(tmp_path / "uc.db"), tmp_path / "store.key").create_schema()
+    migrate.downgrade(store, "0015")
+    with store.engine.begin() as c:
+        c.execute(text("INSERT INTO networks (id, name, properties, mtu, created_at) VALUES ('n1', 'net', '{}', 1500, 0)"))
+        c.execute(text("INSERT INTO subnets (id, network_id, name, cidr, ip_version, gateway_ip, allocation_pools, "
+                       "properties, created_at) VALUES ('s1', 'n1', 'sub', '10.7.0.0/24', 4, '10.7.0.1', "
+                       "'[{\"start\": \"10.7.0.10\", \"end\": \"10.7.0.20\"}]', '{}', 0)"))
+        c.execute(text("INSERT INTO network_ports (id, network_id, name, mac_address, properties, created_at) "
+                       "VALUES ('p1', 'n1', 'a', 'fa:16:3e:00:00:01', '{}', 0)"))
+        c.execute(text("INSERT INTO port_addresses (subnet_id, ip_address, port_id) VALUES ('s1', '10.7.0.10', 'p1')"))
+    assert migrate.upgrade(store) == "0015"
+    assert AddressTable(store).on("subnet:s1") == {"10.7.0.10": "port:p1/10.7.0.10"}
+    with store.session() as s:
+        assert ipam.port_dict(s, s.get(ipam.NetworkPort, "p1"))["fixed_ips"] == [
+            {"subnet_id": "s1", "ip_address": "10.7.0.10"}]
+        assert [f["ip_address"] for f in ipam.create_port(s, "net", "b", None, None, {})["fixed_ips"]] == ["10.7.0.11"]
+    migrate.downgrade(store, "0015")
+    with store.engine.connect() as c:
+        assert sorted(c.execute(text("SELECT subnet_id, ip_address, port_id FROM port_addresses")).all()) == [
+            ("s1", "10.7.0.10", "p1"), ("s1", "10.7.0.11", next(iter(
+                c.execute(text("SELECT id FROM network_ports WHERE name = 'b'")).scalars())))]
+        assert c.execute(text("SELECT count(*) FROM addresses")).scalar() == 0

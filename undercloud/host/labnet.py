@@ -44,6 +44,8 @@ class LabNetwork:
         self.instance = instance
         self.netns = f"{instance}-lab"
         self.bridge = f"br-{instance}"
+        # its key in the address table (store/addresses.py): servers', VIPs' and ctlplane ports' addresses
+        self.address_key = self.bridge
         self.host_link = f"{instance}-h"
 
     @property

@@ -1,8 +1,11 @@
-"""The address table: who holds which address of the undercloud's own networks (container,
-VM and bare-metal servers on the lab networks, an overcloud's virtual IP).
+"""The address table: who holds which address — of the undercloud's own networks (container,
+VM and bare-metal servers on the lab networks, an overcloud's virtual IP) and of the
+stacks' Neutron-like subnets (ports, store/networks.py). The one place an address is held.
 
 A row is (network, address) -> holder. The network is a key its allocator chooses (the
-podman network's name, the lab bridge's); the holder a server id, or `vip:<stack>`.
+podman network's name, the lab bridge's, `subnet:<id>`); the holder a server id,
+`vip:<stack>`, or `port:<id>/<address>` (a port holds one row per address).
+Who takes which host number of the lab's /24 is declared once, in host/labnet.py.
 
 A claim is an INSERT the database decides, as the scheduler's node claim is an UPDATE it
 decides: (network, address) is the primary key, so of two claims racing for one address
@@ -11,7 +14,6 @@ for processes, on SQLite and PostgreSQL alike. A holder holds one address at a t
 column is unique): a claim that gives it another drops the old row in the same
 transaction, so a refused claim leaves it what it had.
 
-This is not store/networks.py, the overcloud API's Neutron-like ports.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class Address(Base):
 
     network: Mapped[str] = mapped_column(String(255), primary_key=True)
     address: Mapped[str] = mapped_column(String(64), primary_key=True)
-    holder: Mapped[str] = mapped_column(String(300), unique=True)  # a server id, or vip:<stack>
+    holder: Mapped[str] = mapped_column(String(300), unique=True)  # a server id, vip:<stack>, port:<id>/<address>
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
 
 
@@ -52,12 +54,35 @@ class NoFreeAddress(Conflict):
         self.held = held
 
 
-VIP = "vip:"  # holders of overclouds' virtual IPs; every other holder is a server
+VIP = "vip:"  # holders of overclouds' virtual IPs
+PORT = "port:"  # holders of the stacks' ports' addresses (store/networks.py); every other holder is a server
 
 
 def vip_holder(stack: str) -> str:
     """The holder of an overcloud's virtual IP: released with its root stack (engine purge)."""
     return f"{VIP}{stack}"
+
+
+def port_prefix(port_id: str) -> str:
+    return f"{PORT}{port_id}/"
+
+
+def port_holder(port_id: str, address: str) -> str:
+    """The holder of one of a port's addresses (a port may hold several, a holder one)."""
+    return f"{port_prefix(port_id)}{address}"
+
+
+def is_server(holder: str) -> bool:
+    return not holder.startswith((VIP, PORT))
+
+
+def holder_words(holder: str) -> str:
+    """A holder as a message names it."""
+    if holder.startswith(VIP):
+        return f"the virtual IP of stack {holder[len(VIP):]}"
+    if holder.startswith(PORT):
+        return f"port {holder[len(PORT):].split('/', 1)[0]}"
+    return f"server {holder}"
 
 
 class AddressTable:

@@ -3,8 +3,13 @@ as TripleO used Neutron for its control plane's IPAM: networks, their subnets, a
 holding a unique MAC address and fixed IPs from the subnets' allocation pools. Nothing is
 wired here (no bridge, no DHCP): it is the record of who holds which address.
 
-An address is unique in its subnet and a MAC address unique overall: the tables say so
-(primary key, unique index), so two stacks allocating at once cannot get the same one.
+A port's addresses are rows of the one address table (store/addresses.py), held by
+`port:<id>/<address>`, on their subnet's key (`address_key`): `subnet:<id>`, or the address
+space its network names (the undercloud's ctlplane: the lab network's key, which the VM and
+bare-metal servers and the virtual IPs also take theirs from, so a port never gets a
+server's address). An address is unique on its key and a MAC address unique overall: the
+tables say so (primary key, unique index), so two stacks allocating at once cannot get the
+same one.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
+from undercloud.store.addresses import Address, holder_words, port_holder, port_prefix
 from undercloud.store.db import Base
 
 MAC_PREFIX = "fa:16:3e"  # Neutron's default base_mac
+ADDRESS_SPACE = "address_space"  # a network's property: the address table's key of all its subnets
 
 
 class Network(Base):
@@ -60,14 +67,6 @@ class NetworkPort(Base):
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
 
 
-class PortAddress(Base):
-    __tablename__ = "port_addresses"
-
-    subnet_id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    ip_address: Mapped[str] = mapped_column(String(64), primary_key=True)
-    port_id: Mapped[str] = mapped_column(String(36), index=True)
-
-
 # -- reading ---------------------------------------------------------------------------
 def _one(s: Session, model: type, name_or_id: str, what: str, **where: Any) -> Any:
     row = s.get(model, name_or_id)
@@ -96,9 +95,28 @@ def subnet_dict(sub: Subnet) -> dict:
             "allocation_pools": sub.allocation_pools, **sub.properties}
 
 
+def address_key(s: Session, sub: Subnet) -> str:
+    """The address table's key of a subnet's addresses."""
+    net = s.get(Network, sub.network_id)
+    space = (net.properties or {}).get(ADDRESS_SPACE) if net is not None else None
+    return str(space) if space else f"subnet:{sub.id}"
+
+
+def _port_addresses(s: Session, port: NetworkPort) -> list[tuple[str, str]]:
+    """(subnet id, address) of each address the port holds."""
+    ips = list(s.scalars(select(Address.address).where(Address.holder.startswith(port_prefix(port.id),
+                                                                                  autoescape=True))))
+    subnets = list(s.scalars(select(Subnet).where(Subnet.network_id == port.network_id)))
+    out = []
+    for ip in ips:
+        sub = next((x for x in subnets if ipaddress.ip_address(ip) in ipaddress.ip_network(x.cidr)), None)
+        if sub is not None:
+            out.append((sub.id, ip))
+    return out
+
+
 def port_dict(s: Session, port: NetworkPort) -> dict:
-    ips = list(s.execute(select(PortAddress.subnet_id, PortAddress.ip_address)
-                         .where(PortAddress.port_id == port.id)))
+    ips = _port_addresses(s, port)
     order = port.properties.get("order") or []
     ips.sort(key=lambda r: order.index(r[1]) if r[1] in order else len(order))
     props = {k: v for k, v in port.properties.items() if k != "order"}
@@ -116,7 +134,8 @@ def create_network(s: Session, name: str, properties: dict, mtu: int = 1500) -> 
 
 def update_network(s: Session, net_id: str, name: str, properties: dict) -> dict:
     net = _one(s, Network, net_id, "network")
-    net.name, net.properties = name or "", properties
+    space = (net.properties or {}).get(ADDRESS_SPACE)  # where its ports' addresses are: kept
+    net.name, net.properties = name or "", {**properties, **({ADDRESS_SPACE: space} if space else {})}
     return network_dict(s, net)
 
 
@@ -230,14 +249,19 @@ def update_subnet(s: Session, subnet_id: str, name: str, gateway_ip: Any, alloca
 
 
 def delete_subnet(s: Session, subnet_id: str) -> None:
-    if s.scalars(select(PortAddress.port_id).where(PortAddress.subnet_id == subnet_id).limit(1)).first():
-        raise Conflict(f"subnet {subnet_id} still has addresses in use")
+    sub = s.get(Subnet, subnet_id)
+    if sub is not None:
+        net = ipaddress.ip_network(sub.cidr)
+        held = s.scalars(select(Address.address).where(Address.network == address_key(s, sub),
+                                                       Address.holder.startswith("port:")))
+        if any(ipaddress.ip_address(ip) in net for ip in held):
+            raise Conflict(f"subnet {subnet_id} still has addresses in use")
     s.execute(delete(Subnet).where(Subnet.id == subnet_id))
 
 
 # -- ports ---------------------------------------------------------------------------
 def _free_address(s: Session, sub: Subnet) -> str:
-    used = set(s.scalars(select(PortAddress.ip_address).where(PortAddress.subnet_id == sub.id)))
+    used = set(s.scalars(select(Address.address).where(Address.network == address_key(s, sub))))
     for pool in sub.allocation_pools:
         ip, end = ipaddress.ip_address(pool["start"]), ipaddress.ip_address(pool["end"])
         while ip <= end:
@@ -302,18 +326,20 @@ def _check_free(s: Session, port_id: str | None, addresses: list[tuple[str, str]
     if len(set(addresses)) != len(addresses):
         raise InvalidInput("fixed_ips: one address asked for twice", "fixed_ips")
     for sid, ip in addresses:
-        taken = s.get(PortAddress, (sid, ip))
-        if taken is not None and taken.port_id != port_id:
-            raise Conflict(f"address {ip} is already in use (port {taken.port_id})")
+        taken = s.get(Address, (address_key(s, s.get(Subnet, sid)), ip))
+        if taken is not None and (port_id is None or taken.holder != port_holder(port_id, ip)):
+            raise Conflict(f"address {ip} is already in use ({holder_words(taken.holder)})")
 
 
 def _take(s: Session, port_id: str, addresses: list[tuple[str, str]]) -> None:
+    now = time.time()
     for sid, ip in addresses:
-        held = s.get(PortAddress, (sid, ip))
+        key, mine = address_key(s, s.get(Subnet, sid)), port_holder(port_id, ip)
+        held = s.get(Address, (key, ip))
         if held is None:
-            s.add(PortAddress(subnet_id=sid, ip_address=ip, port_id=port_id))
-        elif held.port_id != port_id:
-            raise Conflict(f"address {ip} is already in use (port {held.port_id})")
+            s.add(Address(network=key, address=ip, holder=mine, created_at=now))
+        elif held.holder != mine:
+            raise Conflict(f"address {ip} is already in use ({holder_words(held.holder)})")
     try:
         s.flush()
     except IntegrityError:  # taken by a transaction that committed after we looked
@@ -364,8 +390,7 @@ def update_port(s: Session, port_id: str, name: str, fixed_ips: list | None, pro
     port.name = name or ""
     s.flush()  # first write, before the addresses are read (see create_port)
     net = _one(s, Network, port.network_id, "network")
-    keep = {(sid, ip) for sid, ip in s.execute(select(PortAddress.subnet_id, PortAddress.ip_address)
-                                                .where(PortAddress.port_id == port.id))}
+    keep = set(_port_addresses(s, port))
     try:
         addresses = _addresses(s, net, fixed_ips, keep)
         _check_free(s, port.id, addresses)
@@ -373,14 +398,18 @@ def update_port(s: Session, port_id: str, name: str, fixed_ips: list | None, pro
         port.name = old_name
         s.flush()
         raise
-    s.execute(delete(PortAddress).where(PortAddress.port_id == port.id))
+    _release(s, port.id)
     _take(s, port.id, addresses)
     port.properties = {**properties, "order": [ip for _sid, ip in addresses]}
     return port_dict(s, port)
 
 
+def _release(s: Session, port_id: str) -> None:
+    s.execute(delete(Address).where(Address.holder.startswith(port_prefix(port_id), autoescape=True)))
+
+
 def delete_port(s: Session, port_id: str) -> None:
-    s.execute(delete(PortAddress).where(PortAddress.port_id == port_id))
+    _release(s, port_id)
     s.execute(delete(NetworkPort).where(NetworkPort.id == port_id))
 
 

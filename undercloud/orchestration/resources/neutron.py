@@ -293,16 +293,19 @@ class Port(_Neutron):
             UNDERCLOUD_ADDRESS,
             LabNetwork,
         )
+        from undercloud.store.networks import ADDRESS_SPACE
 
         try:
             home = self.services.home
         except ResourceFailure:
             raise ResourceFailure(f"no network {LAB_NETWORK!r} (and no undercloud home to take it from)") from None
-        prefix = LabNetwork(home.instance).subnet
+        lab = LabNetwork(home.instance)
+        prefix = lab.subnet
         net_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"undercloud:{home.instance}:{LAB_NETWORK}"))
         pool = {"start": f"{prefix}.{PORT_HOSTS[0]}", "end": f"{prefix}.{PORT_HOSTS[-1]}"}
+        # its ports' addresses on the servers' key: one table says who holds each (store/networks.py)
         return (net_id, LAB_NETWORK, f"{prefix}.0/24", f"{prefix}.{UNDERCLOUD_ADDRESS}", [pool],
-                {"tags": [f"{prefix}.0/24"], "undercloud": True})
+                {"tags": [f"{prefix}.0/24"], "undercloud": True, ADDRESS_SPACE: lab.address_key})
 
     def update(self, old_properties: dict) -> None:
         self._record(self._call(_ipam().update_port, self.physical_id, self.properties.get("name") or "",

@@ -23,7 +23,7 @@ from xml.sax.saxutils import quoteattr
 from undercloud import server_types
 from undercloud.errors import UndercloudError
 from undercloud.host.accel import accelerator
-from undercloud.host.labnet import LAB_NETWORK, LabNetwork, lab_state_file
+from undercloud.host.labnet import LAB_NETWORK, UNDERCLOUD_ADDRESS, LabNetwork, lab_state_file
 from undercloud.host.libvirt import IMAGES, libvirtd_pid, virsh
 from undercloud.host.libvirt import available as libvirt_available
 from undercloud.host.run import run
@@ -257,7 +257,7 @@ class VMRealiser(Realiser):
         removes them."""
         net = LabNetwork(self.env.home.instance)
         if (lab_state_file(self.env.home).exists() or libvirtd_pid() is None
-                or Addresses(self.env.home, f"{net.subnet}.1", self.env.addresses).held()):
+                or Addresses(self.env.home, f"{net.subnet}.{UNDERCLOUD_ADDRESS}", self.env.addresses).held()):
             return []
         return net.remove()
 

@@ -58,10 +58,10 @@ def server_mac(server_id: str) -> str:
 
 
 def lab_network_key(home) -> str:
-    """The lab network's key in the address table: its bridge (one per home)."""
+    """The lab network's key in the address table (one per home)."""
     from undercloud.host.labnet import LabNetwork
 
-    return LabNetwork(home.instance).bridge
+    return LabNetwork(home.instance).address_key
 
 
 class Addresses:
@@ -126,11 +126,12 @@ class Addresses:
         return self.table.release(server_id)
 
     def held(self, server_id: str | None = None) -> dict[str, str]:
-        """{address: server id} of the servers on the lab network (an overcloud's VIP is none)."""
-        from undercloud.store.addresses import VIP
+        """{address: server id} of the servers on the lab network (an overcloud's VIP and a
+        stack's port on ctlplane are none)."""
+        from undercloud.store.addresses import is_server
 
         return {a: s for a, s in self.table.on(self.network).items()
-                if not s.startswith(VIP) and (server_id is None or s == server_id)}
+                if is_server(s) and (server_id is None or s == server_id)}
 
 
 def bind_in_netns(netns: str, host: str, port: int) -> socket.socket:
