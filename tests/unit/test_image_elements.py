@@ -98,6 +98,29 @@ def test_a_changed_element_changes_only_the_keys_that_depend_on_it(tmp_path):
     assert keys(oci, [tmp_path])["packages"] == before[oci.label]["packages"]  # oci has no kernel
 
 
+def test_openstack_services_share_a_layer_of_their_common_libraries():
+    """A service element listing openstack-base is built on it: its packages (oslo ...) are in
+    the shared layer's apt stage, one layer for every such service of a release; the others
+    (memcached, haproxy ...) stay on service-base alone."""
+    openstack = ["service-keystone", "service-glance", "service-nova", "service-nova-compute", "service-neutron",
+                 "service-placement"]
+    others = ["service-memcached", "service-haproxy", "service-mariadb", "service-rabbitmq"]
+    for name in openstack:
+        (t,) = catalog.targets(name)
+        assert t.layer_on == catalog.OPENSTACK_BASE, name
+        b = Builder(t, lambda _m: None, Path("/tmp"), False)
+        assert "python3-oslo.messaging" in elements.packages(b.base_elements), name
+        assert "openstack-base" not in {e.name for e in b.own_elements}, name
+    for name in others:
+        assert catalog.targets(name)[0].layer_on == catalog.SERVICE_BASE, name
+    shared = {keys(catalog.targets(n)[0])["image"] for n in openstack}
+    assert len(shared) == 1 and keys(catalog.targets(others[0])[0])["image"] not in shared
+    # ... per release: Zed's is made of bookworm's packages
+    assert keys(catalog.targets("service-nova", release="zed")[0])["image"] not in shared
+    # an operator's element of their own is built on service-base, its deps in its own layer
+    assert catalog.shared_layer("no-such-element") == catalog.SERVICE_BASE
+
+
 def test_unchanged_inputs_give_the_same_key():
     t = catalog.targets("deploy-ramdisk")[0]
     assert keys(t) == keys(t)

@@ -23,6 +23,9 @@ IMAGES = {
     "guest-tiny": ("guest",),  # for the overcloud's Glance; a deploy does not need it
 }
 SERVICE_BASE = ("base", "service-base")  # service-NAME: this shared layer + element NAME
+# ... or, for an element that lists it among its deps, this one: the libraries OpenStack's
+# services share, installed once in the layer below each service's own (Kolla's openstack-base)
+OPENSTACK_BASE = (*SERVICE_BASE, "openstack-base")
 # The OpenStack releases a service image may be, and the Debian suite that ships each: the
 # service's packages are that suite's (OvercloudRelease: overcloud/release.py).
 RELEASES = {"zed": "bookworm", "2025.1": "trixie"}
@@ -46,7 +49,8 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
         release = release or DEFAULT_RELEASE
         if release not in RELEASES:
             raise InvalidInput(f"unknown OpenStack release {release!r}: {' or '.join(RELEASES)}", "release")
-        return [Target(name, "oci", (name.removeprefix("service-"), *extra), layer_on=SERVICE_BASE,
+        element = name.removeprefix("service-")
+        return [Target(name, "oci", (element, *extra), layer_on=shared_layer(element),
                        suite=host_python_suite() if name in RELEASE_FREE else RELEASES[release])]
     if release:
         raise InvalidInput(f"{name} is no service image: only service images have an OpenStack release", "release")
@@ -57,6 +61,17 @@ def targets(name: str, types: tuple[str, ...] = (), extra: tuple[str, ...] = (),
         types = IMAGES[name]
     return [Target(name, t, TYPE_ELEMENTS[t] + tuple(e for e in extra if e not in TYPE_ELEMENTS[t]))
             for t in dict.fromkeys(types)]
+
+
+def shared_layer(element: str) -> tuple[str, ...]:
+    """The elements of the shared layer a service image of `element` is built on."""
+    from undercloud.images import elements
+
+    try:
+        deps = {e.name for e in elements.resolve([element])}
+    except InvalidInput:  # an element of the operator's (--elements-path): the builder finds it
+        return SERVICE_BASE
+    return OPENSTACK_BASE if OPENSTACK_BASE[-1] in deps else SERVICE_BASE
 
 
 def host_python_suite() -> str:
