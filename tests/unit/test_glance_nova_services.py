@@ -18,6 +18,7 @@ import yaml
 from tests.unit import service_support
 from tests.unit.service_support import SERVICES, ini, script_module
 from undercloud.images import elements
+from undercloud.overcloud import library
 
 BIN = elements.SHIPPED / "nova" / "static" / "usr" / "local" / "bin"
 
@@ -313,7 +314,8 @@ def test_templates_declare_literally_what_they_use(name):
     assert {Path(f["source"]).name for f in config["config_files"]} <= set(files)
     (container,) = pod["spec"]["containers"]
     assert container["command"] == ["/usr/local/bin/uc-start"] and pod["spec"]["hostNetwork"] is True
-    for f in rd.get("haproxy", []):
+    # its frontend's backend is its probe's port (declared once, in the probe: overcloud/library.py)
+    for f in library.read_service(rd["service_type"], SERVICES / f"{name}.yaml").haproxy:
         assert container["readinessProbe"]["httpGet"]["port"] == f["backend_port"]
 
 
@@ -326,7 +328,8 @@ def test_glance_keeps_images_on_its_claim():
               if "persistentVolumeClaim" in v}
     assert claims == {"images": "glance-images"}
     assert conf["file"]["filesystem_store_datadir"].rstrip("/") == mounts["images"]
-    assert conf["DEFAULT"]["bind_port"] == "19292" and rd["haproxy"][0]["backend_port"] == 19292
+    glance = library.read_service(rd["service_type"], SERVICES / "glance-api.yaml")
+    assert conf["DEFAULT"]["bind_port"] == "19292" and glance.haproxy[0]["backend_port"] == 19292
     # one MariaDB: directly (a Galera cluster: through haproxy at VIP:3306)
     assert conf["database"]["connection"] == "mysql+pymysql://glance:gdb@10.0.0.9:13306/glance"
     assert conf["keystone_authtoken"]["memcached_servers"] == "10.0.0.2:11211,10.0.0.3:11211"

@@ -89,9 +89,10 @@ def test_server_config_ml2_linuxbridge_vxlan_and_its_neighbours():
     files, pod, rd = render("neutron-server")
     conf, ml2 = ini(files["neutron.conf"]), ini(files["ml2_conf.ini"])
     d = conf["DEFAULT"]
-    assert d["bind_port"] == "19696" == str(rd["haproxy"][0]["backend_port"])
+    server = library.read_service(rd["service_type"], SERVICES / "neutron-server.yaml")  # the ports derived
+    assert d["bind_port"] == "19696" == str(server.haproxy[0]["backend_port"])
     assert pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] == 19696
-    assert rd["endpoints"] == {"network": {"port": 9696}} and rd["haproxy"][0]["port"] == 9696
+    assert server.endpoints == {"network": {"port": 9696}} and rd["haproxy"][0]["port"] == 9696
     assert d["transport_url"] == "rabbit://openstack:rp@10.0.0.9:5672,openstack:rp@10.0.0.8:5672/"  # every broker
     assert conf["oslo_messaging_rabbit"]["rabbit_quorum_queue"] == "true"  # a cluster: quorum queues
     assert d["service_plugins"] == "" and d["core_plugin"] == "ml2"

@@ -94,7 +94,11 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
      "not one of this template's secrets"),
     (("service_name: foo_api", "service_name: {get_param: RoleName}"), "outputs.role_data.value.service_name",
      "no intrinsic functions"),
-    (("backend_port: 19999,", "backend: 19999,"), "outputs.role_data.value.haproxy.0", "backend_port is required"),
+    (("backend_port: 19999,", ""), "outputs.role_data.value.haproxy.0.backend_port",
+     "none given, and no readiness probe port to take it from"),
+    (("endpoints: {widget: {port: 9999, path: /v1}}\n      haproxy: [{name: foo_api, port: 9999, backend_port: 19999, "
+      "check: GET /}]", "endpoints: {widget: {path: /v1}}\n      haproxy: []"),
+     "outputs.role_data.value.endpoints.widget.port", "no one haproxy frontend to take it from"),
     (("backend_port: 19999,", "backend_port: 19999, backup: yes please,"), "outputs.role_data.value.haproxy.0.backup",
      "expected true or false, not"),
     (("backend_port: 19999,", "backend_port: 19999, check_port: '9200',"),
@@ -254,3 +258,22 @@ def test_health_is_declared_once_as_the_pods_readiness_probe(tmp_path):
     own.write_text(FOO.replace("backend_port: 19999, check: GET /}", "backend_port: 19999}"))
     foo = library.read_service("OS::TripleO::Services::Foo", own)
     assert foo.readiness is None and foo.health_check == "HTTP GET :19999/" and "check" not in foo.haproxy[0]
+
+
+def test_ports_are_declared_once_the_probe_gives_the_backend_and_the_frontend_the_endpoint():
+    """A library template writes its backend port in its service's configuration and its
+    probe, its frontend port in haproxy's entry: the frontend's backend_port is the probe's,
+    the endpoint's port the one frontend's, unless given (MariaDB's backend is not its probe's)."""
+    registry = library.builtin_registry()
+    services = {t: library.read_service(t, p) for t, p in registry.items()}
+    for t, p in registry.items():
+        rd = yaml.safe_load(p.read_text())["outputs"]["role_data"]["value"]
+        assert all("port" not in e for e in rd.get("endpoints", {}).values()), p.name
+        for f in services[t].haproxy:
+            probe = services[t].readiness["httpGet"]
+            assert f["backend_port"] == probe["port"] or t == "OS::TripleO::Services::MySQL", p.name
+    glance = services["OS::TripleO::Services::GlanceApi"]
+    assert glance.endpoints == {"image": {"port": 9292, "path": ""}}
+    assert [(f["port"], f["backend_port"], f["check"]) for f in glance.haproxy] == [(9292, 19292, "GET /healthcheck")]
+    mysql = services["OS::TripleO::Services::MySQL"]
+    assert [(f["port"], f["backend_port"], f["check_port"]) for f in mysql.haproxy] == [(3306, 13306, 9200)]

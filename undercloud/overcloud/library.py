@@ -14,8 +14,9 @@ stack computes (`config_files`, `pod`, `kube`), literal declarations:
     databases: [{name: glance, user: glance, password: GlanceDbPassword}]
     keystone: [{user: glance, password: GlancePassword, service: glance, type: image,
                 description: Image service, endpoint: image}]
-    endpoints: {image: {port: 9292, path: ""}}          # EndpointMap.image = http://VIP:9292
-    haproxy: [{name: glance_api, port: 9292, backend_port: 19292}]
+    endpoints: {image: {path: ""}}  # EndpointMap.image = http://VIP:9292 (port: the one
+                                    # haproxy frontend's, unless given)
+    haproxy: [{name: glance_api, port: 9292}]   # backend_port: the readiness probe's, unless given
                                     # also mode: tcp, check_port (the check's, else backend_port),
                                     # check: GET /path, backup: true (one server at a time: the
                                     # others are backups)
@@ -184,20 +185,6 @@ def read_service(service_type: str, path: Path) -> Service:
             r.bad(("secrets", name_), f"{name_} is not a parameter of this template")
         elif p.get("hidden") is not True:
             r.bad(("secrets", name_), f"parameter {name_} holds a secret: declare it hidden: true")
-    for ep, spec in svc.endpoints.items():
-        if not isinstance(ep, str) or not IDENT.match(ep):
-            r.bad(("endpoints", ep), "an endpoint name is a lower-case identifier (e.g. image)")
-        if not r.typed(spec, ("endpoints", ep), dict, "a map with port (and path)"):
-            continue
-        port, path_ = spec.get("port"), spec.get("path", "")
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            r.bad(("endpoints", ep, "port"), "expected a port number")
-        if not isinstance(path_, str) or (path_ and not path_.startswith("/")):
-            r.bad(("endpoints", ep, "path"), "expected a path starting with / (or none)")
-        unknown = set(spec) - {"port", "path"}
-        if unknown:
-            r.bad(("endpoints", ep), f"unknown key {sorted(unknown)[0]!r} (known: port, path)")
-
     svc.databases = r.entries(rd, "databases", {"name": (str, True), "user": (str, True), "password": (str, True)})
     for i, db in enumerate(svc.databases):
         for f in ("name", "user"):
@@ -209,17 +196,41 @@ def read_service(service_type: str, path: Path) -> Service:
     for i, k in enumerate(svc.keystone):
         if ("type" in k) != ("endpoint" in k):
             r.bad(("keystone", i), "a catalog entry needs both type and endpoint (a user alone needs neither)")
-    svc.haproxy = r.entries(rd, "haproxy", {"name": (str, True), "port": (int, True), "backend_port": (int, True),
+    svc.haproxy = r.entries(rd, "haproxy", {"name": (str, True), "port": (int, True), "backend_port": (int, False),
                                             "check": (str, False), "mode": (str, False),
                                             "check_port": (int, False), "backup": (bool, False)})
     http = (svc.readiness or {}).get("httpGet")
+    probed = next((p.get("port") for p in ((svc.readiness or {}).get(k) for k in ("httpGet", "tcpSocket"))
+                   if isinstance(p, dict)), None)
     for i, f in enumerate(svc.haproxy):
+        if "backend_port" not in f:  # the port the readiness probe checks, declared there once
+            if not isinstance(probed, int) or isinstance(probed, bool):
+                r.bad(("haproxy", i, "backend_port"), "expected a port number (none given, and no readiness "
+                      "probe port to take it from)")
+                continue
+            f["backend_port"] = probed
         if "check" not in f and isinstance(http, dict) and http.get("port") == f.get("check_port", f["backend_port"]):
             f["check"] = f"GET {http.get('path', '/')}"
         if f.get("mode", "http") not in ("http", "tcp"):
             r.bad(("haproxy", i, "mode"), "expected http or tcp")
         if not IDENT.match(f["name"]):
             r.bad(("haproxy", i, "name"), "expected a lower-case identifier")
+    for ep, spec in svc.endpoints.items():
+        if not isinstance(ep, str) or not IDENT.match(ep):
+            r.bad(("endpoints", ep), "an endpoint name is a lower-case identifier (e.g. image)")
+        if not r.typed(spec, ("endpoints", ep), dict, "a map with port (and path)"):
+            continue
+        if "port" not in spec and len(svc.haproxy) == 1:  # the frontend's, declared there once
+            svc.endpoints[ep] = spec = {**spec, "port": svc.haproxy[0]["port"]}
+        port, path_ = spec.get("port"), spec.get("path", "")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            r.bad(("endpoints", ep, "port"), "expected a port number" + (
+                "" if "port" in spec else " (none given, and no one haproxy frontend to take it from)"))
+        if not isinstance(path_, str) or (path_ and not path_.startswith("/")):
+            r.bad(("endpoints", ep, "path"), "expected a path starting with / (or none)")
+        unknown = set(spec) - {"port", "path"}
+        if unknown:
+            r.bad(("endpoints", ep), f"unknown key {sorted(unknown)[0]!r} (known: port, path)")
     for key, what in (("databases", "password"), ("keystone", "password")):
         for i, item in enumerate(getattr(svc, key)):
             if item[what] not in svc.secrets:
