@@ -14,8 +14,9 @@ failure one line.
   admin one (everything else, the schema and docs included, and paths no route has). On
   an address served for guests (api/listeners.py) only public routes answer (404
   otherwise, whatever the token); elsewhere an admin route without the admin token (or
-  the workers' own) is refused 401 at once, and the connection closed rather than its
-  body read.
+  the workers' own) is refused 401 at once, and the connection closed rather than a body
+  of more than DRAIN_BYTES read (a smaller one is read and dropped first, so that the
+  close sends no reset that could overtake the answer).
 - Body size per route (api/limits.py): a Content-Length over the limit is refused before
   anything is read; a body sent without one is counted as it streams and cut at the limit
   (413). Image content streams through; other bodies are small enough to read whole.
@@ -61,7 +62,8 @@ PUBLIC_ROUTES: tuple[tuple[frozenset, re.Pattern], ...] = tuple((frozenset(m), r
 ADMIN_HEADER = b"x-undercloud-token"  # the operator's token: refused on plain HTTP (api/tls_port.py)
 WORKER_HEADER = b"x-undercloud-worker-token"  # the workers' own: plain HTTP only to a worker whose URL is http
 SERVER_HEADER = b"x-server-token"  # a server's agent's token: refused on plain HTTP when made for https
-LENIENT = {"signal_body_bytes"}  # what agents send back (command output) may hold NUL characters
+LENIENT = {"signal_body_bytes"}
+DRAIN_BYTES = 64 * 1024  # a refused request's body read and dropped up to this much (guard._drain)  # what agents send back (command output) may hold NUL characters
 
 
 class PayloadTooLarge(UndercloudError):
@@ -139,13 +141,21 @@ class Guard:
             await send(message)
 
         method, path = scope["method"], scope["path"]
+
+        async def refuse(status: int, message: str, where: str | None) -> None:
+            """Answer before the body is read: a body of more than DRAIN_BYTES is not read at
+            all, and the connection closes after the answer."""
+            if not _has_body(scope):
+                return await reply(send_, status, message, where)
+            await _drain(scope, receive)
+            await reply(send_, status, message, where, headers=[(b"connection", b"close")])
+
         try:
             refused = audience(scope)
-            if refused:  # the body stays unread: the connection closes after the answer
-                close = [(b"connection", b"close")] if _has_body(scope) else []
-                return await reply(send_, *refused, headers=close)
+            if refused:
+                return await refuse(*refused)
             if "\x00" in path or b"%00" in scope.get("query_string", b"") or b"\x00" in scope.get("query_string", b""):
-                return await reply(send_, 400, "a NUL character in the request's path or query", "request")
+                return await refuse(400, "a NUL character in the request's path or query", "request")
             name, limit = body_limit(method, path)
             length = None
             for k, v in scope["headers"]:
@@ -217,6 +227,17 @@ def _tls_server_token(scope) -> bool:
     query = scope.get("query_string") or b""
     return b"token=" + prefix in query and any(
         v.startswith(tokens.TLS_SERVER) for v in parse_qs(query.decode("latin-1")).get("token", []))
+
+
+async def _drain(scope, receive) -> None:
+    """Read and drop a refused request's body when it is small (at most DRAIN_BYTES, as
+    declared or as it streams), so that closing the connection after the answer sends no
+    reset: a reset can overtake the answer and leave the client with a broken connection
+    instead of its 401 (a lingering close, as HTTP servers do). A larger body stays unread."""
+    declared = dict(scope["headers"]).get(b"content-length", b"").strip()
+    if declared and (not declared.isdigit() or len(declared) > 9 or int(declared) > DRAIN_BYTES):
+        return
+    await _read(receive, DRAIN_BYTES)
 
 
 def _has_body(scope) -> bool:
