@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from undercloud.errors import Conflict, InvalidInput, NotFound, UndercloudError
-from undercloud.store.addresses import Address, holder_words, port_holder, port_prefix
+from undercloud.store.addresses import PORT, Address, holder_words, port_holder, port_prefix
 from undercloud.store.db import Base
 
 MAC_PREFIX = "fa:16:3e"  # Neutron's default base_mac
@@ -253,7 +253,7 @@ def delete_subnet(s: Session, subnet_id: str) -> None:
     if sub is not None:
         net = ipaddress.ip_network(sub.cidr)
         held = s.scalars(select(Address.address).where(Address.network == address_key(s, sub),
-                                                       Address.holder.startswith("port:")))
+                                                       Address.holder.startswith(PORT)))
         if any(ipaddress.ip_address(ip) in net for ip in held):
             raise Conflict(f"subnet {subnet_id} still has addresses in use")
     s.execute(delete(Subnet).where(Subnet.id == subnet_id))
